@@ -1,0 +1,32 @@
+//! The engines behind `tcptail bench`: a request/response latency benchmark over real TCP
+//! sockets that reports full percentiles, records the machine context every result depends on,
+//! and explains its slowest samples with the kernel's own per-connection state.
+//!
+//! - [`wire`]: the versioned frame format and the handshake in which the client asks the
+//!   server to apply a socket profile and pin itself to a CPU. Parsing never trusts the peer.
+//! - [`server`]: serves many clients at once; a malformed or hostile peer loses its own
+//!   connection and nothing else.
+//! - [`client`]: closed-loop (back-to-back) and open-loop (fixed rate, constant or Poisson
+//!   spacing, latency from the *intended* send time) request loops, blocking or spinning.
+//! - [`pacer`]: sleeps until shortly before a deadline, then spins, because timer wake-ups on
+//!   a virtual machine run tens to hundreds of microseconds late.
+//! - [`stats`]: HDR-histogram percentiles and summaries; pure functions of the samples.
+//! - [`attribution`]: which kernel state (BBR phase, cwnd, retransmits, ...) sets the slowest
+//!   requests apart from the typical ones.
+//! - [`context`]: CPU placement, steal, competing load, cpuidle driver, kernel version.
+//! - [`matrix`]: several configurations compared in one run, rounds interleaved.
+//! - [`report`]: the result types and their human table, JSON and CSV forms.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod attribution;
+pub mod client;
+pub mod context;
+pub mod matrix;
+pub mod pacer;
+pub mod report;
+pub mod server;
+pub mod stats;
+pub mod sys;
+pub mod wire;

@@ -1,0 +1,2 @@
+//! TODO: sys
+#![allow(unsafe_code)]
