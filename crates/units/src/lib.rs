@@ -117,9 +117,9 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
         const KIB: u64 = 1024;
-        if b >= KIB * KIB && b % (KIB * KIB) == 0 {
+        if b >= KIB * KIB && b.is_multiple_of(KIB * KIB) {
             write!(f, "{}MiB", b / (KIB * KIB))
-        } else if b >= KIB && b % KIB == 0 {
+        } else if b >= KIB && b.is_multiple_of(KIB) {
             write!(f, "{}KiB", b / KIB)
         } else {
             write!(f, "{b}B")
@@ -248,11 +248,11 @@ fn format_duration(d: Duration, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let ns = d.as_nanos();
     if ns == 0 {
         write!(f, "0s")
-    } else if ns % 1_000_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000_000) {
         write!(f, "{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         write!(f, "{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         write!(f, "{}us", ns / 1_000)
     } else {
         write!(f, "{ns}ns")
