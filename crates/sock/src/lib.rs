@@ -29,4 +29,7 @@ pub mod recv;
 pub mod sys;
 pub mod tcp_info;
 
+pub use apply::{ApplyReport, OptionOutcome, OptionReport, apply_profile};
+pub use cc_info::{BbrInfo, BbrPhase};
 pub use profile::{BufferSize, Keepalive, Profile, QuickAck};
+pub use tcp_info::TcpInfo;
