@@ -1,1 +1,330 @@
-//! TODO: attribution
+//! Tail attribution: which kernel state sets the slowest requests apart from the typical ones.
+//!
+//! With `--attribute`, the client reads `TCP_INFO` (and `TCP_CC_INFO` on BBR sockets) just
+//! before each request and again after its response, outside the timed window in closed loop.
+//! [`KernelSnapshot`] keeps the few fields that can explain a slow request. [`attribute`] then
+//! compares the requests above the 99th percentile with all requests, feature by feature:
+//! for each value of a categorical feature (BBR phase, congestion state, "a retransmission
+//! happened", ...) the share among slow requests against the share among all, and for numeric
+//! ones (cwnd, unacked, srtt, ...) the medians. A value that is much more common among slow
+//! requests than overall ("of the 1 % slowest, 93 % were sent in BBR probe-bw-up, against 8 %
+//! of all") is reported as a finding; when nothing stands out, the report says so and points at
+//! the machine rather than TCP.
+//!
+//! [`attribute`] is pure: it takes samples, returns statements. It never reads a socket.
+
+use serde::{Deserialize, Serialize};
+use tcptail_sock::tcp_info::CaState;
+use tcptail_sock::{BbrInfo, BbrPhase, TcpInfo};
+
+use crate::stats;
+
+/// The per-request kernel state attribution works from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct KernelSnapshot {
+    /// Congestion window, packets.
+    pub cwnd: u32,
+    /// Unacknowledged packets in flight.
+    pub unacked: u32,
+    /// Smoothed RTT, µs.
+    pub srtt_us: u32,
+    /// Delayed-ACK timeout, µs.
+    pub ato_us: u32,
+    /// Congestion-avoidance state (open, disorder, CWR, recovery, loss).
+    pub ca_state: CaState,
+    /// Total retransmitted segments on the connection so far.
+    pub total_retrans: u32,
+    /// Total RTO expirations so far (6.7+).
+    pub total_rto: Option<u32>,
+    /// Pacing rate, bytes/s.
+    pub pacing_rate: Option<u64>,
+    /// Unsent bytes in the socket.
+    pub notsent_bytes: Option<u32>,
+    /// BBR's phase inferred from its gains, when the socket runs BBR.
+    pub bbr_phase: Option<BbrPhase>,
+    /// BBR's pacing gain x256.
+    pub bbr_pacing_gain: Option<u32>,
+}
+
+impl KernelSnapshot {
+    /// Builds a snapshot from a parsed `tcp_info` and optional BBR info.
+    pub fn from_kernel(info: &TcpInfo, bbr: Option<&BbrInfo>) -> KernelSnapshot {
+        KernelSnapshot {
+            cwnd: info.snd_cwnd_segs,
+            unacked: info.unacked_segs,
+            srtt_us: info.rtt_us,
+            ato_us: info.ato_us,
+            ca_state: info.ca_state,
+            total_retrans: info.total_retrans_segs,
+            total_rto: info.total_rto.map(u32::from),
+            pacing_rate: info.pacing_rate_bytes_per_sec,
+            notsent_bytes: info.notsent_bytes,
+            bbr_phase: bbr.map(|b| b.phase()),
+            bbr_pacing_gain: bbr.map(|b| b.pacing_gain),
+        }
+    }
+}
+
+/// What attribution knows about one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttributedSample {
+    /// Latency, ns (from the intended send time in open loop).
+    pub latency_ns: u64,
+    /// How late the request was actually sent against its schedule, ns (0 in closed loop).
+    pub send_late_ns: u64,
+    /// Kernel state before the request was sent.
+    pub before: KernelSnapshot,
+    /// Kernel state after its response arrived.
+    pub after: KernelSnapshot,
+}
+
+/// The outcome of attribution for one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// Latency threshold above which a request counts as slow (the run's p99), µs.
+    pub threshold_us: f64,
+    /// Requests above the threshold.
+    pub slow_requests: u64,
+    /// All attributed requests.
+    pub requests: u64,
+    /// Categorical values over-represented among slow requests, strongest first.
+    pub findings: Vec<Finding>,
+    /// Every categorical feature value seen, with both shares (for the JSON reader).
+    pub features: Vec<Finding>,
+    /// Medians of numeric features, slow against all.
+    pub numeric: Vec<NumericComparison>,
+    /// Sentences a person reads.
+    pub statements: Vec<String>,
+    /// Measured cost of one snapshot (TCP_INFO + TCP_CC_INFO), ns, median.
+    pub snapshot_cost_ns: f64,
+}
+
+/// One value of one categorical feature and how common it is among slow and all requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Feature name, e.g. "BBR phase at send".
+    pub feature: String,
+    /// Value, e.g. "probe-bw-up".
+    pub value: String,
+    /// Fraction of slow requests with this value.
+    pub share_of_slow: f64,
+    /// Fraction of all requests with this value.
+    pub share_of_all: f64,
+}
+
+impl Finding {
+    /// How many times more common the value is among slow requests than among all.
+    pub fn lift(&self) -> f64 {
+        if self.share_of_all > 0.0 { self.share_of_slow / self.share_of_all } else { 0.0 }
+    }
+}
+
+/// Medians of a numeric feature among slow and among all requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NumericComparison {
+    /// Feature name with unit, e.g. "cwnd (packets)".
+    pub feature: String,
+    /// Median among slow requests.
+    pub median_slow: f64,
+    /// Median among all requests.
+    pub median_all: f64,
+}
+
+/// Categorical features: name and a function giving the sample's value (None = not applicable).
+type Categorical = (&'static str, fn(&AttributedSample) -> Option<String>);
+
+const CATEGORICAL: [Categorical; 6] = [
+    ("BBR phase at send", |s| s.before.bbr_phase.map(|p| p.to_string())),
+    ("congestion state at send", |s| Some(s.before.ca_state.to_string())),
+    ("retransmission during the request", |s| {
+        Some(yes_no(s.after.total_retrans > s.before.total_retrans))
+    }),
+    ("RTO during the request", |s| match (s.before.total_rto, s.after.total_rto) {
+        (Some(a), Some(b)) => Some(yes_no(b > a)),
+        _ => None,
+    }),
+    ("data still unacknowledged at send", |s| Some(yes_no(s.before.unacked > 0))),
+    ("client sent more than 20 µs behind schedule", |s| Some(yes_no(s.send_late_ns > 20_000))),
+];
+
+fn yes_no(b: bool) -> String {
+    if b { "yes".into() } else { "no".into() }
+}
+
+/// Numeric features: name and value.
+type Numeric = (&'static str, fn(&AttributedSample) -> Option<f64>);
+
+const NUMERIC: [Numeric; 6] = [
+    ("cwnd at send (packets)", |s| Some(s.before.cwnd as f64)),
+    ("unacked at send (packets)", |s| Some(s.before.unacked as f64)),
+    ("srtt at send (µs)", |s| Some(s.before.srtt_us as f64)),
+    ("pacing rate at send (Mbit/s)", |s| s.before.pacing_rate.map(|r| r as f64 * 8.0 / 1e6)),
+    ("delayed-ACK timeout at send (µs)", |s| Some(s.before.ato_us as f64)),
+    ("send lateness (µs)", |s| Some(s.send_late_ns as f64 / 1000.0)),
+];
+
+/// A finding must cover at least this share of slow requests...
+const MIN_SHARE_OF_SLOW: f64 = 0.2;
+/// ...and be at least this many times more common among them than overall.
+const MIN_LIFT: f64 = 1.5;
+
+/// Compares the requests above `threshold_ns` with all requests.
+pub fn attribute(
+    samples: &[AttributedSample],
+    threshold_ns: u64,
+    snapshot_cost_ns: f64,
+) -> Attribution {
+    let slow: Vec<&AttributedSample> =
+        samples.iter().filter(|s| s.latency_ns > threshold_ns).collect();
+    let all: Vec<&AttributedSample> = samples.iter().collect();
+    let mut features = Vec::new();
+    for (name, value_of) in CATEGORICAL {
+        let all_values: Vec<String> = all.iter().filter_map(|s| value_of(s)).collect();
+        if all_values.is_empty() {
+            continue;
+        }
+        let slow_values: Vec<String> = slow.iter().filter_map(|s| value_of(s)).collect();
+        let mut distinct: Vec<&String> = all_values.iter().collect();
+        distinct.sort();
+        distinct.dedup();
+        for value in distinct {
+            let share = |vals: &[String]| {
+                if vals.is_empty() {
+                    0.0
+                } else {
+                    vals.iter().filter(|v| *v == value).count() as f64 / vals.len() as f64
+                }
+            };
+            features.push(Finding {
+                feature: name.to_string(),
+                value: value.clone(),
+                share_of_slow: share(&slow_values),
+                share_of_all: share(&all_values),
+            });
+        }
+    }
+    let mut findings: Vec<Finding> = features
+        .iter()
+        .filter(|f| f.share_of_slow >= MIN_SHARE_OF_SLOW && f.lift() >= MIN_LIFT)
+        .cloned()
+        .collect();
+    findings.sort_by(|a, b| {
+        (b.share_of_slow * b.lift().ln()).total_cmp(&(a.share_of_slow * a.lift().ln()))
+    });
+
+    let numeric = NUMERIC
+        .iter()
+        .filter_map(|(name, value_of)| {
+            let all_v: Vec<f64> = all.iter().filter_map(|s| value_of(s)).collect();
+            let slow_v: Vec<f64> = slow.iter().filter_map(|s| value_of(s)).collect();
+            Some(NumericComparison {
+                feature: name.to_string(),
+                median_slow: stats::median(&slow_v)?,
+                median_all: stats::median(&all_v)?,
+            })
+        })
+        .collect();
+
+    let slow_pct =
+        if samples.is_empty() { 0.0 } else { 100.0 * slow.len() as f64 / samples.len() as f64 };
+    let threshold_us = threshold_ns as f64 / 1000.0;
+    let mut statements: Vec<String> = findings
+        .iter()
+        .take(3)
+        .map(|f| {
+            format!(
+                "of the {slow_pct:.1} % slowest requests (n={}, above {threshold_us:.1} µs), \
+                 {:.0} % had {} = {} ({:.1} % of all requests)",
+                slow.len(),
+                f.share_of_slow * 100.0,
+                f.feature,
+                f.value,
+                f.share_of_all * 100.0
+            )
+        })
+        .collect();
+    if statements.is_empty() && !slow.is_empty() {
+        statements.push(format!(
+            "no kernel TCP state sets the {slow_pct:.1} % slowest requests (above \
+             {threshold_us:.1} µs) apart from the rest: look at the machine (CPU placement, \
+             wake-up latency, steal, other load) rather than TCP"
+        ));
+    }
+    Attribution {
+        threshold_us,
+        slow_requests: slow.len() as u64,
+        requests: samples.len() as u64,
+        findings,
+        features,
+        numeric,
+        statements,
+        snapshot_cost_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(latency_us: u64, phase: BbrPhase) -> AttributedSample {
+        let snap = KernelSnapshot { bbr_phase: Some(phase), cwnd: 10, ..Default::default() };
+        AttributedSample {
+            latency_ns: latency_us * 1000,
+            send_late_ns: 0,
+            before: snap,
+            after: snap,
+        }
+    }
+
+    #[test]
+    fn finds_the_phase_behind_the_tail() {
+        // 1000 requests: 80 sent in probe-bw-up; the 10 slowest are all among those.
+        let mut samples = Vec::new();
+        for i in 0..1000u64 {
+            let up = i % 12 == 0 && samples.len() < 1000;
+            let phase = if up { BbrPhase::ProbeBwUp } else { BbrPhase::ProbeBwCruise };
+            let latency = if up && i < 120 { 120 } else { 45 };
+            samples.push(sample(latency, phase));
+        }
+        let a = attribute(&samples, 60_000, 800.0);
+        assert_eq!(a.slow_requests, 10);
+        let top = &a.findings[0];
+        assert_eq!(top.feature, "BBR phase at send");
+        assert_eq!(top.value, "probe-bw-up");
+        assert_eq!(top.share_of_slow, 1.0);
+        assert!((top.share_of_all - 84.0 / 1000.0).abs() < 1e-9, "{}", top.share_of_all);
+        assert!(a.statements[0].contains("100 % had BBR phase at send = probe-bw-up"));
+    }
+
+    #[test]
+    fn says_so_when_nothing_stands_out() {
+        let samples: Vec<_> =
+            (0..1000u64).map(|i| sample(40 + i % 100, BbrPhase::ProbeBwCruise)).collect();
+        let a = attribute(&samples, 138_000, 800.0);
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+        assert!(a.statements[0].contains("look at the machine"));
+    }
+
+    #[test]
+    fn retransmissions_are_detected_from_deltas() {
+        let mut samples: Vec<_> = (0..200).map(|_| sample(50, BbrPhase::ProbeBwCruise)).collect();
+        for s in samples.iter_mut().take(3) {
+            s.latency_ns = 5_000_000;
+            s.after.total_retrans = s.before.total_retrans + 1;
+        }
+        let a = attribute(&samples, 100_000, 0.0);
+        let f = a
+            .findings
+            .iter()
+            .find(|f| f.feature == "retransmission during the request")
+            .expect("retransmission finding");
+        assert_eq!((f.value.as_str(), f.share_of_slow), ("yes", 1.0));
+    }
+
+    #[test]
+    fn empty_input_is_harmless() {
+        let a = attribute(&[], 0, 0.0);
+        assert_eq!(a.requests, 0);
+        assert!(a.statements.is_empty());
+    }
+}

@@ -6,6 +6,7 @@
 //!   server to apply a socket profile and pin itself to a CPU. Parsing never trusts the peer.
 //! - [`server`]: serves many clients at once; a malformed or hostile peer loses its own
 //!   connection and nothing else.
+//! - [`connection`]: one connection's handshake, warm-up and measuring loops (the hot path).
 //! - [`client`]: closed-loop (back-to-back) and open-loop (fixed rate, constant or Poisson
 //!   spacing, latency from the *intended* send time) request loops, blocking or spinning.
 //! - [`pacer`]: sleeps until shortly before a deadline, then spins, because timer wake-ups on
@@ -22,6 +23,7 @@
 
 pub mod attribution;
 pub mod client;
+pub mod connection;
 pub mod context;
 pub mod matrix;
 pub mod pacer;

@@ -1,1 +1,263 @@
-//! TODO: report
+//! Result types of `tcptail bench` and their three forms: a human table, JSON (the interface
+//! scripts rely on), and a CSV of every sample.
+//!
+//! The JSON keys are a contract: `latency_us` with `min`, `mean`, `stddev`, `p50`, `p90`,
+//! `p95`, `p99`, `p999`, `p9999`, `max`; `transactions_per_second`; `requests`; `mode`
+//! (`closed` or `open`); `rate_per_second` with `asked` and `achieved`; `attribution` when
+//! asked for. Rendering never fails on missing values: an absent number prints as `-`.
+
+use std::fmt::Write as _;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+use tcptail_sock::ApplyReport;
+
+use crate::attribution::Attribution;
+use crate::client::BenchConfig;
+use crate::context::RunContext;
+use crate::stats::{Bucket, LatencySummary};
+
+/// The result of one benchmark run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// `closed` or `open`.
+    pub mode: String,
+    /// The configuration that ran (`run_config`, so that matrix rows can use `config` for
+    /// their axis settings).
+    pub run_config: BenchConfig,
+    /// Latency summary, µs (open loop: from the intended send time).
+    pub latency_us: Option<LatencySummary>,
+    /// Open loop: from the actual send time (service time), µs.
+    pub service_us: Option<LatencySummary>,
+    /// Open loop: how late requests left against their schedule, µs.
+    pub send_lateness_us: Option<LatencySummary>,
+    /// Log-spaced latency histogram.
+    pub histogram: Vec<Bucket>,
+    /// Requests answered in the measured part.
+    pub requests: u64,
+    /// Length of the measured part, seconds.
+    pub duration_seconds: f64,
+    /// Requests answered per second.
+    pub transactions_per_second: f64,
+    /// Open loop: rate asked and achieved.
+    pub rate_per_second: Option<RateReport>,
+    /// Tail attribution, when asked for.
+    pub attribution: Option<Attribution>,
+    /// The client's profile report.
+    pub client_apply: Option<ApplyReport>,
+    /// The server's profile report.
+    pub server_apply: Option<ApplyReport>,
+    /// Machine context.
+    pub context: RunContext,
+    /// True when the run was stopped early (Ctrl-C): the numbers are partial.
+    pub interrupted: bool,
+}
+
+/// Open-loop rate, requests per second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateReport {
+    /// Asked for.
+    pub asked: f64,
+    /// Achieved send rate.
+    pub achieved: Option<f64>,
+}
+
+/// One request, as written by `--samples`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    /// Intended send time (closed loop: actual), ns since the measured part started.
+    pub intended_ns: u64,
+    /// Connection index.
+    pub connection: usize,
+    /// Sequence number on its connection.
+    pub seq: u64,
+    /// Latency, ns.
+    pub latency_ns: u64,
+    /// Service time (from the actual send), ns.
+    pub service_ns: u64,
+}
+
+/// Writes samples as CSV with a header row.
+pub fn write_samples_csv<W: io::Write>(samples: &[SampleRecord], out: W) -> csv::Result<()> {
+    let mut w = csv::Writer::from_writer(out);
+    for s in samples {
+        w.serialize(s)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") })
+}
+
+/// The human table of one run.
+pub fn render_result(r: &BenchResult) -> String {
+    let mut out = String::new();
+    let c = &r.run_config;
+    let cc = r.context.congestion_client.as_deref().unwrap_or("?");
+    let _ = writeln!(
+        out,
+        "tcptail bench: {} loop, {} B request / {} B response, {} connection(s), profile '{}', \
+         congestion {cc}{}",
+        r.mode,
+        c.request_len,
+        c.reply_len,
+        c.connections,
+        c.profile.name,
+        if c.spin { ", spinning" } else { "" }
+    );
+    if let Some(rate) = r.rate_per_second {
+        let _ = writeln!(
+            out,
+            "rate: asked {:.0}/s, achieved {}/s",
+            rate.asked,
+            rate.achieved.map_or("-".into(), |a| format!("{a:.1}"))
+        );
+    }
+    let _ = writeln!(out, "placement: {}", r.context.placement);
+    let _ = writeln!(out);
+    let header = ["", "min", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max", "stddev"];
+    let rows: Vec<(&str, &Option<LatencySummary>)> = vec![
+        ("latency µs", &r.latency_us),
+        ("service µs", &r.service_us),
+        ("send late µs", &r.send_lateness_us),
+    ];
+    let mut table = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for (name, summary) in rows {
+        let Some(s) = summary else { continue };
+        table.push(vec![
+            name.to_string(),
+            num(Some(s.min)),
+            num(Some(s.mean)),
+            num(Some(s.p50)),
+            num(Some(s.p90)),
+            num(Some(s.p99)),
+            num(Some(s.p999)),
+            num(Some(s.p9999)),
+            num(Some(s.max)),
+            num(Some(s.stddev)),
+        ]);
+    }
+    out.push_str(&align(&table));
+    let _ = writeln!(
+        out,
+        "\n{} requests in {:.2} s: {:.0} transactions/s{}",
+        r.requests,
+        r.duration_seconds,
+        r.transactions_per_second,
+        if r.interrupted { " (interrupted: partial result)" } else { "" }
+    );
+    if let Some(a) = &r.attribution {
+        let _ = writeln!(
+            out,
+            "\ntail attribution (kernel snapshot cost {:.2} µs each, outside the timed window):",
+            a.snapshot_cost_ns / 1000.0
+        );
+        for s in &a.statements {
+            let _ = writeln!(out, "  - {s}");
+        }
+        for n in &a.numeric {
+            let _ = writeln!(
+                out,
+                "    {}: median {:.1} among the slowest, {:.1} overall",
+                n.feature, n.median_slow, n.median_all
+            );
+        }
+    }
+    for (side, report) in [("client", &r.client_apply), ("server", &r.server_apply)] {
+        if let Some(report) = report.as_ref().filter(|rep| !rep.is_clean()) {
+            let _ = writeln!(out, "\n{side} profile problems:\n{report}");
+        }
+    }
+    let ctx = &r.context;
+    let _ = writeln!(
+        out,
+        "\ncontext: kernel {}, {} CPUs, cpuidle {}, clocksource {}, steal {}%, other load {}%, \
+         congestion client {} / server {}",
+        ctx.kernel,
+        ctx.cpus,
+        ctx.cpuidle_driver.as_deref().unwrap_or("-"),
+        ctx.clocksource.as_deref().unwrap_or("-"),
+        num(ctx.steal_percent),
+        num(ctx.other_load_percent),
+        ctx.congestion_client.as_deref().unwrap_or("-"),
+        ctx.congestion_server.as_deref().unwrap_or("-"),
+    );
+    out
+}
+
+/// Pads columns: the first left-aligned, the rest right-aligned.
+pub fn align(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            if c == 0 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str("  ");
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Serde helper: a `Duration` as floating-point seconds.
+pub mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes seconds.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    /// Reads seconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn align_pads_columns() {
+        let rows = vec![
+            vec!["a".to_string(), "1".to_string()],
+            vec!["long".to_string(), "100".to_string()],
+        ];
+        assert_eq!(align(&rows), "a       1\nlong  100\n");
+    }
+
+    #[test]
+    fn samples_csv_has_header() {
+        let s =
+            SampleRecord { intended_ns: 5, connection: 0, seq: 1, latency_ns: 10, service_ns: 9 };
+        let mut out = Vec::new();
+        write_samples_csv(&[s], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "intended_ns,connection,seq,latency_ns,service_ns\n5,0,1,10,9\n");
+    }
+
+    #[test]
+    fn numbers_print_compactly() {
+        assert_eq!(num(None), "-");
+        assert_eq!(num(Some(12.345)), "12.3");
+        assert_eq!(num(Some(1234.5)), "1234");
+    }
+}
