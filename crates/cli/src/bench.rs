@@ -1,0 +1,374 @@
+//! `tcptail bench server|client|local`: flags, their conversion into a checked
+//! [`BenchConfig`], progress display and output. The measuring lives in `tcptail-bench`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use tcptail_bench::client::{self, BenchConfig, Load, RunControl, StopAfter};
+use tcptail_bench::matrix::{self, MatrixSpec};
+use tcptail_bench::pacer::Spacing;
+use tcptail_bench::report;
+use tcptail_bench::server::{Server, ServerConfig, ServerEvent};
+use tcptail_sock::{Profile, QuickAck};
+use tcptail_units::{ByteSize, HumanDuration, MessageRate};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Serve benchmark clients (applies the profile each client asks for).
+    Server(ServerArgs),
+    /// Measure against a running `tcptail bench server`.
+    Client(ClientArgs),
+    /// Start a server on loopback in this process and measure against it.
+    Local(LocalArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// Pin connection threads to this CPU unless a client asks for another.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Profile applied to the listening socket (accepted sockets inherit it).
+    #[arg(long)]
+    profile: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The server, ADDR:PORT.
+    server: SocketAddr,
+    #[command(flatten)]
+    opts: MeasureArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    #[command(flatten)]
+    opts: MeasureArgs,
+}
+
+/// A warm-up given as a duration (`500ms`) or a request count (`1000`).
+#[derive(Debug, Clone, Copy)]
+struct Warmup(StopAfter);
+
+impl std::str::FromStr for Warmup {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(n) = s.parse::<u64>() {
+            return Ok(Warmup(StopAfter::Count(n)));
+        }
+        tcptail_units::parse_duration(s)
+            .map(|d| Warmup(StopAfter::Duration(d)))
+            .map_err(|e| format!("{e} (or give a number of requests)"))
+    }
+}
+
+#[derive(Debug, Args)]
+struct MeasureArgs {
+    /// Socket profile for both ends: a built-in name (trading, throughput, kernel-default) or
+    /// a TOML file.
+    #[arg(long, default_value = "kernel-default")]
+    profile: String,
+    /// Congestion control for both ends (overrides the profile).
+    #[arg(long)]
+    cc: Option<String>,
+    /// TCP_NODELAY on or off (overrides the profile).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    nodelay: Option<bool>,
+    /// TCP_QUICKACK policy: off, once, rearm (overrides the profile).
+    #[arg(long)]
+    quickack: Option<QuickAck>,
+    /// SO_BUSY_POLL time per blocking receive, e.g. 50us (overrides the profile).
+    #[arg(long, value_name = "DURATION")]
+    busy_poll: Option<HumanDuration>,
+    /// Pin the client's measuring thread(s) to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Ask the server to pin its connection thread to this CPU.
+    #[arg(long)]
+    server_cpu: Option<usize>,
+    /// Pin client and server to the same CPU (the last one this process may use, unless --cpu
+    /// names one): the stable configuration on small virtual machines.
+    #[arg(long, conflicts_with = "server_cpu")]
+    same_cpu: bool,
+    /// Busy-poll non-blocking sockets at both ends instead of sleeping in recv.
+    #[arg(long)]
+    spin: bool,
+    /// Request size in bytes, header included (at least 24).
+    #[arg(long, default_value = "64")]
+    size: ByteSize,
+    /// Response size in bytes, header included (at least 24).
+    #[arg(long, default_value = "64")]
+    response_size: ByteSize,
+    /// Measure for this long.
+    #[arg(long, default_value = "5s", conflicts_with = "count")]
+    duration: HumanDuration,
+    /// Measure this many requests instead of a duration.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Unmeasured warm-up: a duration or a number of requests.
+    #[arg(long, default_value = "500ms")]
+    warmup: Warmup,
+    /// Parallel connections.
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// Open loop at this rate (e.g. 1000/s); without it, closed loop.
+    #[arg(long)]
+    rate: Option<MessageRate>,
+    /// Open-loop spacing: constant or poisson.
+    #[arg(long, default_value = "constant", requires = "rate")]
+    spacing: Spacing,
+    /// Open loop: spin this long before each send instead of trusting timer wake-ups.
+    #[arg(long, default_value = "200us")]
+    spin_window: HumanDuration,
+    /// Sample TCP_INFO around each request and explain the slowest 1 %.
+    #[arg(long)]
+    attribute: bool,
+    /// Compare settings in one run, e.g. "cc=cubic,bbr,reno quickack=off,rearm".
+    #[arg(long)]
+    matrix: Option<MatrixSpec>,
+    /// Interleaved rounds for --matrix.
+    #[arg(long, default_value_t = 5, requires = "matrix")]
+    rounds: usize,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Write every sample to this CSV file.
+    #[arg(long, value_name = "FILE", conflicts_with = "matrix")]
+    samples: Option<PathBuf>,
+    /// Seed for Poisson spacing.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
+    match cmd {
+        BenchCommand::Server(args) => serve(args),
+        BenchCommand::Client(args) => measure(args.server, &args.opts),
+        BenchCommand::Local(args) => local(&args.opts),
+    }
+}
+
+fn load_profile(name: &str) -> Result<Profile> {
+    Profile::load(name).with_context(|| format!("--profile {name}"))
+}
+
+impl MeasureArgs {
+    /// Flags to a checked configuration; nothing is opened yet.
+    fn config(&self, server: SocketAddr) -> Result<BenchConfig> {
+        let mut profile = load_profile(&self.profile)?;
+        if let Some(cc) = &self.cc {
+            profile.congestion = Some(cc.clone());
+        }
+        if let Some(nodelay) = self.nodelay {
+            profile.nodelay = Some(nodelay);
+        }
+        if let Some(q) = self.quickack {
+            profile.quickack = q;
+        }
+        if let Some(bp) = self.busy_poll {
+            profile.busy_poll = Some(bp.0);
+        }
+        let frame = |flag: &str, size: ByteSize| {
+            u32::try_from(size.bytes()).with_context(|| format!("{flag} {size}: too large"))
+        };
+        let (client_cpu, server_cpu) = if self.same_cpu {
+            let cpu = match self.cpu {
+                Some(cpu) => cpu,
+                None => *tcptail_bench::sys::allowed_cpus()
+                    .context("reading this process's CPU affinity")?
+                    .last()
+                    .context("no CPU allowed")?,
+            };
+            (Some(cpu), Some(cpu))
+        } else {
+            (self.cpu, self.server_cpu)
+        };
+        let mut config = BenchConfig::new(server, profile);
+        config.request_len = frame("--size", self.size)?;
+        config.reply_len = frame("--response-size", self.response_size)?;
+        config.load = match self.rate {
+            None => Load::Closed,
+            Some(rate) => Load::Open { rate: rate.as_per_second(), spacing: self.spacing },
+        };
+        config.stop = match self.count {
+            Some(n) => StopAfter::Count(n),
+            None => StopAfter::Duration(self.duration.0),
+        };
+        config.warmup = self.warmup.0;
+        config.connections = self.connections;
+        config.client_cpu = client_cpu;
+        config.server_cpu = server_cpu;
+        config.spin = self.spin;
+        config.attribute = self.attribute;
+        config.keep_samples = self.samples.is_some();
+        config.spin_window = self.spin_window.0;
+        config.seed = self.seed;
+        config.validate()?;
+        if let Some(spec) = &self.matrix {
+            spec.configs(&config)?;
+        }
+        Ok(config)
+    }
+}
+
+fn serve(args: ServerArgs) -> Result<ExitCode> {
+    let default_profile = args.profile.as_deref().map(load_profile).transpose()?;
+    let server = Server::bind(ServerConfig {
+        listen: args.listen,
+        default_profile,
+        cpu: args.cpu,
+        max_connections: 1024,
+    })
+    .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = server.local_addr();
+    eprintln!("tcptail bench server listening on {addr}");
+    let handle = server.shutdown_handle();
+    ctrlc::set_handler(move || handle.shutdown()).context("installing the Ctrl-C handler")?;
+    server.run(&print_event);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_event(event: ServerEvent) {
+    eprintln!("{event}");
+}
+
+fn local(opts: &MeasureArgs) -> Result<ExitCode> {
+    // Bind first to learn the port; the server's CPU comes from each client's hello.
+    let server = Server::bind(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("literal address"),
+        default_profile: None,
+        cpu: None,
+        max_connections: 1024,
+    })
+    .context("starting the loopback server")?;
+    let addr = server.local_addr();
+    let running = server.spawn();
+    let outcome = measure(addr, opts);
+    running.stop();
+    outcome
+}
+
+fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
+    let config = opts.config(server)?;
+    let control = RunControl::new();
+    {
+        let control = Arc::clone(&control);
+        let mut presses = 0;
+        ctrlc::set_handler(move || {
+            presses += 1;
+            if presses > 1 {
+                std::process::exit(130);
+            }
+            control.stop();
+        })
+        .context("installing the Ctrl-C handler")?;
+    }
+    let expected = expected_requests(&config, opts);
+    let progress = Progress::start(Arc::clone(&control), expected);
+    let mut stdout = std::io::stdout().lock();
+    if let Some(spec) = &opts.matrix {
+        let result = matrix::run_matrix(&config, spec, opts.rounds, &control);
+        progress.finish();
+        let result = result?;
+        if opts.json {
+            serde_json::to_writer_pretty(&mut stdout, &result)?;
+            writeln!(stdout)?;
+        } else {
+            write!(stdout, "{}", matrix::render_matrix(&result))?;
+        }
+        return Ok(exit_code(result.rows.iter().any(|r| r.result.interrupted)));
+    }
+    let raw_probe = tcptail_bench::context::ContextProbe::start();
+    let raw = client::run_raw(&config, &control);
+    progress.finish();
+    let raw = raw?;
+    let result = client::summarise(&config, &raw, &raw_probe);
+    if let Some(path) = &opts.samples {
+        write_samples(path, &raw.samples)?;
+    }
+    if opts.json {
+        serde_json::to_writer_pretty(&mut stdout, &result)?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", report::render_result(&result))?;
+    }
+    Ok(exit_code(result.interrupted))
+}
+
+fn write_samples(path: &PathBuf, samples: &[report::SampleRecord]) -> Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("--samples {}", path.display()))?;
+    report::write_samples_csv(samples, std::io::BufWriter::new(file))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Interrupted runs print their partial result and exit 130, like a shell would.
+fn exit_code(interrupted: bool) -> ExitCode {
+    if interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS }
+}
+
+fn expected_requests(config: &BenchConfig, opts: &MeasureArgs) -> Option<(u64, Duration)> {
+    // A matrix splits the measured part over rounds, so each row measures the full amount.
+    let rows = opts.matrix.as_ref().map_or(1, |m| m.combinations().len()) as u32;
+    match config.stop {
+        StopAfter::Count(n) => Some((n * rows as u64, Duration::ZERO)),
+        StopAfter::Duration(d) => Some((0, d * rows)),
+    }
+}
+
+/// A progress bar on a terminal (hidden otherwise), fed from the run's counter.
+struct Progress {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(control: Arc<RunControl>, expected: Option<(u64, Duration)>) -> Progress {
+        use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        let thread = std::thread::spawn(move || {
+            let (count, duration) = expected.unwrap_or((0, Duration::ZERO));
+            let by_count = count > 0;
+            let len = if by_count { count } else { duration.as_millis() as u64 };
+            let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+            let template = if by_count {
+                "{bar:40} {pos}/{len} requests ({msg})"
+            } else {
+                "{bar:40} {elapsed}/{duration} ({msg})"
+            };
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                bar.set_style(style);
+            }
+            let start = Instant::now();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let completed = control.completed();
+                bar.set_position(if by_count {
+                    completed
+                } else {
+                    (start.elapsed().as_millis() as u64).min(len)
+                });
+                bar.set_message(format!("{completed} done"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        });
+        Progress { done, thread: Some(thread) }
+    }
+
+    fn finish(mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
