@@ -1,0 +1,463 @@
+//! One direction of the emulated path: loss, bottleneck queue, link rate, propagation delay.
+//!
+//! [`Direction`] is a sans-IO state machine. The adapter hands it packets with
+//! [`Direction::enqueue`], takes them back with [`Direction::poll_release`] once their release
+//! time has come, and sleeps until [`Direction::next_wakeup`]. Every call carries `now`; the
+//! direction never reads a clock, never blocks, never touches a socket and never looks inside a
+//! payload (`T` is carried, not inspected).
+//!
+//! # The virtual schedule
+//!
+//! Each call first *advances* the model to `now`: every link event due at or before `now` is
+//! processed at its own scheduled time, not at `now`. A constant-rate link starts the head of
+//! the queue at `t_start = max(arrival, link free time)` and finishes it at
+//! `t_start + len * 8 / rate`; a trace link spends each delivery opportunity on queued packets
+//! as Mahimahi does. CoDel decides at `t_start`. A departed packet is released at
+//! `max(previous release, departure + delay + jitter)`. Calling late therefore changes *when the
+//! adapter sees* a release, never the schedule itself: a timer that fires 300 µs late does not
+//! turn into rate error or extra queueing. [`ReleaseInfo::scheduled`] lets the adapter measure
+//! its own lateness.
+//!
+//! Trace opportunities that pass while the link is idle are processed lazily, at the next call
+//! (which is when they reach the observer): the cost of a call is proportional to the
+//! opportunities it catches up on, as in Mahimahi.
+//!
+//! # Invariants
+//!
+//! - Time never goes backwards: a `now` earlier than one already seen is treated as the latest.
+//! - Packets are released in arrival order (FIFO everywhere; drops only remove).
+//! - Conservation: every enqueued packet is exactly one of dropped (reported, payload returned
+//!   or, for CoDel, dropped in place), queued, in service, in the delay line, or released.
+//! - Events reach the observer in non-decreasing virtual time.
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::Serialize;
+
+use crate::delay::DelayLine;
+use crate::event::{DropReason, Event, Observer};
+use crate::link::{ConstantLink, Link, TraceLink};
+use crate::loss::Loss;
+use crate::queue::{BottleneckQueue, Queued};
+use crate::spec::{DirectionSpec, PathSpec, Rate, SpecError};
+use crate::time::Nanos;
+use crate::trace::OPPORTUNITY_BYTES;
+
+/// A packet handed to the emulator: the adapter's id, its length on the wire and a payload the
+/// core carries without looking at (a buffer, or an index into the adapter's buffer pool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet<T> {
+    /// Identifier chosen by the adapter (reported in events and in [`ReleaseInfo`]).
+    pub id: u64,
+    /// Length in bytes as it occupies the link (the IP packet's length for a TUN adapter).
+    pub len: u32,
+    /// Carried through unchanged.
+    pub payload: T,
+}
+
+/// What [`Direction::enqueue`] did with a packet.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a dropped packet's payload is handed back"]
+pub enum Admission<T> {
+    /// Accepted into the bottleneck queue.
+    Queued,
+    /// Dropped on arrival; the payload is returned so the adapter can reuse its buffer.
+    Dropped {
+        /// The packet's payload.
+        payload: T,
+        /// [`DropReason::Loss`] or [`DropReason::QueueFull`].
+        reason: DropReason,
+    },
+}
+
+/// The schedule of a released packet, all in virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReleaseInfo {
+    /// The adapter's packet id.
+    pub id: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// When it was enqueued.
+    pub arrival: Nanos,
+    /// When it left the queue (serialisation start, or its first delivery opportunity).
+    pub start: Nanos,
+    /// When it left the link.
+    pub departure: Nanos,
+    /// When it was due to be released to the far end.
+    pub scheduled: Nanos,
+}
+
+impl ReleaseInfo {
+    /// Time spent waiting in the bottleneck queue.
+    pub fn queue_delay(&self) -> Duration {
+        self.start - self.arrival
+    }
+
+    /// How late the adapter is if it delivers the packet at `now` (`now - scheduled`, zero if
+    /// early).
+    pub fn lateness(&self, now: Nanos) -> Duration {
+        now - self.scheduled
+    }
+}
+
+/// Where packets currently are inside a direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Backlog {
+    /// Packets waiting in the bottleneck queue.
+    pub queued_packets: usize,
+    /// Bytes waiting in the bottleneck queue.
+    pub queued_bytes: u64,
+    /// Whether a packet is being serialised (constant rate) or partly delivered (trace).
+    pub in_service: bool,
+    /// Packets that left the link and wait for their release time.
+    pub in_delay_line: usize,
+}
+
+impl Backlog {
+    /// Every packet held, wherever it is.
+    pub fn packets(&self) -> usize {
+        self.queued_packets + usize::from(self.in_service) + self.in_delay_line
+    }
+}
+
+#[derive(Debug)]
+struct InService<T> {
+    queued: Queued<T>,
+    start: Nanos,
+    /// Constant rate: when serialisation ends.
+    end: Nanos,
+    /// Trace: bytes not yet carried by an opportunity.
+    remaining: u64,
+}
+
+/// One direction of an emulated path, carrying payloads of type `T` and reporting events to an
+/// [`Observer`] `O` (none by default).
+#[derive(Debug)]
+pub struct Direction<T, O = ()> {
+    spec: DirectionSpec,
+    rng: StdRng,
+    loss: Loss,
+    queue: BottleneckQueue<T>,
+    link: Link,
+    in_service: Option<InService<T>>,
+    delay: DelayLine<T>,
+    observer: O,
+    now: Nanos,
+}
+
+impl<T> Direction<T, ()> {
+    /// Builds a direction from a spec and an RNG seed (loss and jitter draws). A trace starts at
+    /// `Nanos::ZERO` (see [`Direction::starting_at`]).
+    ///
+    /// # Panics
+    ///
+    /// If `spec.validate()` fails: validate specs where they are built, or use
+    /// [`Direction::try_new`].
+    pub fn new(spec: DirectionSpec, seed: u64) -> Direction<T, ()> {
+        match Self::try_new(spec, seed) {
+            Ok(d) => d,
+            Err(e) => panic!("Direction::new with an invalid spec: {e}"),
+        }
+    }
+
+    /// Like [`Direction::new`], returning the validation error instead of panicking.
+    pub fn try_new(spec: DirectionSpec, seed: u64) -> Result<Direction<T, ()>, SpecError> {
+        spec.validate()?;
+        let link = match &spec.rate {
+            Rate::Constant(rate) => Link::Constant(ConstantLink::new(*rate)),
+            Rate::Trace(trace) => Link::Trace(TraceLink::new(trace.clone(), Nanos::ZERO)),
+        };
+        Ok(Direction {
+            rng: StdRng::seed_from_u64(seed),
+            loss: Loss::new(spec.loss),
+            queue: BottleneckQueue::new(spec.queue),
+            link,
+            in_service: None,
+            delay: DelayLine::new(spec.delay, spec.jitter),
+            observer: (),
+            now: Nanos::ZERO,
+            spec,
+        })
+    }
+}
+
+impl<T, O: Observer> Direction<T, O> {
+    /// Replaces the observer (normally right after construction).
+    pub fn with_observer<P: Observer>(self, observer: P) -> Direction<T, P> {
+        Direction {
+            spec: self.spec,
+            rng: self.rng,
+            loss: self.loss,
+            queue: self.queue,
+            link: self.link,
+            in_service: self.in_service,
+            delay: self.delay,
+            observer,
+            now: self.now,
+        }
+    }
+
+    /// Anchors a trace's time zero at `epoch` instead of `Nanos::ZERO` (no effect on a
+    /// constant-rate link). Call before the first packet.
+    pub fn starting_at(mut self, epoch: Nanos) -> Direction<T, O> {
+        if let Link::Trace(link) = &mut self.link {
+            link.set_epoch(epoch);
+        }
+        self.now = self.now.max(epoch);
+        self
+    }
+
+    /// The spec this direction was built from.
+    pub fn spec(&self) -> &DirectionSpec {
+        &self.spec
+    }
+
+    /// The observer.
+    pub fn observer(&self) -> &O {
+        &self.observer
+    }
+
+    /// The observer, mutably (e.g. to flush a log).
+    pub fn observer_mut(&mut self) -> &mut O {
+        &mut self.observer
+    }
+
+    /// Consumes the direction, returning its observer; packets still held are dropped.
+    pub fn into_observer(self) -> O {
+        self.observer
+    }
+
+    /// Where packets currently are.
+    pub fn backlog(&self) -> Backlog {
+        Backlog {
+            queued_packets: self.queue.packets(),
+            queued_bytes: self.queue.bytes(),
+            in_service: self.in_service.is_some(),
+            in_delay_line: self.delay.len(),
+        }
+    }
+
+    /// A packet arrives at `now`. It goes through the loss stage and the queue's admission
+    /// limit; if dropped, the payload comes back in [`Admission::Dropped`].
+    pub fn enqueue(&mut self, now: Nanos, packet: Packet<T>) -> Admission<T> {
+        let now = self.clock(now);
+        self.advance(now);
+        let (id, len) = (packet.id, packet.len);
+        self.observer.on_event(&Event::Arrival { at: now, id, len });
+        let reason = if self.loss.lose(&mut self.rng) {
+            Some(DropReason::Loss)
+        } else if !self.queue.admits(len, || self.wait_if_admitted(now)) {
+            Some(DropReason::QueueFull)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            let event = Event::Drop { at: now, id, len, reason, arrival: now };
+            self.observer.on_event(&event);
+            return Admission::Dropped { payload: packet.payload, reason };
+        }
+        self.queue.push(packet, now);
+        // An idle constant-rate link starts serialising at once.
+        self.advance(now);
+        Admission::Queued
+    }
+
+    /// Takes the next packet whose release time is at or before `now`, if any. Call until it
+    /// returns `None`, then sleep until [`Direction::next_wakeup`].
+    pub fn poll_release(&mut self, now: Nanos) -> Option<(T, ReleaseInfo)> {
+        let now = self.clock(now);
+        self.advance(now);
+        self.delay.pop_due(now)
+    }
+
+    /// The earliest time at which [`Direction::poll_release`] may have something to return;
+    /// `None` if nothing is in flight. Waking at this time may find nothing due yet (it is a
+    /// lower bound when jitter or CoDel can still move the next release later): just poll and
+    /// ask again.
+    pub fn next_wakeup(&self) -> Option<Nanos> {
+        if let Some(release) = self.delay.front_release() {
+            return Some(release);
+        }
+        let min_delay = self.delay.min_delay();
+        let departure = match &self.link {
+            Link::Constant(link) => match (&self.in_service, self.queue.head()) {
+                (Some(s), _) => s.end,
+                // Not reached after advancing (an idle link starts the head at once), kept so
+                // the answer stays safe whatever the state.
+                (None, Some(head)) => link.free_at().max(head.arrival),
+                (None, None) => return None,
+            },
+            Link::Trace(link) => {
+                let bytes = match (&self.in_service, self.queue.head()) {
+                    (Some(s), _) => s.remaining,
+                    (None, Some(head)) => u64::from(head.packet.len),
+                    (None, None) => return None,
+                };
+                link.time_of_byte(bytes.saturating_sub(1))
+            }
+        };
+        Some((departure + min_delay).max(self.delay.last_release()))
+    }
+
+    /// Processes every link event due at or before `now` without releasing anything; useful at
+    /// the end of a run so that trailing delivery opportunities reach the observer.
+    pub fn advance(&mut self, now: Nanos) {
+        let now = self.clock(now);
+        let Direction { queue, link, in_service, delay, observer, rng, .. } = self;
+        match link {
+            Link::Constant(link) => loop {
+                if let Some(s) = in_service.as_ref() {
+                    if s.end > now {
+                        return;
+                    }
+                    if let Some(s) = in_service.take() {
+                        let end = s.end;
+                        depart(s, end, delay, observer, rng);
+                    }
+                }
+                let Some(head) = queue.head() else {
+                    queue.found_empty();
+                    return;
+                };
+                let t = link.free_at().max(head.arrival);
+                if t > now {
+                    return;
+                }
+                let Some(queued) = queue.dequeue(t, &mut |v| codel_drop(v, t, observer)) else {
+                    return;
+                };
+                let end = link.serve(t, queued.packet.len);
+                *in_service = Some(InService { queued, start: t, end, remaining: 0 });
+            },
+            Link::Trace(link) => loop {
+                let t = link.next_time();
+                if t > now {
+                    return;
+                }
+                let capacity = u64::from(OPPORTUNITY_BYTES);
+                let mut budget = capacity;
+                loop {
+                    if in_service.is_none() {
+                        if budget == 0 {
+                            break;
+                        }
+                        let Some(queued) = queue.dequeue(t, &mut |v| codel_drop(v, t, observer))
+                        else {
+                            break;
+                        };
+                        let remaining = u64::from(queued.packet.len);
+                        *in_service = Some(InService { queued, start: t, end: t, remaining });
+                    }
+                    let Some(s) = in_service.as_mut() else { break };
+                    let used = budget.min(s.remaining);
+                    budget -= used;
+                    s.remaining -= used;
+                    if s.remaining > 0 {
+                        break;
+                    }
+                    if let Some(s) = in_service.take() {
+                        depart(s, t, delay, observer, rng);
+                    }
+                }
+                let used = (capacity - budget) as u32;
+                observer.on_event(&Event::Opportunity { at: t, capacity: OPPORTUNITY_BYTES, used });
+                link.step();
+            },
+        }
+    }
+
+    /// Records `now` as the latest time seen and returns the effective (monotonic) time.
+    fn clock(&mut self, now: Nanos) -> Nanos {
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    /// How long a packet arriving now would wait before leaving the queue, if admitted and if
+    /// the discipline drops nothing ahead of it.
+    fn wait_if_admitted(&self, now: Nanos) -> Duration {
+        let ahead = self.queue.bytes();
+        let start = match &self.link {
+            Link::Constant(link) => link.predicted_start(now, ahead),
+            Link::Trace(link) => {
+                let in_service = self.in_service.as_ref().map_or(0, |s| s.remaining);
+                link.time_of_byte(ahead + in_service)
+            }
+        };
+        start - now
+    }
+}
+
+/// A packet finished on the link at `at`: report it and hand it to the delay line.
+fn depart<T, O: Observer>(
+    s: InService<T>,
+    at: Nanos,
+    delay: &mut DelayLine<T>,
+    observer: &mut O,
+    rng: &mut StdRng,
+) {
+    let Queued { packet, arrival } = s.queued;
+    observer.on_event(&Event::Departure {
+        at,
+        id: packet.id,
+        len: packet.len,
+        arrival,
+        start: s.start,
+    });
+    delay.push(packet, arrival, s.start, at, rng);
+}
+
+fn codel_drop<T, O: Observer>(victim: Queued<T>, at: Nanos, observer: &mut O) {
+    observer.on_event(&Event::Drop {
+        at,
+        id: victim.packet.id,
+        len: victim.packet.len,
+        reason: DropReason::Codel,
+        arrival: victim.arrival,
+    });
+}
+
+/// Both directions of a path, each with its own RNG stream.
+#[derive(Debug)]
+pub struct Path<T, O = ()> {
+    /// Client to server.
+    pub up: Direction<T, O>,
+    /// Server to client.
+    pub down: Direction<T, O>,
+}
+
+impl<T> Path<T, ()> {
+    /// Builds both directions; `down` gets a seed derived from `seed` (splitmix64), so the two
+    /// loss/jitter streams are independent but reproducible.
+    pub fn try_new(spec: PathSpec, seed: u64) -> Result<Path<T, ()>, SpecError> {
+        spec.validate()?;
+        Ok(Path {
+            up: Direction::try_new(spec.up, seed)?,
+            down: Direction::try_new(spec.down, splitmix64(seed))?,
+        })
+    }
+}
+
+impl<T, O: Observer> Path<T, O> {
+    /// Replaces both observers.
+    pub fn with_observers<P: Observer>(self, up: P, down: P) -> Path<T, P> {
+        Path { up: self.up.with_observer(up), down: self.down.with_observer(down) }
+    }
+
+    /// The earliest wakeup either direction needs.
+    pub fn next_wakeup(&self) -> Option<Nanos> {
+        match (self.up.next_wakeup(), self.down.next_wakeup()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// One step of splitmix64: a well-mixed, reproducible seed derived from another.
+fn splitmix64(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

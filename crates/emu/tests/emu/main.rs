@@ -1,0 +1,10 @@
+//! Virtual-clock tests of the emulator model through its public API.
+
+mod codel;
+mod constant_rate;
+mod logs;
+mod loss;
+mod props;
+mod queue_limits;
+mod trace_mode;
+mod util;

@@ -1,0 +1,148 @@
+//! A virtual-clock driver: plays an arrival schedule into a [`Direction`] and polls it the way
+//! an adapter would (at `next_wakeup`, optionally late), recording everything.
+
+use std::time::Duration;
+
+use tcptail_emu::{
+    Admission, Direction, DirectionSpec, Discipline, DropReason, Nanos, Observer, Packet,
+    QueueLimit, QueueSpec, Rate, ReleaseInfo,
+};
+use tcptail_units::{BitRate, ByteSize};
+
+/// A spec with a constant rate, no delay, and a queue that never fills.
+pub fn constant(bits_per_second: u64) -> DirectionSpec {
+    DirectionSpec {
+        rate: Rate::Constant(BitRate(bits_per_second)),
+        delay: Duration::ZERO,
+        jitter: None,
+        loss: None,
+        queue: QueueSpec { limit: QueueLimit::Packets(u64::MAX), discipline: Discipline::Fifo },
+    }
+}
+
+/// Same, with a byte-limited drop-tail queue.
+pub fn constant_bytes(bits_per_second: u64, limit: u64) -> DirectionSpec {
+    let mut s = constant(bits_per_second);
+    s.queue.limit = QueueLimit::Bytes(ByteSize(limit));
+    s
+}
+
+/// `count` arrivals of `len` bytes every `gap`, from `start`.
+pub fn cbr(start: Nanos, gap: Duration, count: usize, len: u32) -> Vec<(Nanos, u32)> {
+    (0..count).map(|i| (start + gap * i as u32, len)).collect()
+}
+
+/// How the driver is late when it wakes up for releases.
+#[derive(Debug, Clone, Copy)]
+pub enum Lateness {
+    /// Polls exactly at `next_wakeup`.
+    None,
+    /// Always this late.
+    Fixed(Duration),
+    /// A pseudo-random lateness in `[0, max]` (xorshift from the seed).
+    Random { max: Duration, seed: u64 },
+}
+
+/// What a run produced.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// Released packets with the time they were polled.
+    pub released: Vec<(ReleaseInfo, Nanos)>,
+    /// Packets dropped at enqueue.
+    pub dropped: Vec<(u64, DropReason)>,
+    /// Time of the last call.
+    pub end: Nanos,
+}
+
+impl Run {
+    /// Just the release schedules.
+    pub fn infos(&self) -> Vec<ReleaseInfo> {
+        self.released.iter().map(|(i, _)| *i).collect()
+    }
+}
+
+/// Plays `arrivals` (sorted by time) into `dir`, polling at its wakeups (late as told) until
+/// nothing is left or `until` is reached. Checks the progress guarantee on every wakeup: after
+/// draining, `next_wakeup()` is `None` or in the future.
+pub fn drive<O: Observer>(
+    dir: &mut Direction<u64, O>,
+    arrivals: &[(Nanos, u32)],
+    lateness: Lateness,
+    until: Nanos,
+) -> Run {
+    drive_with(dir, arrivals, lateness, until, |_, _, _| {})
+}
+
+/// [`drive`], calling `check(direction, run so far, packets enqueued so far)` after every call
+/// into the direction.
+pub fn drive_with<O: Observer>(
+    dir: &mut Direction<u64, O>,
+    arrivals: &[(Nanos, u32)],
+    lateness: Lateness,
+    until: Nanos,
+    mut check: impl FnMut(&Direction<u64, O>, &Run, usize),
+) -> Run {
+    let mut run = Run::default();
+    let mut next = 0;
+    let mut now = Nanos::ZERO;
+    let mut rng = match lateness {
+        Lateness::Random { seed, .. } => seed | 1,
+        _ => 1,
+    };
+    loop {
+        let arrival = arrivals.get(next).map(|a| a.0);
+        let wake = dir.next_wakeup().map(|w| {
+            let late = match lateness {
+                Lateness::None => Duration::ZERO,
+                Lateness::Fixed(d) => d,
+                Lateness::Random { max, .. } => {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    Duration::from_nanos(rng % (max.as_nanos() as u64 + 1))
+                }
+            };
+            w.max(now) + late
+        });
+        let t = match (arrival, wake) {
+            (Some(a), Some(w)) => a.min(w),
+            (a, w) => match a.or(w) {
+                Some(t) => t,
+                None => break,
+            },
+        };
+        if t > until {
+            break;
+        }
+        now = t;
+        while let Some(&(at, len)) = arrivals.get(next)
+            && at <= now
+        {
+            let id = next as u64;
+            if let Admission::Dropped { payload, reason } =
+                dir.enqueue(at, Packet { id, len, payload: id })
+            {
+                assert_eq!(payload, id);
+                run.dropped.push((id, reason));
+            }
+            next += 1;
+            check(dir, &run, next);
+        }
+        while let Some((payload, info)) = dir.poll_release(now) {
+            assert_eq!(payload, info.id);
+            run.released.push((info, now));
+            check(dir, &run, next);
+        }
+        if let Some(w) = dir.next_wakeup() {
+            assert!(w > now, "next_wakeup {w} not after {now} once drained");
+        }
+    }
+    run.end = now;
+    run
+}
+
+/// Asserts `a` is within `tolerance` (a fraction) of `b`.
+#[track_caller]
+pub fn assert_close(a: f64, b: f64, tolerance: f64) {
+    assert!((a - b).abs() <= tolerance * b.abs(), "{a} not within {tolerance} of {b}");
+}
