@@ -1,0 +1,295 @@
+//! `tcptail lab path|exec|clean`: flags turned into a checked [`LabSpec`] before anything is
+//! created; the work lives in `tcptail_lab::path`.
+//!
+//! Exit codes: `lab path` and `lab exec` exit with COMMAND's code (128 + signal if it was
+//! killed, or if the lab itself got SIGINT/SIGTERM); 2 for a bad command line or path spec
+//! (nothing was created); 1 when the lab failed.
+
+use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use tcptail_lab::path::{
+    BufferArg, EmulatorKind, JitterArg, LabError, LabRun, LabSpec, LossArg, PathFlags, QueueArg,
+    ReadyArg, Side, exec_command, running_labs, select_lab,
+};
+use tcptail_netns::{Cleanup, Group, Processes, Scope, clean_stale, ensure_root, signal};
+use tcptail_units::{BitRate, HumanDuration};
+
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// Run COMMAND in a client namespace joined to a server namespace by an emulated path.
+    Path(Box<PathArgs>),
+    /// Run a command inside a running lab's client, server or router namespace.
+    Exec(ExecArgs),
+    /// Remove what crashed lab runs left behind (namespaces named tcptail-*).
+    Clean(CleanArgs),
+}
+
+const PATH_AFTER_HELP: &str = "\
+Directions: 'up' is client to server, 'down' server to client. A -up/-down flag overrides the
+flag for both directions; --rtt is split evenly into the two one-way delays.
+
+Values:
+  rates      30mbit, 1gbit, 500kbit (bits per second)
+  --loss     1%                          independent losses
+             ge:1%,burst=4               Gilbert bursts: long-run rate, mean burst in packets
+             ge:p=0.5%,r=25%[,bad-loss=100%][,good-loss=0%]
+                                         Gilbert-Elliott, as netem's 'loss gemodel p r 1-h 1-k'
+  --buffer   375KB | 250pkt | 100ms | 2bdp   bytes, packets, time, or multiples of rate x RTT
+             (default: 1bdp, at least 10 packets)
+  --queue    fifo (drop-tail, default) | codel | codel:target=5ms,interval=100ms
+  --jitter   2ms (uniform +-2ms) | normal:1ms (sigma); never reorders packets
+  --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN
+
+Both commands get TCPTAIL_SERVER_ADDR=10.77.0.2 and TCPTAIL_CLIENT_ADDR=10.77.0.1. The server
+command's output goes to server.log in the output directory, beside lab-report.json and the
+emulator's Mahimahi logs (up.log, down.log).
+
+Examples:
+  tcptail lab path --rate 30mbit --rtt 10ms --buffer 375KB --server-cmd 'iperf3 -s -1' \\
+      -- sh -c 'iperf3 -c $TCPTAIL_SERVER_ADDR -t 5 -C bbr'
+  tcptail lab path --rate-up 5mbit --rate-down 50mbit --rtt 40ms --loss ge:1%,burst=4 -- bash
+  tcptail lab exec --server -- ss -tin";
+
+#[derive(Debug, Args)]
+#[command(after_help = PATH_AFTER_HELP)]
+pub struct PathArgs {
+    /// Bottleneck rate, both directions (e.g. 30mbit).
+    #[arg(long, value_name = "RATE", allow_hyphen_values = true, help_heading = "Path")]
+    rate: Option<BitRate>,
+    /// Rate client to server.
+    #[arg(long, value_name = "RATE", allow_hyphen_values = true, help_heading = "Path")]
+    rate_up: Option<BitRate>,
+    /// Rate server to client.
+    #[arg(long, value_name = "RATE", allow_hyphen_values = true, help_heading = "Path")]
+    rate_down: Option<BitRate>,
+    /// Mahimahi delivery traces instead of a constant rate: FILE or UP,DOWN.
+    #[arg(long, value_delimiter = ',', value_name = "FILE[,FILE]", help_heading = "Path")]
+    trace: Vec<PathBuf>,
+    /// Base round-trip time, split evenly between the directions.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_hyphen_values = true,
+        conflicts_with = "delay",
+        help_heading = "Path"
+    )]
+    rtt: Option<HumanDuration>,
+    /// One-way delay, both directions.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Path")]
+    delay: Option<HumanDuration>,
+    /// One-way delay client to server.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Path")]
+    delay_up: Option<HumanDuration>,
+    /// One-way delay server to client.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Path")]
+    delay_down: Option<HumanDuration>,
+    /// Delay variation, both directions: 2ms (uniform) or normal:1ms.
+    #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
+    jitter: Option<JitterArg>,
+    /// Delay variation client to server.
+    #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
+    jitter_up: Option<JitterArg>,
+    /// Delay variation server to client.
+    #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
+    jitter_down: Option<JitterArg>,
+    /// Random loss, both directions: 1% or ge:1%,burst=4 (see below).
+    #[arg(long, value_name = "LOSS", allow_hyphen_values = true, help_heading = "Path")]
+    loss: Option<LossArg>,
+    /// Loss client to server.
+    #[arg(long, value_name = "LOSS", allow_hyphen_values = true, help_heading = "Path")]
+    loss_up: Option<LossArg>,
+    /// Loss server to client.
+    #[arg(long, value_name = "LOSS", allow_hyphen_values = true, help_heading = "Path")]
+    loss_down: Option<LossArg>,
+    /// Bottleneck buffer, both directions: 375KB, 250pkt, 100ms or 2bdp [default: 1bdp].
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
+    buffer: Option<BufferArg>,
+    /// Buffer client to server.
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
+    buffer_up: Option<BufferArg>,
+    /// Buffer server to client.
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
+    buffer_down: Option<BufferArg>,
+    /// Queue discipline, both directions: fifo or codel[:target=5ms,interval=100ms].
+    #[arg(long, value_name = "QUEUE", help_heading = "Path")]
+    queue: Option<QueueArg>,
+
+    /// builtin (userspace TUN emulator), netem (kernel qdiscs behind a router; needs
+    /// sch_netem), or none (plain veth, no shaping).
+    #[arg(long, value_name = "KIND", default_value = "builtin", help_heading = "Emulator")]
+    emulator: EmulatorKind,
+    /// Flag the run when the emulator's p99 release lateness exceeds this [default: 500us].
+    #[arg(long, value_name = "DURATION", help_heading = "Emulator")]
+    lateness_bound: Option<HumanDuration>,
+    /// Seed for loss and jitter draws [default: from the clock; recorded in the report].
+    #[arg(long, value_name = "N", help_heading = "Emulator")]
+    seed: Option<u64>,
+    /// Directory for lab-report.json, Mahimahi logs and server.log [default: a new
+    /// /tmp/tcptail-lab-PID-TIME].
+    #[arg(long, value_name = "DIR", help_heading = "Emulator")]
+    out: Option<PathBuf>,
+
+    /// Shell command started in the server namespace before COMMAND (e.g. 'iperf3 -s -1').
+    #[arg(long, value_name = "COMMAND", help_heading = "Commands")]
+    server_cmd: Option<String>,
+    /// When COMMAND may start: auto (a TCP socket listens in the server namespace, at most
+    /// 2s), a TCP PORT that must listen (at most 10s), or a pause like 500ms.
+    #[arg(long, value_name = "auto|PORT|DURATION", help_heading = "Commands")]
+    server_ready: Option<ReadyArg>,
+    /// The client command, run in the client namespace without a shell.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+impl PathArgs {
+    fn flags(self) -> PathFlags {
+        let d = |h: Option<HumanDuration>| h.map(|h| h.0);
+        PathFlags {
+            rate: self.rate,
+            rate_up: self.rate_up,
+            rate_down: self.rate_down,
+            trace: self.trace,
+            rtt: d(self.rtt),
+            delay: d(self.delay),
+            delay_up: d(self.delay_up),
+            delay_down: d(self.delay_down),
+            jitter: self.jitter,
+            jitter_up: self.jitter_up,
+            jitter_down: self.jitter_down,
+            loss: self.loss,
+            loss_up: self.loss_up,
+            loss_down: self.loss_down,
+            buffer: self.buffer,
+            buffer_up: self.buffer_up,
+            buffer_down: self.buffer_down,
+            queue: self.queue,
+            emulator: self.emulator,
+            out: self.out,
+            lateness_bound: d(self.lateness_bound),
+            seed: self.seed,
+            server_cmd: self.server_cmd,
+            server_ready: self.server_ready,
+            command: self.command,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Run in the client namespace (10.77.0.1) (the default).
+    #[arg(long, conflicts_with_all = ["server", "router"])]
+    client: bool,
+    /// Run in the server namespace (10.77.0.2).
+    #[arg(long, conflicts_with = "router")]
+    server: bool,
+    /// Run in the router namespace (--emulator netem runs only).
+    #[arg(long)]
+    router: bool,
+    /// Which run, by the pid of its `tcptail lab path` process (the PID in the namespace names
+    /// tcptail-PID-lab-*); needed only when several runs are alive.
+    #[arg(long, value_name = "PID")]
+    run: Option<u32>,
+    /// The command, run without a shell.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Remove every tcptail- namespace, including those of runs that are still alive.
+    #[arg(long)]
+    all: bool,
+}
+
+pub fn run(cmd: LabCommand) -> Result<ExitCode> {
+    match cmd {
+        LabCommand::Path(args) => path(*args),
+        LabCommand::Exec(args) => exec(args),
+        LabCommand::Clean(args) => clean(args),
+    }
+}
+
+/// COMMAND's exit code as a process exit code (already 0-255 or 128 + signal).
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+fn usage_error(err: &LabError) -> ExitCode {
+    eprintln!("error: {err}");
+    ExitCode::from(2)
+}
+
+fn path(args: PathArgs) -> Result<ExitCode> {
+    let spec: LabSpec = match args.flags().check() {
+        Ok(spec) => spec,
+        Err(e) => return Ok(usage_error(&e)),
+    };
+    ensure_root()?;
+    let lab = match LabRun::start(&spec) {
+        Ok(lab) => lab,
+        Err(LabError::Interrupted) => {
+            return Ok(exit_code(signal::exit_code().unwrap_or(1)));
+        }
+        Err(e) => return Err(e).context("setting up the lab"),
+    };
+    eprintln!("{}", lab.banner());
+    let outcome = lab.run().context("running the lab")?;
+    if let Some(flag) = &outcome.lateness_flag {
+        eprintln!("warning: {flag}");
+    }
+    Ok(exit_code(outcome.signal.map_or(outcome.exit_code, |s| 128 + s)))
+}
+
+fn exec(args: ExecArgs) -> Result<ExitCode> {
+    ensure_root()?;
+    let side = if args.server {
+        Side::Server
+    } else if args.router {
+        Side::Router
+    } else {
+        Side::Client
+    };
+    let lab = select_lab(running_labs()?, args.run)?;
+    let cmd = exec_command(&lab, side, &args.command)?;
+    // Tracked like a lab run's own commands: SIGINT/SIGTERM to `lab exec` terminate the
+    // command instead of orphaning it in the namespace.
+    signal::install(signal::DEFAULT_GRACE)?;
+    let cleanup = Cleanup::new();
+    let mut processes = Processes::new(&cleanup);
+    let group = if std::io::stdin().is_terminal() { Group::Inherit } else { Group::Own };
+    let pid = processes.spawn("exec", cmd, group)?;
+    let status = processes.wait(pid)?.status;
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    Ok(exit_code(signal::exit_code().unwrap_or(code)))
+}
+
+fn clean(args: CleanArgs) -> Result<ExitCode> {
+    ensure_root()?;
+    let scope = if args.all { Scope::All } else { Scope::DeadOwners };
+    let report = clean_stale(scope).context("cleaning up lab leftovers")?;
+    for ns in &report.namespaces {
+        println!("removed namespace {ns}");
+    }
+    for link in &report.links {
+        println!("removed link {link}");
+    }
+    if report.namespaces.is_empty() && report.links.is_empty() {
+        println!("nothing to clean");
+    }
+    if !report.kept.is_empty() {
+        println!(
+            "kept {} belonging to running processes (--all removes them too): {}",
+            report.kept.len(),
+            report.kept.join(", ")
+        );
+    }
+    for e in &report.errors {
+        eprintln!("error: {e}");
+    }
+    Ok(if report.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -1,0 +1,45 @@
+//! iperf3 inside the lab namespaces: a one-off server in the server namespace, a client in the
+//! client namespace, and the receiver's goodput from the client's JSON output.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tcptail_netns::{Group, Topology};
+
+const PORT: &str = "5201";
+
+/// Goodput (payload bits per second, as received) of one iperf3 TCP flow client -> server
+/// with congestion control `cc`, omitting the first `omit` seconds. (`cc` is set per socket:
+/// a namespace can only default to the host's "allowed" algorithms, and the host default may
+/// be BBR, whose PROBE_RTT costs about 2 % of goodput every 10 s.)
+pub fn goodput(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<f64, String> {
+    let mut server = topo.server_command("iperf3");
+    server.args(["-s", "-1", "-p", PORT]).stdout(Stdio::null()).stderr(Stdio::null());
+    topo.processes().spawn("iperf3-server", server, Group::Own).map_err(|e| e.to_string())?;
+    wait_listening(topo)?;
+    let mut client = topo.client_command("iperf3");
+    let (secs, omit) = (secs.to_string(), omit.to_string());
+    client.args(["-c", &tcptail_netns::addr::SERVER_ADDR.to_string(), "-p", PORT]);
+    client.args(["-t", &secs, "-O", &omit, "-C", cc, "-J"]);
+    let out = client.output().map_err(|e| format!("iperf3 client: {e}"))?;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("iperf3 JSON: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    if let Some(err) = json.get("error") {
+        return Err(format!("iperf3: {err}"));
+    }
+    json["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .ok_or_else(|| "iperf3 JSON has no end.sum_received.bits_per_second".to_owned())
+}
+
+fn wait_listening(topo: &Topology) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let out = topo.server().exec("ss", ["-Hltn", &format!("sport = :{PORT}")]);
+        if out.is_ok_and(|s| !s.trim().is_empty()) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err("iperf3 server did not listen within 5 s".to_owned())
+}

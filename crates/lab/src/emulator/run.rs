@@ -1,0 +1,308 @@
+//! The emulator thread's event loop: read what is there, write what is due, and otherwise wait
+//! precisely until the next release.
+//!
+//! # One iteration
+//!
+//! 1. Stop if asked ([`Shared::stop`], or a termination signal seen by
+//!    [`tcptail_netns::signal::shutdown_requested`]).
+//! 2. Each lane reads up to `batch` packets (non-blocking) into its model.
+//! 3. Each lane writes up to `batch` releases that have come due. Both steps are bounded so
+//!    that a busy direction cannot starve the other one (late ACKs slow the sender).
+//! 4. If anything moved, go round again without sleeping. Otherwise look at the earliest
+//!    [`Lane::next_wakeup`]: if it is within `spin` of now, go round again (busy-waiting, still
+//!    reading arrivals); if it is further, block in `ppoll` on the input devices and the stop
+//!    eventfd until `spin` before it (with a `ppoll` timeout, or a `TFD_TIMER_ABSTIME` timerfd);
+//!    if nothing is in flight, block until a packet or a stop arrives.
+//!
+//! So the thread never sleeps *past* a release: it wakes `spin` early and busy-waits the last
+//! stretch, which absorbs the tens of µs an idle vCPU needs to wake. Blocking waits are capped
+//! at [`MAX_SLEEP`] so a termination signal is noticed promptly.
+//!
+//! # Tuning
+//!
+//! Each emulator thread first sets its timer slack, `SCHED_FIFO` priority and CPU affinity as
+//! configured; refusals are recorded ([`TuningStatus`]), never fatal.
+//!
+//! This module never drops a packet itself and never changes anything outside its own thread.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::io::Errno;
+use rustix::time::{Itimerspec, TimerfdFlags, TimerfdTimerFlags, Timespec};
+use tcptail_emu::Nanos;
+
+use super::clock::{self, MonoClock};
+use super::lane::Lane;
+use super::report::TuningStatus;
+use super::{EmulatorOptions, Wake};
+
+/// Longest single blocking wait: the bound on noticing a termination signal.
+pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// While the write backlog is blocked, how long to wait for the device before retrying.
+const BLOCKED_RETRY: Duration = Duration::from_micros(50);
+
+/// State shared between the handle and the thread(s).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) stop: AtomicBool,
+    /// Written once by `stop()`, polled by every thread.
+    pub(crate) wake: OwnedFd,
+}
+
+impl Shared {
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // An eventfd counter only overflows after 2^64 - 2 writes; a failed write can only
+        // delay the stop by MAX_SLEEP.
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// The tuning outcome of one thread.
+#[derive(Debug, Clone)]
+pub(crate) struct Tunings {
+    pub(crate) sched_fifo: TuningStatus,
+    pub(crate) timer_slack: TuningStatus,
+    pub(crate) cpu_affinity: TuningStatus,
+}
+
+/// What a thread hands back when it ends.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) lanes: Vec<Lane>,
+    pub(crate) sleeps: u64,
+    pub(crate) rests: u64,
+    pub(crate) by_signal: bool,
+    pub(crate) errors: Vec<String>,
+}
+
+/// Applies the configured latency settings to the calling thread.
+pub(crate) fn tune_current_thread(options: &EmulatorOptions) -> Tunings {
+    let timer_slack = match options.timer_slack {
+        None => TuningStatus::Off,
+        Some(slack) => {
+            let ns = u64::try_from(slack.as_nanos()).unwrap_or(u64::MAX).max(1);
+            TuningStatus::from_result(tcptail_netns::set_timer_slack(ns))
+        }
+    };
+    let sched_fifo = match options.fifo_priority {
+        None => TuningStatus::Off,
+        Some(p) => TuningStatus::from_result(tcptail_netns::set_fifo_priority(p)),
+    };
+    let cpu_affinity = match options.cpu {
+        None => TuningStatus::Off,
+        Some(cpu) => {
+            let mut set = rustix::thread::CpuSet::new();
+            set.set(cpu);
+            match rustix::thread::sched_setaffinity(None, &set) {
+                Ok(()) => TuningStatus::Applied,
+                Err(Errno::PERM | Errno::ACCESS) => TuningStatus::NotPermitted,
+                Err(e) => TuningStatus::Failed(format!("cpu {cpu}: {e}")),
+            }
+        }
+    };
+    Tunings { sched_fifo, timer_slack, cpu_affinity }
+}
+
+/// The event loop of one thread; see the [module docs](self).
+pub(crate) struct Worker {
+    lanes: Vec<Lane>,
+    shared: Arc<Shared>,
+    clock: MonoClock,
+    spin: Duration,
+    batch: usize,
+    timer: Option<OwnedFd>,
+    max_busy: Option<Duration>,
+    rest: Duration,
+    armed: Option<Nanos>,
+    /// When the thread last blocked or rested.
+    last_block: Nanos,
+    sleeps: u64,
+    rests: u64,
+    errors: Vec<String>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        lanes: Vec<Lane>,
+        shared: Arc<Shared>,
+        clock: MonoClock,
+        options: &EmulatorOptions,
+    ) -> Worker {
+        Worker {
+            lanes,
+            shared,
+            clock,
+            spin: options.spin,
+            batch: options.batch,
+            timer: None,
+            max_busy: options.max_busy,
+            rest: options.rest,
+            armed: None,
+            last_block: Nanos::ZERO,
+            sleeps: 0,
+            rests: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Creates the timerfd for [`Wake::Timerfd`]; on failure falls back to `ppoll` timeouts
+    /// and records why.
+    pub(crate) fn with_wake(mut self, wake: Wake) -> Worker {
+        if wake == Wake::Timerfd {
+            let flags = TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK;
+            match rustix::time::timerfd_create(rustix::time::TimerfdClockId::Monotonic, flags) {
+                Ok(fd) => self.timer = Some(fd),
+                Err(e) => self.errors.push(format!("timerfd_create: {e}; using ppoll timeouts")),
+            }
+        }
+        self
+    }
+
+    /// Runs until stopped; returns the lanes for reporting.
+    pub(crate) fn run(mut self) -> Finished {
+        let spin_ns = u64::try_from(self.spin.as_nanos()).unwrap_or(u64::MAX);
+        let by_signal = loop {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break false;
+            }
+            if tcptail_netns::signal::shutdown_requested() {
+                break true;
+            }
+            let mut progress = false;
+            for lane in &mut self.lanes {
+                progress |= lane.read_batch(&self.clock, self.batch) > 0;
+            }
+            for lane in &mut self.lanes {
+                progress |= lane.release_due(&self.clock, self.batch) > 0;
+            }
+            let now = self.clock.now();
+            if let Some(max_busy) = self.max_busy
+                && now - self.last_block > max_busy
+            {
+                self.rests += 1;
+                std::thread::sleep(self.rest);
+                self.last_block = self.clock.now();
+                continue;
+            }
+            if progress {
+                continue;
+            }
+            let wakeup = self.lanes.iter().filter_map(Lane::next_wakeup).min();
+            match wakeup {
+                Some(w) if w.as_nanos() <= now.as_nanos().saturating_add(spin_ns) => {
+                    std::hint::spin_loop();
+                }
+                _ => {
+                    let deadline = wakeup.map(|w| Nanos(w.as_nanos() - spin_ns));
+                    self.wait(now, deadline);
+                    self.last_block = self.clock.now();
+                }
+            }
+        };
+        Finished {
+            lanes: self.lanes,
+            sleeps: self.sleeps,
+            rests: self.rests,
+            by_signal,
+            errors: self.errors,
+        }
+    }
+
+    /// Blocks until an input device is readable, a blocked output writable, a stop is
+    /// requested, or `deadline` (at most [`MAX_SLEEP`] from `now`).
+    fn wait(&mut self, now: Nanos, deadline: Option<Nanos>) {
+        self.sleeps += 1;
+        let blocked = self.lanes.iter().any(Lane::blocked);
+        let mut timeout = deadline.map_or(MAX_SLEEP, |d| (d - now).min(MAX_SLEEP));
+        if blocked {
+            timeout = timeout.min(BLOCKED_RETRY);
+        }
+        // With a timerfd the deadline is absolute, so the ppoll timeout is only the cap.
+        let use_timer = self.timer.is_some() && deadline.is_some() && !blocked;
+        if use_timer && let Some(d) = deadline {
+            self.arm(d);
+        }
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(6);
+        fds.push(PollFd::new(&self.shared.wake, PollFlags::IN));
+        if let Some(timer) = self.timer.as_ref().filter(|_| use_timer) {
+            fds.push(PollFd::new(timer, PollFlags::IN));
+        }
+        let first_lane = fds.len();
+        for lane in &self.lanes {
+            if !lane.input_closed() {
+                fds.push(PollFd::new(lane.input(), PollFlags::IN));
+            }
+        }
+        for lane in self.lanes.iter().filter(|l| l.blocked()) {
+            fds.push(PollFd::new(lane.output(), PollFlags::OUT));
+        }
+        let ts: Timespec = clock::timeout(if use_timer { MAX_SLEEP } else { timeout });
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) | Err(Errno::INTR) => return,
+            Ok(_) => {}
+            Err(e) => {
+                // Cannot happen with valid descriptors; avoid a hot loop and say so once.
+                if self.errors.len() < 16 {
+                    self.errors.push(format!("ppoll: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                return;
+            }
+        }
+        let gone = PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL;
+        let mut closed = Vec::new();
+        let mut i = first_lane;
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if lane.input_closed() {
+                continue;
+            }
+            if fds[i].revents().intersects(gone) {
+                closed.push((index, fds[i].revents()));
+            }
+            i += 1;
+        }
+        let timer_fired = use_timer && fds.get(1).is_some_and(|f| !f.revents().is_empty());
+        drop(fds);
+        if timer_fired && let Some(timer) = &self.timer {
+            let mut ticks = [0u8; 8];
+            let _ = rustix::io::read(timer, &mut ticks);
+            self.armed = None;
+        }
+        for (index, revents) in closed {
+            let lane = &mut self.lanes[index];
+            let why = format!(
+                "{}: input device {} reported {revents:?}; no longer reading it",
+                lane.label(),
+                lane.input().name()
+            );
+            self.errors.push(why.clone());
+            lane.close_input(why);
+        }
+    }
+
+    fn arm(&mut self, deadline: Nanos) {
+        if self.armed == Some(deadline) {
+            return;
+        }
+        let Some(timer) = &self.timer else { return };
+        let spec = Itimerspec {
+            it_interval: Timespec { tv_sec: 0, tv_nsec: 0 },
+            // A zero it_value would disarm; the epoch itself is never a deadline in practice.
+            it_value: self.clock.absolute(Nanos(deadline.as_nanos().max(1))),
+        };
+        match rustix::time::timerfd_settime(timer.as_fd(), TimerfdTimerFlags::ABSTIME, &spec) {
+            Ok(_) => self.armed = Some(deadline),
+            Err(e) => {
+                if self.errors.len() < 16 {
+                    self.errors.push(format!("timerfd_settime: {e}"));
+                }
+            }
+        }
+    }
+}

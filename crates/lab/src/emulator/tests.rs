@@ -1,0 +1,276 @@
+//! Unit tests of the runtime on Unix datagram socket pairs, which behave like TUN devices for
+//! the emulator (one packet per read or write, non-blocking, `EAGAIN` when the peer's queue is
+//! full) and need no root. The root-only tests through real TUN devices and namespaces are in
+//! `tests/emulator.rs`.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixDatagram;
+use std::time::{Duration, Instant};
+
+use tcptail_emu::{DirectionSpec, Discipline, LossModel, PathSpec, QueueLimit, QueueSpec, Rate};
+use tcptail_units::{BitRate, ByteSize};
+
+use super::lane::Endpoint;
+use super::*;
+
+/// The emulator's side and the application's side of one "device".
+fn device(name: &str) -> (Endpoint, UnixDatagram) {
+    let (emu, app) = UnixDatagram::pair().expect("socketpair");
+    emu.set_nonblocking(true).unwrap();
+    app.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    (Endpoint::new(OwnedFd::from(emu), name.to_owned()), app)
+}
+
+fn direction(delay_ms: u64, loss: Option<LossModel>) -> DirectionSpec {
+    DirectionSpec {
+        rate: Rate::Constant(BitRate(1_000_000_000)),
+        delay: Duration::from_millis(delay_ms),
+        jitter: None,
+        loss,
+        queue: QueueSpec {
+            limit: QueueLimit::Bytes(ByteSize(10_000_000)),
+            discipline: Discipline::Fifo,
+        },
+    }
+}
+
+fn path(up_ms: u64, down_ms: u64) -> PathSpec {
+    PathSpec { up: direction(up_ms, None), down: direction(down_ms, None) }
+}
+
+struct Rig {
+    handle: EmulatorHandle,
+    client: UnixDatagram,
+    server: UnixDatagram,
+}
+
+fn rig(spec: PathSpec, options: EmulatorOptions) -> Rig {
+    let (emu_c, client) = device("client-dev");
+    let (emu_s, server) = device("server-dev");
+    let handle = Emulator::start_on(emu_c, emu_s, spec, options).expect("start");
+    Rig { handle, client, server }
+}
+
+/// A packet carrying its sequence number.
+fn packet(seq: u32, len: usize) -> Vec<u8> {
+    let mut p = vec![0u8; len];
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+fn seq_of(p: &[u8]) -> u32 {
+    u32::from_le_bytes(p[..4].try_into().unwrap())
+}
+
+#[test]
+fn default_options_validate() {
+    EmulatorOptions::default().validate().unwrap();
+}
+
+#[test]
+fn bad_options_name_the_field() {
+    let d = EmulatorOptions::default;
+    let cases: [(EmulatorOptions, &str); 8] = [
+        (EmulatorOptions { batch: 0, ..d() }, "batch"),
+        (EmulatorOptions { buffer_size: 100, ..d() }, "buffer_size"),
+        (EmulatorOptions { fifo_priority: Some(0), ..d() }, "fifo_priority"),
+        (EmulatorOptions { spin: Duration::from_secs(1), ..d() }, "spin"),
+        (EmulatorOptions { timer_slack: Some(Duration::ZERO), ..d() }, "timer_slack"),
+        (EmulatorOptions { lateness_bound: Duration::ZERO, ..d() }, "lateness_bound"),
+        (EmulatorOptions { max_busy: Some(Duration::from_nanos(5)), ..d() }, "max_busy"),
+        (EmulatorOptions { stats_bin: Duration::ZERO, ..d() }, "stats_bin"),
+    ];
+    for (options, field) in cases {
+        match options.validate() {
+            Err(EmulatorError::Option { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn invalid_spec_is_rejected_before_anything_starts() {
+    let (emu_c, _c) = device("c");
+    let (emu_s, _s) = device("s");
+    let mut spec = path(1, 1);
+    spec.up.rate = Rate::Constant(BitRate(0));
+    let err = Emulator::start_on(emu_c, emu_s, spec, EmulatorOptions::default()).unwrap_err();
+    assert!(matches!(err, EmulatorError::Spec(_)), "{err}");
+}
+
+#[test]
+fn forwards_both_ways_in_order_never_early() {
+    for threads in [Threads::Single, Threads::PerDirection] {
+        for wake in [Wake::Ppoll, Wake::Timerfd] {
+            let options = EmulatorOptions { threads, wake, ..Default::default() };
+            let r = rig(path(3, 1), options);
+            let n = 20;
+            let mut sent = Vec::new();
+            for i in 0..n {
+                sent.push(Instant::now());
+                r.client.send(&packet(i, 200)).unwrap();
+                r.server.send(&packet(1000 + i, 100)).unwrap();
+            }
+            let mut buf = [0u8; 2048];
+            for i in 0..n {
+                let len = r.server.recv(&mut buf).unwrap();
+                assert_eq!((len, seq_of(&buf)), (200, i), "{threads:?} {wake:?}");
+                assert!(sent[i as usize].elapsed() >= Duration::from_millis(3));
+                let len = r.client.recv(&mut buf).unwrap();
+                assert_eq!((len, seq_of(&buf)), (100, 1000 + i));
+            }
+            let report = r.handle.stop();
+            assert_eq!(report.up.forwarded.packets, u64::from(n));
+            assert_eq!(report.up.forwarded.bytes, u64::from(n) * 200);
+            assert_eq!(report.down.forwarded.packets, u64::from(n));
+            assert_eq!(report.up.lateness.count, u64::from(n));
+            assert_eq!(report.lateness.count, 2 * u64::from(n));
+            assert_eq!(report.up.stats.arrivals.packets, u64::from(n));
+            assert_eq!(report.up.held_at_stop, 0);
+            assert!(report.lateness.p50_us <= report.lateness.max_us);
+            assert!(report.errors.is_empty(), "{:?}", report.errors);
+            assert_eq!((report.threads, report.wake), (threads, wake));
+        }
+    }
+}
+
+#[test]
+fn busy_output_delays_packets_but_never_drops_or_reorders() {
+    // The server side's queue holds few datagrams (net.unix.max_dgram_qlen): writes hit EAGAIN.
+    let r = rig(path(0, 0), EmulatorOptions::default());
+    let n = 200;
+    for i in 0..n {
+        r.client.send(&packet(i, 300)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut buf = [0u8; 2048];
+    for i in 0..n {
+        let len = r.server.recv(&mut buf).unwrap();
+        assert_eq!((len, seq_of(&buf)), (300, i));
+    }
+    let report = r.handle.stop();
+    assert_eq!(report.up.forwarded.packets, u64::from(n));
+    assert!(report.up.write_retries > 0, "the output never filled: {:?}", report.up);
+    assert_eq!(report.up.write_errors, 0);
+    assert_eq!(report.up.held_at_stop, 0);
+}
+
+#[test]
+fn oversize_packets_are_counted_not_forwarded() {
+    let options = EmulatorOptions { buffer_size: 256, ..Default::default() };
+    let r = rig(path(0, 0), options);
+    r.client.send(&packet(1, 300)).unwrap();
+    r.client.send(&packet(2, 100)).unwrap();
+    let mut buf = [0u8; 2048];
+    let len = r.server.recv(&mut buf).unwrap();
+    assert_eq!((len, seq_of(&buf)), (100, 2));
+    let report = r.handle.stop();
+    assert_eq!(report.up.oversize_drops, 1);
+    assert_eq!(report.up.forwarded.packets, 1);
+    assert!(report.up.last_error.as_deref().unwrap_or("").contains("256-byte buffer"));
+    assert!(!report.is_clean());
+}
+
+#[test]
+fn stop_is_prompt_with_packets_in_flight() {
+    let r = rig(path(10_000, 10_000), EmulatorOptions::default());
+    for i in 0..5 {
+        r.client.send(&packet(i, 100)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    let report = r.handle.stop();
+    assert!(t.elapsed() < Duration::from_millis(200), "stop took {:?}", t.elapsed());
+    assert_eq!(report.up.held_at_stop, 5);
+    assert_eq!(report.up.forwarded.packets, 0);
+    assert_eq!(report.up.lateness.count, 0);
+    assert_eq!(report.lateness_flag, None);
+}
+
+#[test]
+fn stopper_stops_the_thread() {
+    let r = rig(path(1, 1), EmulatorOptions::default());
+    r.handle.stopper().stop();
+    let t = Instant::now();
+    while !r.handle.is_finished() {
+        assert!(t.elapsed() < Duration::from_secs(1), "the thread ignored the stopper");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(r.handle);
+}
+
+#[test]
+fn random_loss_is_counted_exactly() {
+    let mut spec = path(0, 0);
+    spec.up.loss = Some(LossModel::Bernoulli { p: 0.3 });
+    let r = rig(spec, EmulatorOptions { seed: 7, ..Default::default() });
+    let n = 300u32;
+    let mut received = 0u64;
+    let mut buf = [0u8; 2048];
+    r.server.set_nonblocking(true).unwrap();
+    let mut drain = |received: &mut u64| {
+        while r.server.recv(&mut buf).is_ok() {
+            *received += 1;
+        }
+    };
+    for i in 0..n {
+        r.client.send(&packet(i, 100)).unwrap();
+        // Pace so the (tiny) datagram queues never fill.
+        if i % 5 == 4 {
+            std::thread::sleep(Duration::from_millis(1));
+            drain(&mut received);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    drain(&mut received);
+    let report = r.handle.stop();
+    let lost = report.up.stats.drops.loss.packets;
+    assert_eq!(received + lost, u64::from(n), "{:?}", report.up);
+    assert!((40..150).contains(&lost), "{lost} of {n} lost at p = 0.3");
+}
+
+#[test]
+fn report_file_and_mahimahi_logs_are_written_also_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = EmulatorOptions {
+        report_path: Some(dir.path().join("report.json")),
+        mahimahi_log_dir: Some(dir.path().join("logs")),
+        command_line: Some("unit test".to_owned()),
+        // Nothing can be that punctual: the run must be flagged.
+        lateness_bound: Duration::from_nanos(1),
+        ..Default::default()
+    };
+    let r = rig(path(1, 1), options);
+    let mut buf = [0u8; 2048];
+    for i in 0..10 {
+        r.client.send(&packet(i, 500)).unwrap();
+        r.server.recv(&mut buf).unwrap();
+    }
+    drop(r.handle);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["up"]["forwarded"]["packets"], 10);
+    assert!(json["lateness_flag"].as_str().unwrap().contains("exceeds"), "{json}");
+    assert!(json["up"]["stats"]["queue_delay_ms"]["p99"].is_f64());
+    let up = std::fs::read_to_string(dir.path().join("logs/up.log")).unwrap();
+    assert!(up.starts_with("# mahimahi mm-link (uplink)"), "{up}");
+    assert!(up.contains("# command line: unit test"));
+    assert_eq!(up.lines().filter(|l| l.contains(" + 500")).count(), 10);
+    assert_eq!(up.lines().filter(|l| l.contains(" - 500 ")).count(), 10);
+    let down = std::fs::read_to_string(dir.path().join("logs/down.log")).unwrap();
+    assert!(down.starts_with("# mahimahi mm-link (downlink)"));
+}
+
+#[test]
+fn unwritable_log_dir_fails_start_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"").unwrap();
+    let (emu_c, _c) = device("c");
+    let (emu_s, _s) = device("s");
+    let options = EmulatorOptions { mahimahi_log_dir: Some(file.clone()), ..Default::default() };
+    let err = Emulator::start_on(emu_c, emu_s, path(1, 1), options).unwrap_err();
+    assert!(matches!(err, EmulatorError::File { .. }), "{err}");
+    assert!(err.to_string().contains("not-a-dir"), "{err}");
+}

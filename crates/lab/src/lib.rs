@@ -1,0 +1,17 @@
+//! `tcptail lab`: emulated network paths between network namespaces on one machine.
+//!
+//! - [`emulator`]: the runtime around `tcptail-emu`'s pure model: reads packets from the two
+//!   TUN devices, feeds each direction's model, releases packets on time (SCHED_FIFO, 1 ns timer
+//!   slack where allowed), and measures its own lateness.
+//! - [`path`]: a checked path specification from the command line's flags, and a lab run that
+//!   builds the namespaces, sets per-namespace TCP buffers for the path's BDP, starts the
+//!   emulator and the commands, and tears everything down on every exit path.
+//! - [`netem`]: the same path on kernel qdiscs behind a forwarding hop, where the host has
+//!   netem.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod emulator;
+pub mod netem;
+pub mod path;

@@ -1,0 +1,368 @@
+//! [`PathFlags`], the typed flags of `tcptail lab path`, and [`PathFlags::check`], which turns
+//! them into a [`LabSpec`] without creating anything.
+//!
+//! The syntax of each value is tabled in the [parent module's docs](super).
+//!
+//! Per direction, a `-up`/`-down` flag overrides the flag for both directions, `--rtt` is split
+//! evenly between the two one-way delays, and the buffer defaults to one BDP
+//! ([`tcptail_emu::QueueSpec::default_for`]: the direction's rate x the base RTT, at least
+//! ten packets).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tcptail_emu::{
+    DeliveryTrace, DirectionSpec, Discipline, PathSpec, QueueLimit, QueueSpec, Rate,
+};
+use tcptail_units::{Bdp, BitRate};
+
+use super::values::{BufferArg, EmulatorKind, JitterArg, LossArg, QueueArg, ReadyArg};
+use super::{ANY_LISTENER_TIMEOUT, LabError, LabSpec, Readiness, ServerSpec};
+use crate::emulator::EmulatorOptions;
+
+/// The flags of `tcptail lab path`, typed but not yet checked against each other; see the
+/// [`crate::path`] docs. `-up`/`-down` fields override the both-directions field.
+#[derive(Debug, Clone, Default)]
+#[allow(missing_docs)]
+pub struct PathFlags {
+    pub rate: Option<BitRate>,
+    pub rate_up: Option<BitRate>,
+    pub rate_down: Option<BitRate>,
+    /// Mahimahi traces: one file (both directions) or two (up, down).
+    pub trace: Vec<PathBuf>,
+    pub rtt: Option<Duration>,
+    /// One-way delay, both directions.
+    pub delay: Option<Duration>,
+    pub delay_up: Option<Duration>,
+    pub delay_down: Option<Duration>,
+    pub jitter: Option<JitterArg>,
+    pub jitter_up: Option<JitterArg>,
+    pub jitter_down: Option<JitterArg>,
+    pub loss: Option<LossArg>,
+    pub loss_up: Option<LossArg>,
+    pub loss_down: Option<LossArg>,
+    pub buffer: Option<BufferArg>,
+    pub buffer_up: Option<BufferArg>,
+    pub buffer_down: Option<BufferArg>,
+    pub queue: Option<QueueArg>,
+    pub emulator: EmulatorKind,
+    pub out: Option<PathBuf>,
+    pub lateness_bound: Option<Duration>,
+    pub seed: Option<u64>,
+    pub server_cmd: Option<String>,
+    pub server_ready: Option<ReadyArg>,
+    /// The client command: program and arguments.
+    pub command: Vec<String>,
+}
+
+/// Which flag set each field of one direction, for error messages.
+struct Origin {
+    rate: String,
+    delay: &'static str,
+    jitter: &'static str,
+    loss: &'static str,
+    buffer: &'static str,
+}
+
+impl Origin {
+    fn for_field(&self, field: &str) -> String {
+        match field.split('.').next().unwrap_or(field) {
+            "rate" => self.rate.clone(),
+            "delay" => self.delay.to_owned(),
+            "jitter" => self.jitter.to_owned(),
+            "loss" => self.loss.to_owned(),
+            _ if field.starts_with("queue.codel") => "--queue".to_owned(),
+            _ => self.buffer.to_owned(),
+        }
+    }
+}
+
+/// The value for one direction: the `-up`/`-down` flag if given, else the both-directions
+/// flag; with the name of the flag that supplied it.
+fn pick<T: Copy>(
+    up: bool,
+    (up_value, down_value): (Option<T>, Option<T>),
+    both: Option<T>,
+    flag: &'static [&'static str; 3],
+) -> (Option<T>, &'static str) {
+    let (specific, name) = if up { (up_value, flag[1]) } else { (down_value, flag[2]) };
+    match specific {
+        Some(v) => (Some(v), name),
+        None => (both, flag[0]),
+    }
+}
+
+impl PathFlags {
+    /// Checks everything and builds the [`LabSpec`]. Reads trace files and looks the command up
+    /// on `PATH`; creates nothing. Every error is a usage error naming the flag or file.
+    pub fn check(&self) -> Result<LabSpec, LabError> {
+        let client = check_command(&self.command)?;
+        let server = self.check_server()?;
+        let path = match self.emulator {
+            EmulatorKind::None => {
+                self.reject_shaping()?;
+                None
+            }
+            kind => Some(self.check_path(kind)?),
+        };
+        let seed = self.seed.unwrap_or_else(default_seed);
+        if self.lateness_bound.is_some_and(|b| b.is_zero()) {
+            return Err(LabError::flag("--lateness-bound", "must be greater than zero"));
+        }
+        Ok(LabSpec {
+            path,
+            emulator: self.emulator,
+            out_dir: self.out.clone().unwrap_or_else(default_out_dir),
+            lateness_bound: self
+                .lateness_bound
+                .unwrap_or_else(|| EmulatorOptions::default().lateness_bound),
+            seed,
+            client,
+            server,
+        })
+    }
+
+    fn check_server(&self) -> Result<Option<ServerSpec>, LabError> {
+        let Some(command) = &self.server_cmd else {
+            return match self.server_ready {
+                Some(_) => Err(LabError::flag("--server-ready", "needs --server-cmd")),
+                None => Ok(None),
+            };
+        };
+        if command.trim().is_empty() {
+            return Err(LabError::flag("--server-cmd", "is empty"));
+        }
+        let ready = match self.server_ready.unwrap_or_default() {
+            ReadyArg::Auto => Readiness::AnyListener(ANY_LISTENER_TIMEOUT),
+            ReadyArg::Port(p) => Readiness::Port(p),
+            ReadyArg::After(d) => Readiness::After(d),
+        };
+        Ok(Some(ServerSpec { command: command.clone(), ready }))
+    }
+
+    fn reject_shaping(&self) -> Result<(), LabError> {
+        let set = [
+            ("--rate", self.rate.is_some()),
+            ("--rate-up", self.rate_up.is_some()),
+            ("--rate-down", self.rate_down.is_some()),
+            ("--trace", !self.trace.is_empty()),
+            ("--rtt", self.rtt.is_some()),
+            ("--delay", self.delay.is_some()),
+            ("--delay-up", self.delay_up.is_some()),
+            ("--delay-down", self.delay_down.is_some()),
+            ("--jitter", self.jitter.is_some()),
+            ("--jitter-up", self.jitter_up.is_some()),
+            ("--jitter-down", self.jitter_down.is_some()),
+            ("--loss", self.loss.is_some()),
+            ("--loss-up", self.loss_up.is_some()),
+            ("--loss-down", self.loss_down.is_some()),
+            ("--buffer", self.buffer.is_some()),
+            ("--buffer-up", self.buffer_up.is_some()),
+            ("--buffer-down", self.buffer_down.is_some()),
+            ("--queue", self.queue.is_some()),
+        ];
+        match set.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(LabError::flag(
+                *flag,
+                "--emulator none is a plain veth without shaping; drop the flag or use \
+                 --emulator builtin",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn check_path(&self, kind: EmulatorKind) -> Result<PathSpec, LabError> {
+        if self.trace.len() > 2 {
+            return Err(LabError::flag(
+                "--trace",
+                "give one file (both directions) or two (UP,DOWN)",
+            ));
+        }
+        if self.rtt.is_some() && self.delay.is_some() {
+            return Err(LabError::flag(
+                "--rtt",
+                "--rtt and --delay both set the delays; give one (--rtt = 2 x --delay)",
+            ));
+        }
+        let (up_delay, down_delay) = match (self.rtt, self.delay) {
+            (Some(rtt), _) => (rtt / 2, rtt - rtt / 2),
+            (None, Some(d)) => (d, d),
+            (None, None) => (Duration::ZERO, Duration::ZERO),
+        };
+        let delay_up = self.delay_up.unwrap_or(up_delay);
+        let delay_down = self.delay_down.unwrap_or(down_delay);
+        let rtt = delay_up + delay_down;
+        let up = self.direction(Dir::Up, delay_up, rtt)?;
+        let down = self.direction(Dir::Down, delay_down, rtt)?;
+        let spec = PathSpec { up: up.0, down: down.0 };
+        if let Err(source) = spec.validate() {
+            let (dir, field) = source.field.split_once('.').unwrap_or(("up", &source.field));
+            let origin = if dir == "down" { &down.1 } else { &up.1 };
+            return Err(LabError::Spec {
+                flag: origin.for_field(field),
+                problem: format!("{dir} direction: {}", source.problem),
+                source,
+            });
+        }
+        if kind == EmulatorKind::Netem {
+            if !self.trace.is_empty() {
+                return Err(LabError::flag(
+                    "--trace",
+                    "netem cannot replay Mahimahi traces; use --emulator builtin",
+                ));
+            }
+            if matches!(spec.up.queue.discipline, Discipline::Codel { .. }) {
+                return Err(LabError::flag(
+                    "--queue",
+                    "CoDel is only available with --emulator builtin",
+                ));
+            }
+        }
+        Ok(spec)
+    }
+
+    fn direction(
+        &self,
+        dir: Dir,
+        delay: Duration,
+        rtt: Duration,
+    ) -> Result<(DirectionSpec, Origin), LabError> {
+        let up = dir == Dir::Up;
+        let (rate, rate_flag) = pick(
+            up,
+            (self.rate_up, self.rate_down),
+            self.rate,
+            &["--rate", "--rate-up", "--rate-down"],
+        );
+        let trace = match self.trace.as_slice() {
+            [] => None,
+            [both] => Some(both),
+            [u, d, ..] => Some(if up { u } else { d }),
+        };
+        let rate = match (trace, rate) {
+            (Some(_), Some(_)) => {
+                return Err(LabError::flag(
+                    rate_flag,
+                    format!("--trace and {rate_flag} both set the {dir} rate; give one"),
+                ));
+            }
+            (Some(file), None) => Rate::Trace(read_trace(file)?),
+            (None, Some(r)) if r.bits_per_second() == 0 => {
+                return Err(LabError::flag(rate_flag, "must be greater than zero"));
+            }
+            (None, Some(r)) => Rate::Constant(r),
+            (None, None) => {
+                return Err(LabError::flag(
+                    "--rate",
+                    "the path needs a rate (e.g. --rate 30mbit, or --rate-up/--rate-down, or \
+                     --trace FILE); --emulator none gives an unshaped veth",
+                ));
+            }
+        };
+        let rate_flag = if trace.is_some() { "--trace".to_owned() } else { rate_flag.to_owned() };
+        let delay_flag = match (up, self.delay_up.is_some(), self.delay_down.is_some()) {
+            (true, true, _) => "--delay-up",
+            (false, _, true) => "--delay-down",
+            _ if self.rtt.is_some() => "--rtt",
+            _ => "--delay",
+        };
+        let (jitter, jitter_flag) = pick(
+            up,
+            (self.jitter_up, self.jitter_down),
+            self.jitter,
+            &["--jitter", "--jitter-up", "--jitter-down"],
+        );
+        let (loss, loss_flag) = pick(
+            up,
+            (self.loss_up, self.loss_down),
+            self.loss,
+            &["--loss", "--loss-up", "--loss-down"],
+        );
+        let (buffer, buffer_flag) = pick(
+            up,
+            (self.buffer_up, self.buffer_down),
+            self.buffer,
+            &["--buffer", "--buffer-up", "--buffer-down"],
+        );
+        let bdp = Bdp { rate: rate.mean(), rtt };
+        let limit = match buffer.unwrap_or(BufferArg::Bdp(1.0)) {
+            BufferArg::Bytes(b) => QueueLimit::Bytes(b),
+            BufferArg::Packets(n) => QueueLimit::Packets(n),
+            BufferArg::Time(d) => QueueLimit::Time(d),
+            BufferArg::Bdp(m) => QueueLimit::from_bdp(bdp, m),
+        };
+        let discipline = self.queue.map_or(Discipline::Fifo, |q| q.0);
+        let spec = DirectionSpec {
+            rate,
+            delay,
+            jitter: jitter.map(|j| j.0),
+            loss: loss.map(|l| l.0),
+            queue: QueueSpec { limit, discipline },
+        };
+        let origin = Origin {
+            rate: rate_flag,
+            delay: delay_flag,
+            jitter: jitter_flag,
+            loss: loss_flag,
+            buffer: buffer_flag,
+        };
+        Ok((spec, origin))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Up,
+    Down,
+}
+
+impl fmt::Display for Dir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dir::Up => "up (client to server)",
+            Dir::Down => "down (server to client)",
+        })
+    }
+}
+
+fn read_trace(file: &Path) -> Result<DeliveryTrace, LabError> {
+    DeliveryTrace::from_file(file).map_err(|e| LabError::trace("--trace", file.to_owned(), &e))
+}
+
+fn check_command(command: &[String]) -> Result<Vec<String>, LabError> {
+    let Some(program) = command.first() else {
+        return Err(LabError::flag("COMMAND", "missing: put the command after --"));
+    };
+    if find_program(program, std::env::var_os("PATH").as_deref()).is_none() {
+        return Err(LabError::CommandNotFound { program: program.clone() });
+    }
+    Ok(command.to_vec())
+}
+
+/// Where `execvp` would find `program`: as given if it contains a `/`, else the first
+/// executable `PATH` entry.
+pub(crate) fn find_program(program: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable =
+        |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return executable(&p).then_some(p);
+    }
+    std::env::split_paths(path?).map(|dir| dir.join(program)).find(|p| executable(p))
+}
+
+fn default_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+fn default_out_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    std::env::temp_dir().join(format!("tcptail-lab-{}-{secs}", std::process::id()))
+}

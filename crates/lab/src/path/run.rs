@@ -1,0 +1,398 @@
+//! [`LabRun`]: one lab run, from namespaces to report, torn down on every exit path.
+//!
+//! Order of events, each step only after the previous one succeeded:
+//!
+//! 1. root check, signal handlers ([`tcptail_netns::signal::install`]), output directory;
+//! 2. the topology: TUN pair (built-in emulator), client ─ router ─ server (netem) or a veth
+//!    pair (none), all registered in one [`Cleanup`];
+//! 3. `net.ipv4.tcp_rmem`/`tcp_wmem` in the client and server namespaces raised for the path
+//!    ([`super::tcp_buffers`]), then every lab sysctl read back for the report;
+//! 4. the emulator: the built-in one on the TUN pair (its stop is registered in the cleanup
+//!    registry too), or netem qdiscs on the router; a missing netem fails here;
+//! 5. the server command (`sh -c`, own process group, output to `server.log`), and the wait
+//!    for it to be ready ([`super::Readiness`]).
+//!
+//! [`LabRun::run`] then runs the client command with the terminal's stdio, waits for it, stops
+//! the server (a short grace to exit by itself, then SIGTERM), stops the emulator, writes
+//! `lab-report.json`, and tears the topology down. `Drop` does the same teardown without the
+//! report for any run that ends early (error, panic).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{IsTerminal, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tcptail_netns::addr::{CLIENT_ADDR, SERVER_ADDR};
+use tcptail_netns::{Cleanup, Group, NetSysctl, Netns, Token, Topology, signal};
+
+use super::report::{CommandView, DirectionView, LabReport};
+use super::sizing::{listening, tcp_buffers};
+use super::{
+    CLIENT_ROLE, EmulatorKind, LabError, LabSpec, PORT_TIMEOUT, ROUTER_ROLE, Readiness, SERVER_ROLE,
+};
+use crate::emulator::{Emulator, EmulatorHandle, EmulatorOptions};
+
+/// The report file in the output directory.
+pub const REPORT_FILE: &str = "lab-report.json";
+/// The server command's stdout and stderr, in the output directory.
+pub const SERVER_LOG: &str = "server.log";
+/// How long the server may take to exit by itself after the client ended.
+const SERVER_EXIT_GRACE: Duration = Duration::from_millis(300);
+/// Time between readiness polls.
+const POLL: Duration = Duration::from_millis(20);
+
+/// How a [`LabRun`] ended.
+#[derive(Debug)]
+pub struct LabOutcome {
+    /// The client command's status.
+    pub status: ExitStatus,
+    /// Its exit code, or 128 + the signal that killed it.
+    pub exit_code: i32,
+    /// The report written.
+    pub report_path: PathBuf,
+    /// The emulator's lateness flag, if the run was flagged.
+    pub lateness_flag: Option<String>,
+    /// A termination signal the lab itself received during the run.
+    pub signal: Option<i32>,
+}
+
+/// A lab that is set up and ready for its client command. [`LabRun::start`] sets it up,
+/// [`LabRun::run`] runs the client and tears down; `Drop` tears down a run that ends early.
+#[derive(Debug)]
+pub struct LabRun {
+    spec: LabSpec,
+    cleanup: Cleanup,
+    emulator: Option<(EmulatorHandle, Token)>,
+    topo: Option<Topology>,
+    server_pid: Option<u32>,
+    server_status: Option<ExitStatus>,
+    report: LabReport,
+}
+
+fn interrupted() -> Result<(), LabError> {
+    if signal::shutdown_requested() { Err(LabError::Interrupted) } else { Ok(()) }
+}
+
+fn output_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> LabError {
+    let path = path.to_owned();
+    move |source| LabError::Output { path, op, source }
+}
+
+fn status_view(command: Vec<String>, status: Option<ExitStatus>) -> CommandView {
+    CommandView {
+        command,
+        exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+    }
+}
+
+impl LabRun {
+    /// Sets the lab up: root check, signal handlers, output directory, namespaces, TCP buffers,
+    /// emulator, server command. On error, whatever was created is removed before this returns.
+    pub fn start(spec: &LabSpec) -> Result<LabRun, LabError> {
+        tcptail_netns::ensure_root()?;
+        signal::install(signal::DEFAULT_GRACE)?;
+        fs::create_dir_all(&spec.out_dir).map_err(output_err(&spec.out_dir, "create directory"))?;
+        let cleanup = Cleanup::new();
+        let builder = match spec.emulator {
+            EmulatorKind::Builtin => Topology::tun_pair(CLIENT_ROLE, SERVER_ROLE),
+            EmulatorKind::Netem => Topology::routed(CLIENT_ROLE, ROUTER_ROLE, SERVER_ROLE),
+            EmulatorKind::None => Topology::veth_pair(CLIENT_ROLE, SERVER_ROLE),
+        };
+        let path = spec.path.as_ref();
+        let report = LabReport {
+            tcptail_version: env!("CARGO_PKG_VERSION"),
+            emulator: spec.emulator,
+            seed: spec.seed,
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            client_duration_s: 0.0,
+            up: path.map(|p| DirectionView::from(&p.up)),
+            down: path.map(|p| DirectionView::from(&p.down)),
+            base_rtt_us: u64::try_from(spec.rtt().as_micros()).unwrap_or(u64::MAX),
+            namespaces: BTreeMap::new(),
+            addresses: BTreeMap::from([
+                ("client", CLIENT_ADDR.to_string()),
+                ("server", SERVER_ADDR.to_string()),
+            ]),
+            tcp_buffers: None,
+            sysctls: BTreeMap::new(),
+            netem_qdiscs: Vec::new(),
+            server: None,
+            client: None,
+            emulator_report: None,
+            lateness_bound_us: u64::try_from(spec.lateness_bound.as_micros()).unwrap_or(u64::MAX),
+            lateness_flagged: None,
+            files: Vec::new(),
+        };
+        let mut run = LabRun {
+            spec: spec.clone(),
+            cleanup: cleanup.clone(),
+            emulator: None,
+            topo: None,
+            server_pid: None,
+            server_status: None,
+            report,
+        };
+        run.topo = Some(builder.build(&cleanup)?);
+        interrupted()?;
+        run.set_buffers()?;
+        run.start_emulator()?;
+        interrupted()?;
+        run.start_server()?;
+        Ok(run)
+    }
+
+    fn topo(&mut self) -> &mut Topology {
+        self.topo.as_mut().expect("the topology lives until teardown")
+    }
+
+    /// The client namespace's name.
+    pub fn client_netns(&self) -> &str {
+        self.topo.as_ref().expect("set up").client().name()
+    }
+
+    /// The server namespace's name.
+    pub fn server_netns(&self) -> &str {
+        self.topo.as_ref().expect("set up").server().name()
+    }
+
+    /// Where `lab-report.json` will be written.
+    pub fn report_path(&self) -> PathBuf {
+        self.spec.out_dir.join(REPORT_FILE)
+    }
+
+    /// One line for the user: namespaces, addresses, the path and where the report goes.
+    pub fn banner(&self) -> String {
+        let topo = self.topo.as_ref().expect("set up");
+        let via = match (self.spec.emulator, topo.router()) {
+            (EmulatorKind::Netem, Some(r)) => format!("netem on router {}", r.name()),
+            (EmulatorKind::None, _) => "a plain veth (no emulation)".to_owned(),
+            _ => "the built-in emulator".to_owned(),
+        };
+        let path = match &self.spec.path {
+            Some(p) => format!("; up: {}; down: {}", p.up, p.down),
+            None => String::new(),
+        };
+        format!(
+            "lab: client {} ({CLIENT_ADDR}) <-> server {} ({SERVER_ADDR}) via {via}{path}; \
+             report: {}",
+            topo.client().name(),
+            topo.server().name(),
+            self.report_path().display()
+        )
+    }
+
+    fn set_buffers(&mut self) -> Result<(), LabError> {
+        let path = self.spec.path.clone();
+        let topo = self.topo.as_ref().expect("set up");
+        let mut sides: Vec<(&'static str, &Netns)> =
+            vec![("client", topo.client()), ("server", topo.server())];
+        if let Some(path) = &path {
+            for (_, ns) in &sides {
+                let rmem = ns.sysctl(NetSysctl::TcpRmem.key())?;
+                let wmem = ns.sysctl(NetSysctl::TcpWmem.key())?;
+                let buffers = tcp_buffers(path, &rmem, &wmem);
+                ns.set_sysctl(NetSysctl::TcpRmem.key(), &buffers.tcp_rmem)?;
+                ns.set_sysctl(NetSysctl::TcpWmem.key(), &buffers.tcp_wmem)?;
+                self.report.tcp_buffers.get_or_insert(buffers);
+            }
+        }
+        if let Some(r) = topo.router() {
+            sides.push(("router", r));
+        }
+        for (side, ns) in sides {
+            self.report.namespaces.insert(side, ns.name().to_owned());
+            let values = ns.net_sysctls()?.into_iter().map(|(k, v)| (k.key().to_owned(), v));
+            self.report.sysctls.insert(side, values.collect());
+        }
+        Ok(())
+    }
+
+    fn start_emulator(&mut self) -> Result<(), LabError> {
+        let Some(path) = self.spec.path.clone() else {
+            return Ok(());
+        };
+        match self.spec.emulator {
+            EmulatorKind::None => Ok(()),
+            EmulatorKind::Netem => {
+                let router = self.topo().router().expect("netem uses a routed topology");
+                self.report.netem_qdiscs = crate::netem::install(router, &path)?;
+                Ok(())
+            }
+            EmulatorKind::Builtin => {
+                let tun = self.topo().take_tun().expect("a TUN topology has a TUN pair");
+                let options = EmulatorOptions {
+                    seed: self.spec.seed,
+                    lateness_bound: self.spec.lateness_bound,
+                    mahimahi_log_dir: Some(self.spec.out_dir.clone()),
+                    command_line: Some(self.spec.client.join(" ")),
+                    ..EmulatorOptions::default()
+                };
+                let handle = Emulator::start(tun, path, options).map_err(LabError::Emulator)?;
+                let stopper = handle.stopper();
+                // Runs before the namespaces go on the forced (signal) path: registered last.
+                let token = self.cleanup.defer("stop the emulator", move || stopper.stop());
+                self.emulator = Some((handle, token));
+                for log in ["up.log", "down.log"] {
+                    self.report.files.push(self.spec.out_dir.join(log).display().to_string());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn start_server(&mut self) -> Result<(), LabError> {
+        let Some(server) = self.spec.server.clone() else {
+            return Ok(());
+        };
+        let log = self.spec.out_dir.join(SERVER_LOG);
+        let out = File::create(&log).map_err(output_err(&log, "create"))?;
+        let err = out.try_clone().map_err(output_err(&log, "open"))?;
+        self.report.files.push(log.display().to_string());
+        let mut cmd = self.topo().server_command("sh");
+        cmd.args(["-c", &server.command]).stdin(Stdio::null()).stdout(out).stderr(err);
+        let pid = self.topo().processes().spawn("server", cmd, Group::Own)?;
+        self.server_pid = Some(pid);
+        self.wait_ready(server.ready, &server.command, &log)
+    }
+
+    /// Whether the server has exited; a failure exit is an error.
+    fn server_exited(&mut self, command: &str, log: &Path) -> Result<bool, LabError> {
+        let Some(pid) = self.server_pid else {
+            return Ok(true);
+        };
+        let Some(exited) = self.topo().processes().try_wait(pid)? else {
+            return Ok(false);
+        };
+        self.server_pid = None;
+        self.server_status = Some(exited.status);
+        if exited.status.success() {
+            // A server that daemonised (`iperf3 -s -D`): keep looking for its socket.
+            return Ok(true);
+        }
+        Err(LabError::ServerExited {
+            command: command.to_owned(),
+            status: exited.status.to_string(),
+            log: log.to_owned(),
+        })
+    }
+
+    fn wait_ready(&mut self, ready: Readiness, command: &str, log: &Path) -> Result<(), LabError> {
+        let (port, timeout) = match ready {
+            Readiness::After(d) => (None, d),
+            Readiness::AnyListener(d) => (None, d),
+            Readiness::Port(p) => (Some(p), PORT_TIMEOUT),
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            interrupted()?;
+            self.server_exited(command, log)?;
+            if !matches!(ready, Readiness::After(_)) && self.server_listening(port)? {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return match port {
+                    Some(port) => Err(LabError::ServerNotReady { port, log: log.to_owned() }),
+                    None => Ok(()),
+                };
+            }
+            std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+        }
+    }
+
+    fn server_listening(&self, port: Option<u16>) -> Result<bool, LabError> {
+        let server = self.topo.as_ref().expect("set up").server();
+        let tables = server.run(|| {
+            ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+                .map(|p| fs::read_to_string(p).unwrap_or_default())
+        })?;
+        Ok(tables.iter().any(|t| listening(t, port)))
+    }
+
+    /// Runs the client command to completion, then stops everything and writes the report.
+    pub fn run(mut self) -> Result<LabOutcome, LabError> {
+        let started = Instant::now();
+        let client = self.spec.client.clone();
+        let mut cmd = self.topo().client_command(&client[0]);
+        cmd.args(&client[1..]);
+        // An interactive command must stay in the terminal's foreground process group.
+        let group = if std::io::stdin().is_terminal() { Group::Inherit } else { Group::Own };
+        let pid = self.topo().processes().spawn("client", cmd, group)?;
+        let status = self.topo().processes().wait(pid)?.status;
+        self.report.client_duration_s = started.elapsed().as_secs_f64();
+        self.report.client = Some(status_view(client, Some(status)));
+
+        self.stop_server();
+        let lateness_flag = self.stop_emulator();
+        let report_path = self.report_path();
+        self.write_report(&report_path)?;
+        if let Some(topo) = self.topo.take() {
+            topo.teardown()?;
+        }
+        let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        Ok(LabOutcome { status, exit_code, report_path, lateness_flag, signal: signal::received() })
+    }
+
+    fn stop_server(&mut self) {
+        let Some(server) = self.spec.server.clone() else {
+            return;
+        };
+        if let Some(pid) = self.server_pid {
+            let deadline = Instant::now() + SERVER_EXIT_GRACE;
+            while Instant::now() < deadline {
+                match self.topo().processes().try_wait(pid) {
+                    Ok(Some(exited)) => {
+                        self.server_status = Some(exited.status);
+                        self.server_pid = None;
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(POLL),
+                    Err(_) => break,
+                }
+            }
+        }
+        if self.server_pid.take().is_some() {
+            let grace = tcptail_netns::process::DEFAULT_GRACE;
+            let ended = self.topo().processes().kill_all(grace);
+            if let Some(e) = ended.into_iter().find(|e| e.label == "server") {
+                self.server_status = Some(e.status);
+            }
+        }
+        let view = status_view(vec![server.command], self.server_status);
+        self.report.server = Some(view);
+    }
+
+    /// Stops the built-in emulator, records its report and returns its lateness flag.
+    fn stop_emulator(&mut self) -> Option<String> {
+        let (handle, token) = self.emulator.take()?;
+        let _ = self.cleanup.cancel(token);
+        let report = handle.stop();
+        let flag = report.lateness_flag.clone();
+        self.report.lateness_flagged = Some(flag.is_some());
+        self.report.emulator_report = serde_json::to_value(&report).ok();
+        flag
+    }
+
+    fn write_report(&self, path: &Path) -> Result<(), LabError> {
+        let mut file = File::create(path).map_err(output_err(path, "create"))?;
+        let json = serde_json::to_vec_pretty(&self.report).map_err(std::io::Error::other);
+        json.and_then(|j| file.write_all(&j).and_then(|()| file.write_all(b"\n")))
+            .map_err(output_err(path, "write"))
+    }
+}
+
+impl Drop for LabRun {
+    fn drop(&mut self) {
+        // The emulator first (it holds the TUN descriptors), then processes and namespaces.
+        if let Some((handle, token)) = self.emulator.take() {
+            let _ = self.cleanup.cancel(token);
+            drop(handle);
+        }
+        self.topo = None;
+    }
+}

@@ -1,0 +1,198 @@
+//! Flag syntax and [`PathFlags::check`]: defaults, asymmetry, and errors that name the flag.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tcptail_emu::{Discipline, Jitter, LossModel, QueueLimit, Rate};
+use tcptail_units::{BitRate, ByteSize};
+
+use super::*;
+
+fn flags(rate: &str, rtt: &str) -> PathFlags {
+    PathFlags {
+        rate: Some(rate.parse().unwrap()),
+        rtt: Some(tcptail_units::parse_duration(rtt).unwrap()),
+        command: vec!["true".into()],
+        ..PathFlags::default()
+    }
+}
+
+fn err(f: &PathFlags) -> String {
+    let e = f.check().expect_err("must fail");
+    assert!(e.is_usage(), "{e:?}");
+    e.to_string()
+}
+
+#[test]
+fn symmetric_path_with_default_buffer_of_one_bdp() {
+    let spec = flags("30mbit", "10ms").check().unwrap();
+    let path = spec.path().unwrap();
+    for d in [&path.up, &path.down] {
+        assert_eq!(d.rate, Rate::Constant(BitRate(30_000_000)));
+        assert_eq!(d.delay, Duration::from_millis(5));
+        assert_eq!(d.queue.limit, QueueLimit::Bytes(ByteSize(37_500)));
+        assert_eq!(d.queue.discipline, Discipline::Fifo);
+        assert_eq!(d.loss, None);
+    }
+    assert_eq!(spec.rtt(), Duration::from_millis(10));
+    assert_eq!(spec.emulator(), EmulatorKind::Builtin);
+    assert_eq!(spec.lateness_bound(), crate::emulator::EmulatorOptions::default().lateness_bound);
+    assert!(spec.out_dir().to_string_lossy().contains("tcptail-lab-"));
+    assert!(spec.server().is_none());
+}
+
+#[test]
+fn per_direction_flags_override_both() {
+    let f = PathFlags {
+        rate_down: Some("100mbit".parse().unwrap()),
+        delay_up: Some(Duration::from_millis(20)),
+        loss_up: Some("ge:1%,burst=4".parse().unwrap()),
+        loss: Some("0.5%".parse().unwrap()),
+        buffer: Some("250pkt".parse().unwrap()),
+        buffer_down: Some("2bdp".parse().unwrap()),
+        jitter: Some("1ms".parse().unwrap()),
+        queue: Some("codel".parse().unwrap()),
+        server_cmd: Some("iperf3 -s -1".into()),
+        server_ready: Some("5201".parse().unwrap()),
+        seed: Some(7),
+        ..flags("10mbit", "10ms")
+    };
+    let spec = f.check().unwrap();
+    let p = spec.path().unwrap();
+    assert_eq!(p.up.rate, Rate::Constant(BitRate(10_000_000)));
+    assert_eq!(p.down.rate, Rate::Constant(BitRate(100_000_000)));
+    assert_eq!((p.up.delay, p.down.delay), (Duration::from_millis(20), Duration::from_millis(5)));
+    assert!(
+        matches!(p.up.loss, Some(LossModel::GilbertElliott { h, k, .. }) if h == 0.0 && k == 1.0)
+    );
+    assert_eq!(p.down.loss, Some(LossModel::Bernoulli { p: 0.005 }));
+    assert_eq!(p.up.queue.limit, QueueLimit::Packets(250));
+    // 2 x 100 Mbit/s x 25 ms RTT.
+    assert_eq!(p.down.queue.limit, QueueLimit::Bytes(ByteSize(625_000)));
+    assert_eq!(p.up.jitter, Some(Jitter::Uniform { max: Duration::from_millis(1) }));
+    assert_eq!(p.down.queue.discipline, Discipline::codel());
+    assert_eq!(spec.seed(), 7);
+    assert_eq!(spec.server().unwrap().ready, Readiness::Port(5201));
+}
+
+#[test]
+fn value_syntax() {
+    assert_eq!("375KB".parse::<BufferArg>().unwrap(), BufferArg::Bytes(ByteSize(375_000)));
+    assert_eq!("100ms".parse::<BufferArg>().unwrap(), BufferArg::Time(Duration::from_millis(100)));
+    assert_eq!("1.5bdp".parse::<BufferArg>().unwrap(), BufferArg::Bdp(1.5));
+    assert_eq!("10 packets".parse::<BufferArg>().unwrap(), BufferArg::Packets(10));
+    for bad in ["375000", "5furlongs", "0bdp", "1.5pkt", "-3ms"] {
+        assert!(bad.parse::<BufferArg>().is_err(), "{bad}");
+    }
+    let ge = "ge:p=1%,r=25%,bad-loss=50%".parse::<LossArg>().unwrap().0;
+    assert_eq!(ge, LossModel::GilbertElliott { p: 0.01, r: 0.25, h: 0.5, k: 1.0 });
+    for bad in ["101%", "1", "ge:1%", "ge:1%,burst=0.5", "ge:90%,burst=1", "ge:p=1%", "ge:x=1%"] {
+        assert!(bad.parse::<LossArg>().is_err(), "{bad}");
+    }
+    let codel = "codel:target=10ms".parse::<QueueArg>().unwrap().0;
+    assert_eq!(
+        codel,
+        Discipline::Codel {
+            target: Duration::from_millis(10),
+            interval: Duration::from_millis(100)
+        }
+    );
+    assert!("red".parse::<QueueArg>().is_err());
+    assert_eq!(
+        "normal:2ms".parse::<JitterArg>().unwrap().0,
+        Jitter::Normal { sigma: Duration::from_millis(2) }
+    );
+    assert_eq!("auto".parse::<ReadyArg>().unwrap(), ReadyArg::Auto);
+    assert_eq!("500ms".parse::<ReadyArg>().unwrap(), ReadyArg::After(Duration::from_millis(500)));
+    assert!("0".parse::<ReadyArg>().is_err() && "70000".parse::<ReadyArg>().is_err());
+    assert_eq!("NETEM".parse::<EmulatorKind>().unwrap(), EmulatorKind::Netem);
+    assert!("tc".parse::<EmulatorKind>().is_err());
+}
+
+#[test]
+fn errors_name_the_flag() {
+    let zero = PathFlags { rate: Some(BitRate(0)), ..flags("1mbit", "10ms") };
+    assert_eq!(err(&zero), "--rate: must be greater than zero");
+    let zero_up = PathFlags { rate_up: Some(BitRate(0)), ..flags("1mbit", "10ms") };
+    assert!(err(&zero_up).starts_with("--rate-up:"));
+    let no_rate = PathFlags { rate: None, ..flags("1mbit", "10ms") };
+    assert!(err(&no_rate).starts_with("--rate: the path needs a rate"));
+    let jitter = PathFlags { jitter: Some("6ms".parse().unwrap()), ..flags("1mbit", "10ms") };
+    let msg = err(&jitter);
+    assert!(msg.starts_with("--jitter: up direction: can move the delay by up to 6ms"), "{msg}");
+    let jitter_down = PathFlags {
+        jitter_down: Some("1ms".parse().unwrap()),
+        delay_down: Some(Duration::ZERO),
+        ..flags("1mbit", "10ms")
+    };
+    assert!(err(&jitter_down).starts_with("--jitter-down: down direction"));
+    let tiny =
+        PathFlags { buffer_up: Some(BufferArg::Bytes(ByteSize(100))), ..flags("1mbit", "1ms") };
+    assert!(err(&tiny).starts_with("--buffer-up: up direction"));
+    let both = PathFlags { delay: Some(Duration::from_millis(1)), ..flags("1mbit", "10ms") };
+    assert!(err(&both).starts_with("--rtt:"));
+    let none = PathFlags { emulator: EmulatorKind::None, ..flags("1mbit", "10ms") };
+    assert!(err(&none).starts_with("--rate: --emulator none is a plain veth"));
+    let netem = PathFlags {
+        emulator: EmulatorKind::Netem,
+        queue: Some(QueueArg(Discipline::codel())),
+        ..flags("1mbit", "10ms")
+    };
+    assert!(err(&netem).starts_with("--queue: CoDel"));
+    let ready = PathFlags { server_ready: Some(ReadyArg::Port(1)), ..flags("1mbit", "10ms") };
+    assert_eq!(err(&ready), "--server-ready: needs --server-cmd");
+    let missing =
+        PathFlags { command: vec!["no-such-program-xyz".into()], ..flags("1mbit", "1ms") };
+    assert_eq!(err(&missing), "COMMAND: `no-such-program-xyz` was not found on PATH");
+    let empty = PathFlags { command: vec![], ..flags("1mbit", "1ms") };
+    assert!(err(&empty).starts_with("COMMAND: missing"));
+}
+
+#[test]
+fn plain_veth_needs_no_path() {
+    let f = PathFlags {
+        emulator: EmulatorKind::None,
+        command: vec!["true".into()],
+        ..PathFlags::default()
+    };
+    let spec = f.check().unwrap();
+    assert!(spec.path().is_none());
+    assert_eq!(spec.rtt(), Duration::ZERO);
+}
+
+#[test]
+fn trace_errors_name_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("up.trace");
+    std::fs::write(&good, "1\n2\n3\n").unwrap();
+    let bad = dir.path().join("down.trace");
+    let mut f = std::fs::File::create(&bad).unwrap();
+    writeln!(f, "1\n2\nthree\n4").unwrap();
+    let both =
+        PathFlags { rate: None, trace: vec![good.clone(), bad.clone()], ..flags("1mbit", "10ms") };
+    let msg = err(&both);
+    assert!(msg.contains("down.trace") && msg.contains("line 3"), "{msg}");
+    assert!(msg.starts_with("--trace: trace file"), "{msg}");
+
+    let missing = dir.path().join("nope.trace");
+    let msg = err(&PathFlags { rate: None, trace: vec![missing], ..flags("1mbit", "10ms") });
+    assert!(msg.contains("nope.trace") && msg.contains("cannot read"), "{msg}");
+
+    let ok = PathFlags { rate: None, trace: vec![good.clone()], ..flags("1mbit", "10ms") };
+    let spec = ok.check().unwrap();
+    // Three 1504-byte opportunities every 3 ms.
+    assert_eq!(spec.path().unwrap().down.rate.mean(), BitRate(12_032_000));
+
+    let conflict = PathFlags { trace: vec![good], ..flags("1mbit", "10ms") };
+    assert!(err(&conflict).contains("--trace and --rate both set"));
+}
+
+#[test]
+fn trace_messages_strip_the_emu_prefix() {
+    let e = tcptail_emu::DeliveryTrace::parse("1\nx\n", "t.trace").unwrap_err();
+    let lab = LabError::trace("--trace", "t.trace".into(), &e);
+    assert_eq!(
+        lab.to_string(),
+        "--trace: trace file t.trace line 2: 'x' is not a timestamp (expected whole milliseconds)"
+    );
+}

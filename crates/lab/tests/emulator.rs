@@ -1,0 +1,325 @@
+//! The emulator runtime through real TUN devices between two network namespaces: goodput at a
+//! shaped rate, round trips at a fixed delay, random loss, prompt stop.
+//!
+//! These tests need root with `CAP_NET_ADMIN`/`CAP_SYS_ADMIN`, iproute2 and `/dev/net/tun`
+//! (CI runs as root); without them they fail with the reason, never pass silently. Every
+//! topology is uniquely named (`tcptail-<pid>-<role>-<n>`) and torn down by `Drop`, also when
+//! an assertion fails. The tests take a shared lock so they measure one at a time: timing
+//! tests running side by side on a small VM would measure each other.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tcptail_emu::{DirectionSpec, Discipline, LossModel, PathSpec, QueueLimit, QueueSpec, Rate};
+use tcptail_lab::emulator::{
+    Emulator, EmulatorHandle, EmulatorOptions, EmulatorReport, TuningStatus,
+};
+use tcptail_netns::addr::{SERVER_ADDR, TUN_IF};
+use tcptail_netns::{Cleanup, NetSysctl, Topology, ensure_root};
+use tcptail_units::{BitRate, ByteSize};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Takes the one-at-a-time lock and fails with the reason if this process cannot build labs.
+fn require_root() -> MutexGuard<'static, ()> {
+    let guard = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Err(e) = ensure_root() {
+        panic!("this test needs root with CAP_NET_ADMIN + CAP_SYS_ADMIN and iproute2: {e}");
+    }
+    assert!(
+        std::path::Path::new("/dev/net/tun").exists(),
+        "this test needs /dev/net/tun (the tun module)"
+    );
+    guard
+}
+
+/// One direction: `rate` bit/s, `delay` one way, a drop-tail queue of `queue` bytes.
+fn direction(rate: u64, delay: Duration, queue: u64) -> DirectionSpec {
+    DirectionSpec {
+        rate: Rate::Constant(BitRate(rate)),
+        delay,
+        jitter: None,
+        loss: None,
+        queue: QueueSpec {
+            limit: QueueLimit::Bytes(ByteSize(queue)),
+            discipline: Discipline::Fifo,
+        },
+    }
+}
+
+fn symmetric(rate: u64, delay: Duration, queue: u64) -> PathSpec {
+    let d = direction(rate, delay, queue);
+    PathSpec { up: d.clone(), down: d }
+}
+
+/// A TUN topology with the emulator running on it. Fields drop in order: the emulator stops
+/// (closing the TUN descriptors) before the namespaces are deleted.
+struct Lab {
+    emu: Option<EmulatorHandle>,
+    topo: Topology,
+    _cleanup: Cleanup,
+}
+
+impl Lab {
+    fn start(spec: PathSpec, options: EmulatorOptions) -> Lab {
+        let cleanup = Cleanup::new();
+        let buffers = "4096 131072 8388608";
+        let mut topo = Topology::tun_pair("client", "server")
+            .sysctl(NetSysctl::TcpRmem, buffers)
+            .sysctl(NetSysctl::TcpWmem, buffers)
+            .build(&cleanup)
+            .expect("build the TUN topology");
+        let tun = topo.take_tun().expect("a tun_pair topology has TUN devices");
+        let emu = Emulator::start(tun, spec, options).expect("start the emulator");
+        Lab { emu: Some(emu), topo, _cleanup: cleanup }
+    }
+
+    fn stop(&mut self) -> EmulatorReport {
+        self.emu.take().expect("running").stop()
+    }
+
+    /// A TCP listener on the server's address, created inside the server namespace.
+    fn listen(&self) -> TcpListener {
+        self.topo
+            .server()
+            .run(|| TcpListener::bind((SERVER_ADDR, 0)))
+            .expect("enter the server namespace")
+            .expect("bind in the server namespace")
+    }
+
+    /// A TCP connection from the client namespace with congestion control `cc` (set per
+    /// socket: the host's default may be BBR, whose PROBE_RTT dips would blur the rate check).
+    fn connect(&self, port: u16, cc: &str) -> TcpStream {
+        let target = SocketAddr::from((SERVER_ADDR, port));
+        let socket = self
+            .topo
+            .client()
+            .run(|| -> std::io::Result<Socket> {
+                let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+                s.set_tcp_congestion(cc.as_bytes())?;
+                s.set_tcp_nodelay(true)?;
+                s.connect_timeout(&target.into(), Duration::from_secs(5))?;
+                Ok(s)
+            })
+            .expect("enter the client namespace")
+            .unwrap_or_else(|e| panic!("connect to {target} with {cc}: {e}"));
+        socket.into()
+    }
+}
+
+fn assert_no_emulator_errors(report: &EmulatorReport) {
+    for (name, d) in [("up", &report.up), ("down", &report.down)] {
+        assert_eq!(
+            (d.read_errors, d.write_errors, d.oversize_drops),
+            (0, 0, 0),
+            "{name}: {:?}",
+            d.last_error
+        );
+        assert_eq!(d.lateness.count, d.forwarded.packets, "{name}: one lateness per packet");
+        let kernel = (d.kernel_drops_before_read, d.kernel_drops_after_write);
+        assert_eq!(kernel, (Some(0), Some(0)), "{name}: the TUN devices dropped packets");
+    }
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(!matches!(report.sched_fifo, TuningStatus::Failed(_)), "{:?}", report.sched_fifo);
+    assert!(report.timer_slack.is_applied(), "{:?}", report.timer_slack);
+}
+
+#[test]
+fn tcp_goodput_through_30_mbit_10_ms_rtt_matches_theory() {
+    let _serial = require_root();
+    let logs = tempfile::tempdir().unwrap();
+    let options = EmulatorOptions {
+        mahimahi_log_dir: Some(logs.path().to_owned()),
+        report_path: Some(logs.path().join("report.json")),
+        ..Default::default()
+    };
+    // 30 Mbit/s, 5 ms each way, a drop-tail buffer of 4 bandwidth-delay products.
+    let mut lab = Lab::start(symmetric(30_000_000, Duration::from_millis(5), 150_000), options);
+    let listener = lab.listen();
+    let port = listener.local_addr().unwrap().port();
+    let (warmup, window) = (Duration::from_secs(2), Duration::from_secs(5));
+    let receiver = std::thread::spawn(move || -> f64 {
+        let (mut conn, _) = listener.accept().expect("accept");
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut total, mut first, mut mark) = (0u64, None, None);
+        loop {
+            let n = conn.read(&mut buf).expect("receive");
+            assert!(n > 0, "the sender closed early");
+            total += n as u64;
+            let now = Instant::now();
+            let t0 = *first.get_or_insert(now);
+            if mark.is_none() && now - t0 >= warmup {
+                mark = Some((now, total));
+            }
+            if let Some((t1, bytes1)) = mark
+                && now - t1 >= window
+            {
+                return (total - bytes1) as f64 * 8.0 / (now - t1).as_secs_f64();
+            }
+        }
+    });
+    let mut stream = lab.connect(port, "cubic");
+    let sender = std::thread::spawn(move || {
+        let chunk = vec![7u8; 64 * 1024];
+        // Ends when the receiver closes after its window.
+        while stream.write_all(&chunk).is_ok() {}
+    });
+    let goodput = receiver.join().expect("receiver");
+    sender.join().expect("sender");
+    let report = lab.stop();
+
+    let ideal = 30e6 * 1448.0 / 1500.0;
+    let ratio = goodput / ideal;
+    assert!(
+        (0.98..=1.02).contains(&ratio),
+        "goodput {:.3} Mbit/s is {:.2} % off {:.3} Mbit/s; lateness {:?}",
+        goodput / 1e6,
+        (ratio - 1.0) * 100.0,
+        ideal / 1e6,
+        report.lateness
+    );
+    assert_no_emulator_errors(&report);
+    let up = &report.up.stats;
+    assert!(up.departures.bytes > 20_000_000, "{:?}", up.departures);
+    // The bottleneck queue built up (CUBIC fills buffers) and never exceeded 150 KB = 40 ms.
+    assert!(up.queue_delay_ms.p99 > 1.0, "{:?}", up.queue_delay_ms);
+    assert!(up.queue_delay_ms.max <= 40.1, "{:?}", up.queue_delay_ms);
+    assert!(report.lateness.p50_us < 500.0, "{:?}", report.lateness);
+    let busy: Vec<f64> = up.throughput.out_mbps[30..60].to_vec();
+    assert!(busy.iter().all(|&m| m <= 30.0 + 1e-6), "the link never exceeds its rate: {busy:?}");
+    let up_log = std::fs::read_to_string(logs.path().join("up.log")).unwrap();
+    let departures = up_log.lines().filter(|l| l.split(' ').nth(1) == Some("-")).count();
+    assert_eq!(departures as u64, up.departures.packets);
+    assert!(logs.path().join("report.json").exists());
+}
+
+#[test]
+fn request_response_rtt_is_the_path_delay_plus_small_error() {
+    let _serial = require_root();
+    let one_way = Duration::from_millis(5);
+    let mut lab = Lab::start(symmetric(1_000_000_000, one_way, 1_000_000), Default::default());
+    let listener = lab.listen();
+    let port = listener.local_addr().unwrap().port();
+    let echo = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().expect("accept");
+        conn.set_nodelay(true).unwrap();
+        let mut msg = [0u8; 64];
+        while conn.read_exact(&mut msg).is_ok() {
+            conn.write_all(&msg).expect("echo");
+        }
+    });
+    let mut stream = lab.connect(port, "cubic");
+    let mut rtts = Vec::new();
+    let mut msg = [1u8; 64];
+    for _ in 0..300 {
+        let t = Instant::now();
+        stream.write_all(&msg).expect("request");
+        stream.read_exact(&mut msg).expect("response");
+        rtts.push(t.elapsed());
+    }
+    drop(stream);
+    echo.join().expect("echo thread");
+    let report = lab.stop();
+
+    rtts.sort();
+    let (min, p50, p90) = (rtts[0], rtts[rtts.len() / 2], rtts[rtts.len() * 9 / 10]);
+    let path = 2 * one_way;
+    assert!(min >= path, "a round trip took {min:?}, less than the path's {path:?}");
+    assert!(p50 - path < Duration::from_micros(500), "median RTT {p50:?} (path {path:?})");
+    assert!(p90 - path < Duration::from_millis(2), "p90 RTT {p90:?} (path {path:?})");
+    assert_no_emulator_errors(&report);
+    for (name, d) in [("up", &report.up), ("down", &report.down)] {
+        assert!(d.forwarded.packets >= 300, "{name}: {:?}", d.forwarded);
+        // Nothing dropped or queued (the closing FIN may still be in the delay line).
+        assert_eq!(d.stats.arrivals, d.stats.departures, "{name}");
+        // One 64-byte request at a time: nothing ever waits in the queue.
+        assert!(d.stats.queue_delay_ms.max < 0.01, "{name}: {:?}", d.stats.queue_delay_ms);
+    }
+    let l = &report.lateness;
+    assert!(l.p50_us <= l.p99_us && l.p99_us <= l.max_us, "{l:?}");
+    assert!(l.p50_us < 200.0, "median release lateness {l:?}");
+}
+
+#[test]
+fn one_percent_loss_shows_as_drops_in_the_report() {
+    let _serial = require_root();
+    let mut spec = symmetric(100_000_000, Duration::from_millis(1), 1_000_000);
+    spec.up.loss = Some(LossModel::Bernoulli { p: 0.01 });
+    let mut lab = Lab::start(spec, EmulatorOptions { seed: 11, ..Default::default() });
+    let receiver = lab
+        .topo
+        .server()
+        .run(|| -> std::io::Result<UdpSocket> {
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+            s.set_recv_buffer_size(8 << 20)?;
+            s.bind(&SocketAddr::from((SERVER_ADDR, 0)).into())?;
+            Ok(s.into())
+        })
+        .expect("enter the server namespace")
+        .expect("UDP socket in the server namespace");
+    let target = receiver.local_addr().unwrap();
+    receiver.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let counter = std::thread::spawn(move || {
+        let (mut n, mut buf) = (0u64, [0u8; 2048]);
+        while receiver.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    });
+    let sender = lab
+        .topo
+        .client()
+        .run(|| UdpSocket::bind("0.0.0.0:0"))
+        .expect("enter the client namespace")
+        .expect("UDP socket in the client namespace");
+    let sent = 20_000u64;
+    for i in 0..sent {
+        sender.send_to(&[9u8; 200], target).expect("send");
+        if i % 20 == 19 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let received = counter.join().expect("receiver thread");
+    let report = lab.stop();
+
+    let drops = &report.up.stats.drops;
+    assert_eq!(drops.queue_full.packets, 0, "{drops:?}");
+    assert_eq!(
+        received + drops.loss.packets,
+        sent,
+        "every datagram is either delivered or counted as lost: {drops:?}"
+    );
+    let rate = drops.loss.packets as f64 / sent as f64;
+    assert!((0.006..0.015).contains(&rate), "loss rate {rate} at p = 0.01");
+    assert_eq!(report.up.stats.arrivals.packets, sent);
+    assert_no_emulator_errors(&report);
+}
+
+#[test]
+fn stop_is_prompt_and_removes_the_tun_devices() {
+    let _serial = require_root();
+    let spec = symmetric(100_000_000, Duration::from_secs(2), 1_000_000);
+    let mut lab = Lab::start(spec, Default::default());
+    let sender = lab
+        .topo
+        .client()
+        .run(|| UdpSocket::bind("0.0.0.0:0"))
+        .expect("enter the client namespace")
+        .expect("UDP socket");
+    for _ in 0..5 {
+        sender.send_to(&[1u8; 100], (SERVER_ADDR, 9)).expect("send");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    let report = lab.stop();
+    assert!(t.elapsed() < Duration::from_millis(200), "stop took {:?}", t.elapsed());
+    assert_eq!(report.up.held_at_stop, 5, "{:?}", report.up);
+    assert_eq!(report.up.forwarded.packets, 0);
+    // The descriptors were closed with the thread, which removes the devices.
+    for ns in [lab.topo.client(), lab.topo.server()] {
+        assert!(ns.ip(["link", "show", TUN_IF]).is_err(), "{TUN_IF} still exists in {}", ns.name());
+    }
+}
