@@ -264,14 +264,61 @@ pub struct RawRun {
     pub achieved_rate: Option<f64>,
     /// Attribution inputs.
     pub attributed: Vec<AttributedSample>,
-    /// Median cost of one kernel snapshot, ns.
-    pub snapshot_cost_ns: f64,
+    /// Median cost of one kernel snapshot, ns, per connection that took snapshots.
+    pub snapshot_costs_ns: Vec<f64>,
     /// Every sample, when asked for.
     pub samples: Vec<SampleRecord>,
     /// Per-connection handshake outcomes (client report, server welcome, CPUs seen).
     pub connections: Vec<ConnectionOutcome>,
+    /// Runs merged one after another into this one (matrix rounds); 1 for a plain run.
+    pub rounds: u32,
     /// Whether the run was stopped early.
     pub interrupted: bool,
+}
+
+/// How two sets of measurements combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// Side by side (connections of one run): rates add up, elapsed is the longest.
+    Parallel,
+    /// One after another (rounds of a matrix row): rates average, elapsed adds up.
+    Sequential,
+}
+
+impl RawRun {
+    /// Adds `other`'s measurements to these.
+    pub fn absorb(&mut self, other: RawRun, how: Combine) {
+        self.latency.merge(&other.latency);
+        self.service.merge(&other.service);
+        self.send_lateness.merge(&other.send_lateness);
+        self.requests += other.requests;
+        self.sent += other.sent;
+        match how {
+            Combine::Parallel => {
+                self.elapsed = self.elapsed.max(other.elapsed);
+                if let Some(rate) = other.achieved_rate {
+                    *self.achieved_rate.get_or_insert(0.0) += rate;
+                }
+                self.rounds = self.rounds.max(other.rounds);
+            }
+            Combine::Sequential => {
+                self.elapsed += other.elapsed;
+                self.achieved_rate = match (self.achieved_rate, other.achieved_rate) {
+                    (Some(a), Some(b)) => Some(
+                        (a * self.rounds as f64 + b * other.rounds as f64)
+                            / (self.rounds + other.rounds) as f64,
+                    ),
+                    (a, b) => a.or(b),
+                };
+                self.rounds += other.rounds;
+            }
+        }
+        self.attributed.extend(other.attributed);
+        self.snapshot_costs_ns.extend(other.snapshot_costs_ns);
+        self.samples.extend(other.samples);
+        self.connections.extend(other.connections);
+        self.interrupted |= other.interrupted;
+    }
 }
 
 /// Runs the benchmark and returns its raw measurements.
@@ -280,7 +327,7 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
     let n = config.connections;
     let barrier = Arc::new(Barrier::new(n));
     let start: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
-    let outcomes: Vec<Result<connection::Measured, BenchError>> = std::thread::scope(|scope| {
+    let outcomes: Vec<Result<RawRun, BenchError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
             .map(|index| {
                 let barrier = Arc::clone(&barrier);
@@ -296,26 +343,9 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
         handles.into_iter().map(|h| h.join().expect("client thread panicked")).collect()
     });
     let mut raw = RawRun::default();
-    let mut costs = Vec::new();
     for outcome in outcomes {
-        let m = outcome?;
-        raw.latency.merge(&m.latency);
-        raw.service.merge(&m.service);
-        raw.send_lateness.merge(&m.send_lateness);
-        raw.requests += m.requests;
-        raw.sent += m.sent;
-        raw.elapsed = raw.elapsed.max(m.elapsed);
-        if let Some(rate) = m.achieved_rate {
-            *raw.achieved_rate.get_or_insert(0.0) += rate;
-        }
-        raw.attributed.extend(m.attributed);
-        if m.snapshot_cost_ns > 0.0 {
-            costs.push(m.snapshot_cost_ns);
-        }
-        raw.samples.extend(m.samples);
-        raw.connections.push(m.outcome);
+        raw.absorb(outcome?, Combine::Parallel);
     }
-    raw.snapshot_cost_ns = crate::stats::median(&costs).unwrap_or(0.0);
     raw.samples.sort_by_key(|s| s.intended_ns);
     raw.interrupted = control.stopped();
     Ok(raw)
@@ -350,7 +380,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         attribution::attribute(
             &raw.attributed,
             raw.latency.quantile_nanos(0.99),
-            raw.snapshot_cost_ns,
+            crate::stats::median(&raw.snapshot_costs_ns).unwrap_or(0.0),
         )
     });
     let secs = raw.elapsed.as_secs_f64();

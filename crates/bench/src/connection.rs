@@ -17,7 +17,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tcptail_sock::{ApplyReport, QuickAck, apply_profile};
 
 use crate::attribution::{AttributedSample, KernelSnapshot};
-use crate::client::{BenchConfig, BenchError, Load, RunControl, StopAfter};
+use crate::client::{BenchConfig, BenchError, Load, RawRun, RunControl, StopAfter};
 use crate::pacer::Schedule;
 use crate::report::SampleRecord;
 use crate::stats::{self, LatencyHistogram};
@@ -37,21 +37,6 @@ pub struct ConnectionOutcome {
     pub client_cpus_seen: Vec<usize>,
 }
 
-/// One connection's measurements.
-pub(crate) struct Measured {
-    pub latency: LatencyHistogram,
-    pub service: LatencyHistogram,
-    pub send_lateness: LatencyHistogram,
-    pub requests: u64,
-    pub sent: u64,
-    pub elapsed: Duration,
-    pub achieved_rate: Option<f64>,
-    pub attributed: Vec<AttributedSample>,
-    pub snapshot_cost_ns: f64,
-    pub samples: Vec<SampleRecord>,
-    pub outcome: ConnectionOutcome,
-}
-
 /// How long the handshake may take before the server is declared unresponsive.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an open-loop run waits for outstanding responses after its last send.
@@ -63,7 +48,7 @@ pub(crate) fn run_connection(
     control: &RunControl,
     barrier: &Barrier,
     start: &OnceLock<Instant>,
-) -> Result<Measured, BenchError> {
+) -> Result<RawRun, BenchError> {
     let prepared = prepare(config, index);
     let mut conn = match prepared {
         Ok(conn) => conn,
@@ -456,7 +441,7 @@ impl Connection {
         Ok(())
     }
 
-    fn finish(mut self, start: Instant) -> Measured {
+    fn finish(mut self, start: Instant) -> RawRun {
         self.note_cpu();
         self.outcome.client_cpus_seen = self.cpus_seen.iter().copied().collect();
         let m = self.m;
@@ -468,7 +453,7 @@ impl Connection {
             _ => None,
         };
         let costs: Vec<f64> = self.snapshot_costs.iter().map(|&c| c as f64).collect();
-        Measured {
+        RawRun {
             latency: m.latency,
             service: m.service,
             send_lateness: m.send_lateness,
@@ -477,9 +462,11 @@ impl Connection {
             elapsed: end.saturating_duration_since(start),
             achieved_rate,
             attributed: m.attributed,
-            snapshot_cost_ns: stats::median(&costs).unwrap_or(0.0),
+            snapshot_costs_ns: stats::median(&costs).into_iter().collect(),
             samples: m.samples,
-            outcome: self.outcome,
+            connections: vec![self.outcome],
+            rounds: 1,
+            interrupted: false,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tcptail_sock::QuickAck;
 
-use crate::client::{self, BenchConfig, BenchError, RawRun, RunControl, StopAfter};
+use crate::client::{self, BenchConfig, BenchError, Combine, RawRun, RunControl, StopAfter};
 use crate::context::ContextProbe;
 use crate::report::{BenchResult, align};
 use crate::stats::{LatencySummary, Spread};
@@ -207,7 +207,7 @@ pub fn run_matrix(
                 p50s[i].push(s.p50);
                 p99s[i].push(s.p99);
             }
-            merge_into(&mut merged[i], raw);
+            merged[i].absorb(raw, Combine::Sequential);
         }
     }
     let results: Vec<BenchResult> =
@@ -230,27 +230,6 @@ pub fn run_matrix(
         })
         .collect();
     Ok(MatrixResult { rounds, rows })
-}
-
-fn merge_into(total: &mut RawRun, raw: RawRun) {
-    total.latency.merge(&raw.latency);
-    total.service.merge(&raw.service);
-    total.send_lateness.merge(&raw.send_lateness);
-    total.requests += raw.requests;
-    total.sent += raw.sent;
-    total.elapsed += raw.elapsed;
-    if let Some(rate) = raw.achieved_rate {
-        // Rounds run one after another at the same asked rate: average them.
-        let n = total.connections.len() as f64;
-        let prev = total.achieved_rate.unwrap_or(0.0);
-        total.achieved_rate = Some((prev * n + rate) / (n + 1.0));
-    }
-    total.attributed.extend(raw.attributed);
-    total.snapshot_cost_ns = total.snapshot_cost_ns.max(raw.snapshot_cost_ns);
-    total.samples.extend(raw.samples);
-    total.interrupted |= raw.interrupted;
-    // Keep one handshake outcome per round (it carries placement and profile reports).
-    total.connections.extend(raw.connections.into_iter().take(1));
 }
 
 /// The human table of a matrix run.
