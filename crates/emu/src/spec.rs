@@ -178,6 +178,11 @@ impl QueueLimit {
 }
 
 impl QueueSpec {
+    /// A drop-tail FIFO with the given limit.
+    pub fn drop_tail(limit: QueueLimit) -> QueueSpec {
+        QueueSpec { limit, discipline: Discipline::Fifo }
+    }
+
     /// The default bottleneck buffer: a drop-tail FIFO of one bandwidth-delay product (the
     /// classic router sizing rule), at least [`MIN_BDP_QUEUE_BYTES`].
     pub fn default_for(bdp: Bdp) -> QueueSpec {
@@ -232,6 +237,11 @@ fn human(d: Duration) -> HumanDuration {
 }
 
 impl DirectionSpec {
+    /// A constant-rate direction with no loss and no jitter: the common case.
+    pub fn constant(rate: BitRate, delay: Duration, queue: QueueSpec) -> DirectionSpec {
+        DirectionSpec { rate: Rate::Constant(rate), delay, jitter: None, loss: None, queue }
+    }
+
     /// Checks every field; the error names the first field at fault.
     pub fn validate(&self) -> Result<(), SpecError> {
         if let Rate::Constant(rate) = self.rate
@@ -308,6 +318,11 @@ impl DirectionSpec {
 }
 
 impl PathSpec {
+    /// The same specification in both directions.
+    pub fn symmetric(direction: DirectionSpec) -> PathSpec {
+        PathSpec { up: direction.clone(), down: direction }
+    }
+
     /// Validates both directions; field names are prefixed with `up.` or `down.`.
     pub fn validate(&self) -> Result<(), SpecError> {
         for (name, spec) in [("up", &self.up), ("down", &self.down)] {

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tcptail_emu::{DirectionSpec, Discipline, LossModel, PathSpec, QueueLimit, QueueSpec, Rate};
+use tcptail_emu::{DirectionSpec, LossModel, PathSpec, QueueLimit, QueueSpec};
 use tcptail_lab::emulator::{
     Emulator, EmulatorHandle, EmulatorOptions, EmulatorReport, TuningStatus,
 };
@@ -38,21 +38,12 @@ fn require_root() -> MutexGuard<'static, ()> {
 
 /// One direction: `rate` bit/s, `delay` one way, a drop-tail queue of `queue` bytes.
 fn direction(rate: u64, delay: Duration, queue: u64) -> DirectionSpec {
-    DirectionSpec {
-        rate: Rate::Constant(BitRate(rate)),
-        delay,
-        jitter: None,
-        loss: None,
-        queue: QueueSpec {
-            limit: QueueLimit::Bytes(ByteSize(queue)),
-            discipline: Discipline::Fifo,
-        },
-    }
+    let queue = QueueSpec::drop_tail(QueueLimit::Bytes(ByteSize(queue)));
+    DirectionSpec::constant(BitRate(rate), delay, queue)
 }
 
 fn symmetric(rate: u64, delay: Duration, queue: u64) -> PathSpec {
-    let d = direction(rate, delay, queue);
-    PathSpec { up: d.clone(), down: d }
+    PathSpec::symmetric(direction(rate, delay, queue))
 }
 
 /// A TUN topology with the emulator running on it. Fields drop in order: the emulator stops

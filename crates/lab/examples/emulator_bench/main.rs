@@ -22,7 +22,7 @@ mod probe;
 
 use std::time::Duration;
 
-use tcptail_emu::{DirectionSpec, Discipline, PathSpec, QueueLimit, QueueSpec, Rate};
+use tcptail_emu::{DirectionSpec, PathSpec, QueueLimit, QueueSpec};
 use tcptail_lab::emulator::{Emulator, EmulatorOptions, EmulatorReport, Threads, Wake};
 use tcptail_netns::{Cleanup, NetSysctl, Topology, ensure_root, signal};
 use tcptail_units::{BitRate, ByteSize};
@@ -107,17 +107,8 @@ fn parse() -> Res<Args> {
 
 /// Both directions: `rate`, `delay` one way, a drop-tail queue of `queue` bytes.
 fn path(rate: BitRate, delay: Duration, queue: u64) -> PathSpec {
-    let dir = DirectionSpec {
-        rate: Rate::Constant(rate),
-        delay,
-        jitter: None,
-        loss: None,
-        queue: QueueSpec {
-            limit: QueueLimit::Bytes(ByteSize(queue)),
-            discipline: Discipline::Fifo,
-        },
-    };
-    PathSpec { up: dir.clone(), down: dir }
+    let queue = QueueSpec::drop_tail(QueueLimit::Bytes(ByteSize(queue)));
+    PathSpec::symmetric(DirectionSpec::constant(rate, delay, queue))
 }
 
 /// Builds a TUN topology with `buffers` as tcp_rmem/tcp_wmem max, runs `f` through the
