@@ -1,0 +1,558 @@
+//! The audit: pure functions from a [`Profile`] and a [`Snapshot`] to [`Finding`]s.
+//!
+//! One finding per check, each with a status (OK / WARN / FAIL / N/A), the current value, the
+//! recommended value, a one-line rationale and, where there is some, the evidence (the config
+//! file and line, the interfaces, the counts). The checks cover the profile's settings, its
+//! known-bad entries, congestion control availability and pacing ("BBR without fq: internal
+//! pacing"), the seed's six production failure modes (`fm1`..`fm6`: the host-visible ones with
+//! evidence, the per-socket ones pointing to `tcptail bench` and the `tcptail-sock` checks),
+//! CPU governor, irqbalance, isolated CPUs, transparent huge pages and NIC coalescing.
+//!
+//! Invariants: no check reads the host or the clock; inside a child network namespace every
+//! host-scope setting is N/A ("host scope: not visible here"), never FAIL; a missing key or
+//! an unavailable tool is N/A, never FAIL.
+
+use serde::Serialize;
+
+use crate::host::Snapshot;
+use crate::profile::{KnownBad, Profile, Scope, Setting, Severity, Want};
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Status {
+    /// As recommended.
+    #[serde(rename = "OK")]
+    Ok,
+    /// Not applicable or not visible here.
+    #[serde(rename = "N/A")]
+    NotApplicable,
+    /// Deviates; worth a look.
+    #[serde(rename = "WARN")]
+    Warn,
+    /// Wrong; fails the audit (exit code 1).
+    #[serde(rename = "FAIL")]
+    Fail,
+}
+
+impl Status {
+    /// `OK`, `WARN`, `FAIL` or `N/A`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::NotApplicable => "N/A",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+
+    fn of(severity: Severity) -> Self {
+        match severity {
+            Severity::Warn => Status::Warn,
+            Severity::Fail => Status::Fail,
+        }
+    }
+}
+
+/// One row of the audit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Stable identifier, e.g. `sysctl:net.ipv4.tcp_frto`, `known-bad:...`, `fm5-time-wait`.
+    pub id: String,
+    /// The outcome.
+    pub status: Status,
+    /// What the host has.
+    pub current: String,
+    /// What the profile recommends.
+    pub recommended: String,
+    /// One line: why.
+    pub rationale: String,
+    /// Supporting facts (file:line, interfaces, counts), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    /// The document the recommendation comes from.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub source: String,
+}
+
+fn finding(id: impl Into<String>, status: Status, current: impl Into<String>) -> Finding {
+    Finding {
+        id: id.into(),
+        status,
+        current: current.into(),
+        recommended: String::new(),
+        rationale: String::new(),
+        evidence: None,
+        source: String::new(),
+    }
+}
+
+impl Finding {
+    fn rec(mut self, r: impl Into<String>) -> Self {
+        self.recommended = r.into();
+        self
+    }
+    fn why(mut self, r: impl Into<String>) -> Self {
+        self.rationale = r.into();
+        self
+    }
+    fn evidence(mut self, e: impl Into<String>) -> Self {
+        self.evidence = Some(e.into());
+        self
+    }
+    fn source(mut self, s: impl Into<String>) -> Self {
+        self.source = s.into();
+        self
+    }
+}
+
+/// The whole audit.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The profile checked against.
+    pub profile: String,
+    /// Whether we ran in a child network namespace.
+    pub child_netns: bool,
+    /// Why we think we run in a container, if we do.
+    pub container: Option<String>,
+    /// One finding per check.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// 0 without FAILs, 1 with.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.findings.iter().any(|f| f.status == Status::Fail))
+    }
+
+    /// How many findings have `status`.
+    pub fn count(&self, status: Status) -> usize {
+        self.findings.iter().filter(|f| f.status == status).count()
+    }
+
+    /// The finding with `id`.
+    pub fn get(&self, id: &str) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.id == id)
+    }
+}
+
+const HOST_HIDDEN: &str = "host scope: not visible here";
+const PER_SOCKET: &str = "per socket: not visible host-wide";
+/// The kernel's default `rmem_max`/`wmem_max` (208 KiB).
+const DEFAULT_MEM_MAX: u64 = 212_992;
+
+/// Runs every check of `profile` against `snap`.
+pub fn audit(profile: &Profile, snap: &Snapshot) -> Report {
+    let mut findings: Vec<Finding> = Vec::new();
+    findings.extend(profile.settings.iter().map(|s| check_setting(s, snap)));
+    findings.extend(profile.known_bad.iter().map(|k| check_known_bad(k, snap)));
+    findings.extend(check_congestion(profile, snap));
+    findings.extend(failure_modes(profile, snap));
+    findings.extend(host_checks(profile, snap));
+    Report {
+        profile: profile.name.clone(),
+        child_netns: snap.child_netns,
+        container: snap.container.clone(),
+        findings,
+    }
+}
+
+/// One profile setting against its current value.
+pub fn check_setting(s: &Setting, snap: &Snapshot) -> Finding {
+    let id = format!("sysctl:{}", s.key);
+    let current = snap.sysctl(&s.key);
+    let f = |status, cur: &str| {
+        finding(id.clone(), status, cur).rec(s.want.to_string()).why(&s.rationale).source(&s.source)
+    };
+    if s.scope == Scope::Host && snap.host_hidden() {
+        return f(Status::NotApplicable, current.unwrap_or("-")).evidence(HOST_HIDDEN);
+    }
+    let Some(cur) = current else {
+        return f(Status::NotApplicable, "(no such key)")
+            .evidence("not present on this kernel or in this namespace");
+    };
+    match s.want.satisfied_by(cur) {
+        Some(true) => f(Status::Ok, cur),
+        Some(false) => f(Status::of(s.severity), cur),
+        None => f(Status::of(s.severity), cur).evidence("current value is not a number"),
+    }
+}
+
+/// One known-bad entry against the live value and the sysctl configuration files.
+pub fn check_known_bad(k: &KnownBad, snap: &Snapshot) -> Finding {
+    let id = match &k.value {
+        Some(v) => format!("known-bad:{}={}", k.key, v.replace(' ', ",")),
+        None => format!("known-bad:{}", k.key),
+    };
+    let current = snap.sysctl(&k.key).unwrap_or("(no such key)").to_owned();
+    let rec = match &k.value {
+        Some(v) => format!("not {v}"),
+        None => "not set".to_owned(),
+    };
+    let base = |status| {
+        finding(id.clone(), status, current.clone())
+            .rec(rec.clone())
+            .why(&k.reason)
+            .source(&k.source)
+    };
+    if let Some(other) = &k.unless_set
+        && snap.configured(other).next().is_some()
+    {
+        return base(Status::Ok).evidence(format!("{other} is configured too"));
+    }
+    let mut evidence: Vec<String> = snap
+        .configured(&k.key)
+        .filter(|c| k.value.as_ref().is_none_or(|v| *v == c.value))
+        .map(|c| format!("{}:{}: {} = {}", c.file, c.line, c.key, c.value))
+        .collect();
+    if let Some(v) = &k.value
+        && snap.sysctl(&k.key) == Some(v.as_str())
+    {
+        evidence.push(format!("live /proc/sys value is {v}"));
+    }
+    if evidence.is_empty() {
+        base(Status::Ok)
+    } else {
+        base(Status::of(k.severity)).evidence(evidence.join("; "))
+    }
+}
+
+fn words(s: Option<&str>) -> Vec<&str> {
+    s.map(|s| s.split_whitespace().collect()).unwrap_or_default()
+}
+
+/// Congestion control availability and BBR pacing.
+pub fn check_congestion(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let current = snap.sysctl("net.ipv4.tcp_congestion_control");
+    let available = words(snap.sysctl("net.ipv4.tcp_available_congestion_control"));
+    let allowed = words(snap.sysctl("net.ipv4.tcp_allowed_congestion_control"));
+    let wanted = profile.setting("net.ipv4.tcp_congestion_control").and_then(|s| match &s.want {
+        Want::Exact(v) => Some(v.as_str()),
+        _ => None,
+    });
+    let f = finding("cc-available", Status::Ok, available.join(" "))
+        .rec(wanted.map_or("(no profile choice)".to_owned(), |w| format!("{w} available")))
+        .why("a congestion control must be loaded before it can be the default")
+        .evidence(format!(
+            "default {}; allowed without CAP_NET_ADMIN: {}",
+            current.unwrap_or("-"),
+            allowed.join(" ")
+        ));
+    out.push(match wanted {
+        _ if available.is_empty() => Finding { status: Status::NotApplicable, ..f },
+        Some(want) if !available.contains(&want) => Finding { status: Status::Fail, ..f }
+            .evidence(format!("{want} is not loaded: modprobe tcp_{want}")),
+        _ => f,
+    });
+    let pacing = finding("bbr-pacing", Status::Ok, current.unwrap_or("-"))
+        .rec("fq root qdisc when BBR is the default")
+        .why("BBR without fq: internal pacing (TCP-layer hrtimers, more CPU, burstier)")
+        .source("seed 002 (Prerequisites); seed 004 (fq/pacing)");
+    if current != Some("bbr") {
+        out.push(pacing.evidence("default congestion control is not BBR"));
+        return out;
+    }
+    let default_qdisc = snap.sysctl("net.core.default_qdisc");
+    let Some(qdiscs) = &snap.qdiscs else {
+        let status = match default_qdisc {
+            Some("fq") => Status::Ok,
+            Some(_) => Status::Warn,
+            None => Status::NotApplicable,
+        };
+        let ev = format!(
+            "interface qdiscs not readable; default_qdisc = {}",
+            default_qdisc.unwrap_or("(host scope: not visible here)")
+        );
+        out.push(Finding { status, ..pacing }.evidence(ev));
+        return out;
+    };
+    let unpaced: Vec<String> = qdiscs
+        .iter()
+        .filter(|(dev, kind)| *dev != "lo" && !is_fq(kind, default_qdisc))
+        .map(|(dev, kind)| format!("{dev}: {kind}"))
+        .collect();
+    if unpaced.is_empty() {
+        out.push(pacing.evidence("every interface has an fq root qdisc"));
+    } else {
+        out.push(
+            Finding { status: Status::Warn, ..pacing }
+                .evidence(format!("BBR without fq: internal pacing on {}", unpaced.join(", "))),
+        );
+    }
+    out
+}
+
+fn is_fq(kind: &str, default_qdisc: Option<&str>) -> bool {
+    // `mq` has one child qdisc per hardware queue, created from default_qdisc.
+    kind == "fq" || (kind == "mq" && default_qdisc == Some("fq"))
+}
+
+/// The six failure modes of seed 000 ("How This Breaks in Production").
+pub fn failure_modes(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+    let src = |n: u8| format!("seed 000 (failure mode {n})");
+    let cc = snap.sysctl("net.ipv4.tcp_congestion_control").unwrap_or("-");
+    let wants_bbr = profile
+        .setting("net.ipv4.tcp_congestion_control")
+        .is_some_and(|s| s.want == Want::Exact("bbr".into()));
+    let fm1_status = if cc == "bbr" && !wants_bbr { Status::Warn } else { Status::Ok };
+    let fm1 = finding("fm1-bbr-probe-in-burst", fm1_status, cc)
+        .rec(if wants_bbr { "bbr" } else { "cubic for request/response" })
+        .why("BBR's PROBE_BW pacing-gain cycle can land on an order burst (bimodal p99)")
+        .evidence(format!(
+            "default congestion control is {cc}; a socket's own TCP_CONGESTION is {PER_SOCKET}: \
+             compare with `tcptail bench local --cc cubic|bbr`"
+        ))
+        .source(src(1));
+    let fm2 = finding("fm2-nagle-on-reconnect", Status::NotApplicable, "-")
+        .rec("TCP_NODELAY on every new socket")
+        .why("a re-created socket has Nagle on again")
+        .evidence(format!(
+            "{PER_SOCKET}: tcptail_sock::apply_profile reports it per socket; `tcptail bench` \
+             measures it"
+        ))
+        .source(src(2));
+    let fm3 = finding("fm3-quickack-disarms", Status::NotApplicable, "-")
+        .rec("re-arm TCP_QUICKACK after every recv()")
+        .why("TCP_QUICKACK silently resets; delayed ACKs creep back into p95/p99")
+        .evidence(format!("{PER_SOCKET}: tcptail_sock's recv helpers re-arm it; `tcptail bench`"))
+        .source(src(3));
+    let fm4 = check_rmem_cap(snap).source(src(4));
+    let fm5 = check_time_wait(snap).source(src(5));
+    let ssai = snap.sysctl("net.ipv4.tcp_slow_start_after_idle");
+    let severity = profile
+        .setting("net.ipv4.tcp_slow_start_after_idle")
+        .map_or(Severity::Warn, |s| s.severity);
+    let fm6_status = match ssai {
+        None => Status::NotApplicable,
+        Some("0") => Status::Ok,
+        Some(_) => Status::of(severity),
+    };
+    let fm6 = finding("fm6-slow-start-after-idle", fm6_status, ssai.unwrap_or("(no such key)"))
+        .rec("0")
+        .why("after an idle period cwnd restarts from initcwnd; the first burst is rate-limited")
+        .evidence("net.ipv4.tcp_slow_start_after_idle")
+        .source(src(6));
+    vec![fm1, fm2, fm3, fm4, fm5, fm6]
+}
+
+fn check_rmem_cap(snap: &Snapshot) -> Finding {
+    let max = snap.sysctl("net.core.rmem_max");
+    let base = finding("fm4-rcvbuf-silently-capped", Status::Ok, max.unwrap_or("-"))
+        .rec(format!(
+            "> {DEFAULT_MEM_MAX} and >= every SO_RCVBUF requested; verify with getsockopt"
+        ))
+        .why("SO_RCVBUF above net.core.rmem_max is capped without an error");
+    if snap.host_hidden() {
+        return Finding { status: Status::NotApplicable, ..base }.evidence(HOST_HIDDEN);
+    }
+    match max.and_then(|m| m.parse::<u64>().ok()) {
+        None => Finding { status: Status::NotApplicable, ..base },
+        Some(m) if m <= DEFAULT_MEM_MAX => Finding { status: Status::Warn, ..base }.evidence(
+            format!("rmem_max = {m}: any SO_RCVBUF above {m} bytes is silently capped"),
+        ),
+        Some(m) => base.evidence(format!(
+            "SO_RCVBUF requests up to {m} bytes are honoured; tcptail_sock::apply_profile reads back"
+        )),
+    }
+}
+
+fn check_time_wait(snap: &Snapshot) -> Finding {
+    let range = words(snap.sysctl("net.ipv4.ip_local_port_range"));
+    let ports = match range.as_slice() {
+        [lo, hi] => match (lo.parse::<u64>(), hi.parse::<u64>()) {
+            (Ok(lo), Ok(hi)) if hi >= lo => Some(hi - lo + 1),
+            _ => None,
+        },
+        _ => None,
+    };
+    let reuse = snap.sysctl("net.ipv4.tcp_tw_reuse").unwrap_or("-");
+    let base = |status, current: String| {
+        finding("fm5-time-wait-exhaustion", status, current)
+            .rec("TIME_WAIT well below the ephemeral port range; tcp_tw_reuse = 1")
+            .why("a reconnect storm fails with EADDRINUSE once TIME_WAIT holds every port")
+    };
+    let (Some(tw), Some(ports)) = (snap.time_wait, ports) else {
+        return base(Status::NotApplicable, "-".into())
+            .evidence("/proc/net/sockstat or ip_local_port_range not readable");
+    };
+    let share = tw as f64 / ports as f64;
+    let status = if share >= 0.5 {
+        Status::Fail
+    } else if share >= 0.1 || (ports < 30_000 && reuse != "1") {
+        Status::Warn
+    } else {
+        Status::Ok
+    };
+    let mut evidence = format!(
+        "{:.1}% of ephemeral ports ({}) in TIME_WAIT; tcp_tw_reuse = {reuse}",
+        share * 100.0,
+        range.join("-")
+    );
+    if ports < 30_000 && reuse != "1" {
+        evidence.push_str(&format!(
+            "; a storm of {ports} reconnects within 60 s exhausts the range (widen it, tw_reuse = 1)"
+        ));
+    }
+    base(status, format!("{tw} TIME_WAIT / {ports} ports")).evidence(evidence)
+}
+
+/// CPU governor, irqbalance, isolated CPUs, transparent huge pages, NIC coalescing.
+pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+    let h = &profile.host;
+    let mut out = Vec::new();
+    if let Some(want) = &h.governor {
+        let f = finding("cpu-governor", Status::Ok, snap.governors.join(","))
+            .rec(want)
+            .why("frequency ramps add microseconds to the first packets of a burst")
+            .source("seed 001 (tuning ladder); tuned latency-performance");
+        out.push(if snap.governors.is_empty() {
+            Finding { current: "-".into(), status: Status::NotApplicable, ..f }
+                .evidence("no cpufreq in /sys (VM or no driver)")
+        } else if snap.governors.iter().all(|g| g == want) {
+            f
+        } else {
+            Finding { status: Status::Warn, ..f }
+        });
+    }
+    if let Some(want) = h.irqbalance {
+        let cur = snap.irqbalance.map_or("-", |r| if r { "running" } else { "not running" });
+        let status = match snap.irqbalance {
+            None => Status::NotApplicable,
+            Some(r) if r == want => Status::Ok,
+            Some(_) => Status::Warn,
+        };
+        out.push(
+            finding("irqbalance", status, cur)
+                .rec(if want { "running" } else { "not running (pin NIC IRQs by hand)" })
+                .why("irqbalance moves NIC interrupts onto the cores the latency thread uses")
+                .source("seed 001 (IRQ affinity)"),
+        );
+    }
+    if let Some(want) = h.isolated_cpus {
+        let cmdline = snap.cmdline.as_deref().unwrap_or("");
+        let found: Vec<&str> = cmdline
+            .split_whitespace()
+            .filter(|w| w.starts_with("isolcpus=") || w.starts_with("nohz_full="))
+            .collect();
+        let status = match (&snap.cmdline, found.is_empty() != want) {
+            (None, _) => Status::NotApplicable,
+            (Some(_), true) => Status::Ok,
+            (Some(_), false) => Status::Warn,
+        };
+        let cur = if found.is_empty() { "none".to_owned() } else { found.join(" ") };
+        out.push(
+            finding("isolated-cpus", status, cur)
+                .rec(if want { "isolcpus= and nohz_full= for the latency cores" } else { "none" })
+                .why("the scheduler tick and other tasks preempt the latency thread")
+                .evidence("/proc/cmdline")
+                .source("seed 001 (CPU isolation)"),
+        );
+    }
+    if let Some(want) = &h.thp {
+        let status = match &snap.thp {
+            None => Status::NotApplicable,
+            Some(m) if m == want => Status::Ok,
+            Some(_) => Status::Warn,
+        };
+        out.push(
+            finding("transparent-hugepages", status, snap.thp.as_deref().unwrap_or("-"))
+                .rec(want)
+                .why("khugepaged compaction stalls show up as latency spikes")
+                .source("tuned network-latency"),
+        );
+    }
+    out.extend(nic_checks(h.nic_rx_usecs_max, snap));
+    out
+}
+
+fn nic_checks(max_usecs: Option<u64>, snap: &Snapshot) -> Vec<Finding> {
+    let Some(nics) = &snap.nics else {
+        return vec![
+            finding("nic", Status::NotApplicable, "-")
+                .rec("offloads and interrupt coalescing reviewed")
+                .why("coalescing delays interrupts; TSO/GRO batch packets")
+                .evidence("ethtool not available"),
+        ];
+    };
+    nics.iter()
+        .map(|(ifname, info)| {
+            let pick = |m: &std::collections::BTreeMap<String, String>, keys: &[&str]| {
+                keys.iter()
+                    .filter_map(|k| m.get(*k).map(|v| format!("{k} {v}")))
+                    .collect::<Vec<_>>()
+            };
+            let mut cur = pick(
+                &info.offloads,
+                &["tcp-segmentation-offload", "generic-receive-offload", "large-receive-offload"],
+            );
+            cur.extend(pick(&info.coalesce, &["rx-usecs", "adaptive-rx"]));
+            let usecs = info.coalesce.get("rx-usecs").and_then(|v| v.parse::<u64>().ok());
+            let adaptive = info.coalesce.get("adaptive-rx").is_some_and(|v| v == "on");
+            let status = match max_usecs {
+                Some(max) if adaptive || usecs.is_some_and(|u| u > max) => Status::Warn,
+                _ => Status::Ok,
+            };
+            finding(format!("nic:{ifname}"), status, cur.join(", "))
+                .rec(
+                    max_usecs.map_or("reported".to_owned(), |m| {
+                        format!("rx-usecs <= {m}, adaptive-rx off")
+                    }),
+                )
+                .why("interrupt coalescing holds received packets back; TSO hides RTT samples")
+                .source("seed 002 (hardware offload); seed 001")
+        })
+        .collect()
+}
+
+/// The audit as a text table: status, check, current, recommended, rationale; evidence below.
+pub fn render_table(report: &Report) -> String {
+    let mut out = format!("tcptail audit: profile {}", report.profile);
+    if report.child_netns {
+        out.push_str(" (child network namespace: host-scope settings not visible)");
+    }
+    if let Some(c) = &report.container {
+        out.push_str(&format!(" (container: {c})"));
+    }
+    out.push('\n');
+    let w_id = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(5).max(5);
+    let clip = |s: &str, n: usize| -> String {
+        if s.chars().count() > n {
+            let mut t: String = s.chars().take(n - 1).collect();
+            t.push('~');
+            t
+        } else {
+            s.to_owned()
+        }
+    };
+    out.push_str(&format!(
+        "{:<6} {:<w_id$} {:<24} {:<24} {}\n",
+        "STATUS", "CHECK", "CURRENT", "RECOMMENDED", "RATIONALE"
+    ));
+    for f in &report.findings {
+        out.push_str(&format!(
+            "{:<6} {:<w_id$} {:<24} {:<24} {}\n",
+            f.status.as_str(),
+            f.id,
+            clip(&f.current, 24),
+            clip(&f.recommended, 24),
+            f.rationale
+        ));
+        if let Some(e) = &f.evidence
+            && f.status != Status::Ok
+        {
+            out.push_str(&format!("{:<6} {:<w_id$} evidence: {e}\n", "", ""));
+        }
+    }
+    out.push_str(&format!(
+        "{} OK, {} WARN, {} FAIL, {} N/A\n",
+        report.count(Status::Ok),
+        report.count(Status::Warn),
+        report.count(Status::Fail),
+        report.count(Status::NotApplicable)
+    ));
+    out
+}
+
+#[cfg(test)]
+#[path = "checks_tests.rs"]
+mod tests;

@@ -1,0 +1,137 @@
+//! Fake root trees for tests: a `/proc/sys`, `/proc/net/sockstat`, `/sys` and `/etc` laid out
+//! under a directory, as [`HostView::at`](crate::HostView::at) reads them.
+//!
+//! [`FakeRoot::linux_6_18`] writes the defaults of a stock Linux 6.18 host (the values this
+//! project's machine showed), so a test states only what it changes. Nothing here touches the
+//! real host.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// A fake root directory being filled in.
+#[derive(Debug, Clone)]
+pub struct FakeRoot {
+    root: PathBuf,
+}
+
+/// Stock Linux 6.18 values of the keys the profiles and checks use.
+pub const LINUX_6_18: [(&str, &str); 30] = [
+    ("net.ipv4.tcp_congestion_control", "cubic"),
+    ("net.ipv4.tcp_available_congestion_control", "reno cubic bbr"),
+    ("net.ipv4.tcp_allowed_congestion_control", "reno cubic"),
+    ("net.core.default_qdisc", "fq_codel"),
+    ("net.ipv4.ip_local_port_range", "32768\t60999"),
+    ("net.ipv4.tcp_tw_reuse", "2"),
+    ("net.ipv4.tcp_slow_start_after_idle", "1"),
+    ("net.ipv4.tcp_timestamps", "1"),
+    ("net.ipv4.tcp_frto", "2"),
+    ("net.ipv4.tcp_low_latency", "0"),
+    ("net.ipv4.tcp_ecn", "2"),
+    ("net.ipv4.tcp_no_metrics_save", "0"),
+    ("net.ipv4.tcp_rmem", "4096\t131072\t33554432"),
+    ("net.ipv4.tcp_wmem", "4096\t16384\t4194304"),
+    ("net.ipv4.tcp_keepalive_time", "7200"),
+    ("net.ipv4.tcp_keepalive_intvl", "75"),
+    ("net.ipv4.tcp_keepalive_probes", "9"),
+    ("net.ipv4.tcp_max_syn_backlog", "4096"),
+    ("net.core.somaxconn", "4096"),
+    ("net.core.rmem_max", "212992"),
+    ("net.core.wmem_max", "212992"),
+    ("net.core.rmem_default", "212992"),
+    ("net.core.wmem_default", "212992"),
+    ("net.core.busy_read", "0"),
+    ("net.core.busy_poll", "0"),
+    ("net.core.netdev_max_backlog", "1000"),
+    ("net.core.netdev_budget", "300"),
+    ("kernel.numa_balancing", "1"),
+    ("net.ipv4.tcp_notsent_lowat", "4294967295"),
+    ("net.ipv4.tcp_rto_min_us", "200000"),
+];
+
+impl FakeRoot {
+    /// An empty fake root at `dir` (created if needed).
+    pub fn new(dir: impl AsRef<Path>) -> Self {
+        let root = dir.as_ref().to_owned();
+        fs::create_dir_all(&root).expect("create fake root");
+        FakeRoot { root }
+    }
+
+    /// A fake stock Linux 6.18 host: [`LINUX_6_18`] sysctls, 2 CPUs with the `schedutil`
+    /// governor, irqbalance not running, no isolated CPUs, THP `madvise`, interfaces `lo` and
+    /// `eth0`, 3 TIME_WAIT sockets, no sysctl.d files.
+    pub fn linux_6_18(dir: impl AsRef<Path>) -> Self {
+        let f = FakeRoot::new(dir);
+        for (k, v) in LINUX_6_18 {
+            f.sysctl(k, v);
+        }
+        for cpu in ["cpu0", "cpu1"] {
+            f.file(
+                &format!("sys/devices/system/cpu/{cpu}/cpufreq/scaling_governor"),
+                "schedutil\n",
+            );
+        }
+        f.file("proc/1/comm", "init\n");
+        f.file("proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/vda1 quiet\n");
+        f.file("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
+        f.file("sys/class/net/lo/mtu", "65536\n");
+        f.file("sys/class/net/eth0/mtu", "1500\n");
+        f.sockstat(3);
+        f
+    }
+
+    /// The root directory.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Writes `root/rel`, creating directories.
+    pub fn file(&self, rel: &str, text: &str) -> &Self {
+        let path = self.root.join(rel);
+        fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir");
+        fs::write(path, text).expect("write fixture");
+        self
+    }
+
+    /// Sets a sysctl (`root/proc/sys/...`), written as the kernel prints it.
+    pub fn sysctl(&self, key: &str, value: &str) -> &Self {
+        self.file(&format!("proc/sys/{}", key.replace('.', "/")), &format!("{value}\n"))
+    }
+
+    /// Removes a sysctl (the key does not exist on this "kernel").
+    pub fn remove_sysctl(&self, key: &str) -> &Self {
+        let _ = fs::remove_file(self.root.join(format!("proc/sys/{}", key.replace('.', "/"))));
+        self
+    }
+
+    /// Makes the tree look like a child network namespace: host-scope `net.core` keys gone.
+    pub fn child_netns(&self) -> &Self {
+        for k in crate::profile::HOST_SCOPE_NET_KEYS {
+            self.remove_sysctl(k);
+        }
+        self
+    }
+
+    /// `/proc/net/sockstat` with `tw` TIME_WAIT sockets.
+    pub fn sockstat(&self, tw: u64) -> &Self {
+        self.file(
+            "proc/net/sockstat",
+            &format!("sockets: used 11\nTCP: inuse 1 orphan 0 tw {tw} alloc 3 mem 1\n"),
+        )
+    }
+
+    /// The root qdiscs `tc -j qdisc show` would print: `(dev, kind)` pairs.
+    pub fn qdiscs(&self, qdiscs: &[(&str, &str)]) -> &Self {
+        let list: Vec<String> = qdiscs
+            .iter()
+            .map(|(dev, kind)| {
+                format!(r#"{{"kind":"{kind}","handle":"0:","dev":"{dev}","root":true}}"#)
+            })
+            .collect();
+        self.file(".commands/tc-qdisc.json", &format!("[{}]", list.join(",")))
+    }
+
+    /// A running process `comm` with pid `pid`.
+    pub fn process(&self, pid: u32, comm: &str) -> &Self {
+        self.file(&format!("proc/{pid}/comm"), &format!("{comm}\n"))
+    }
+}

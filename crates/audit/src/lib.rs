@@ -1,0 +1,50 @@
+//! Host profiles as data, `tcptail audit` checks and `tcptail tune`.
+//!
+//! # What it provides
+//!
+//! - [`profile`]: TOML profiles (built-in `trading-latency`, `bulk-throughput`, and the
+//!   `baseline` they extend, which carries the seeds' known-bad settings), user profiles that
+//!   `extends` a built-in, and errors naming file, line and key.
+//! - [`host`]: [`HostView`], every read of the host relative to a root directory (`/` or a
+//!   fixture tree), and the [`Snapshot`] the checks run on.
+//! - [`checks`]: pure functions from a profile and a snapshot to [`Finding`]s (OK / WARN /
+//!   FAIL / N/A with current value, recommendation, rationale and evidence), including the
+//!   seed's six production failure modes.
+//! - [`tune`]: the `sysctl.d` file and diff a profile implies, atomic apply with read-back
+//!   verification, rollback on a failure half-way, saved previous values and exact revert.
+//! - [`verify`]: `--verify-with`: each per-namespace change measured before and after in a
+//!   lab, kept only if the chosen percentile improves beyond run-to-run noise.
+//! - [`emit`]: the same change as a plain `sysctl.d` file or an Ansible task list.
+//! - [`fixture`]: fake root trees (a stock Linux 6.18 host and variations) for tests.
+//!
+//! # Invariants
+//!
+//! - Checks never read the host: they take a [`Snapshot`]. Only [`HostView`] reads, and only
+//!   files under its root; it runs commands (`tc`, `ethtool`) only when built for the real
+//!   host ([`HostView::live`]), so fixture trees test everything deterministically.
+//! - Inside a child network namespace or container, host-scope settings are reported as
+//!   "host scope: not visible here" (N/A), never as failures, and `tune` never writes them.
+//! - `tune` writes nothing unless asked to apply; everything it applies it has read back, and
+//!   everything it changed it can restore exactly.
+//!
+//! # What it never does
+//!
+//! It never changes a setting during an audit, never writes outside its root, and never
+//! writes a host-scope key from inside a child namespace.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod checks;
+pub mod emit;
+mod error;
+pub mod fixture;
+pub mod host;
+pub mod profile;
+pub mod tune;
+pub mod verify;
+
+pub use checks::{Finding, Report, Status, audit};
+pub use error::Error;
+pub use host::{HostView, Snapshot};
+pub use profile::{Profile, Scope, Severity, Want};

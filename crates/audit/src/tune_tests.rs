@@ -1,0 +1,207 @@
+use super::*;
+use crate::fixture::FakeRoot;
+use crate::profile::{load, parse_str};
+
+fn plan_for(profile: &Profile, f: &FakeRoot) -> Plan {
+    let snap =
+        Snapshot::collect(&HostView::at(f.path()), profile.settings.iter().map(|s| s.key.as_str()));
+    plan(profile, &snap)
+}
+
+#[test]
+fn dry_run_file_and_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let p = load("trading-latency").unwrap();
+    let plan = plan_for(&p, &f);
+    assert_eq!(plan.entries.len(), p.settings.len());
+    let ssai = plan.entries.iter().find(|e| e.key == "net.ipv4.tcp_slow_start_after_idle").unwrap();
+    assert!(ssai.changes);
+    assert_eq!((ssai.current.as_deref(), ssai.value.as_str()), (Some("1"), "0"));
+    let rmem = plan.entries.iter().find(|e| e.key == "net.ipv4.tcp_rmem").unwrap();
+    assert!(!rmem.changes, "the 6.18 cap already satisfies the bound");
+    let file = render_file(&plan);
+    let body: Vec<&str> = file.lines().skip(1).collect();
+    assert_eq!(body.len(), 2 * plan.entries.len(), "one rationale comment per key");
+    for pair in body.chunks(2) {
+        assert!(pair[0].starts_with("# ") && pair[1].contains(" = "), "{pair:?}");
+    }
+    let diff = plan.diff();
+    assert!(diff.contains(
+        "-net.ipv4.tcp_slow_start_after_idle = 1\n+net.ipv4.tcp_slow_start_after_idle = 0\n"
+    ));
+    assert!(
+        diff.contains("-net.ipv4.tcp_keepalive_time = 7200\n+net.ipv4.tcp_keepalive_time = 30\n")
+    );
+    assert!(diff.contains(" net.ipv4.tcp_timestamps = 1\n"));
+    assert_eq!(file_name("trading-latency"), "99-tcptail-trading-latency.conf");
+    // Nothing was written.
+    assert!(!f.path().join("etc").exists());
+}
+
+#[test]
+fn child_namespace_plan_skips_host_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.child_netns();
+    f.remove_sysctl("net.ipv4.tcp_keepalive_probes");
+    let plan = plan_for(&load("trading-latency").unwrap(), &f);
+    assert!(plan.entries.iter().all(|e| e.scope == Scope::Netns));
+    assert!(
+        plan.skipped
+            .contains(&("kernel.numa_balancing".into(), "host scope: not visible here".into()))
+    );
+    assert!(
+        plan.skipped.contains(&(
+            "net.ipv4.tcp_keepalive_probes".into(),
+            "no such key on this kernel".into()
+        ))
+    );
+}
+
+#[test]
+fn apply_verify_revert_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let before: Vec<(String, Option<String>)> = crate::fixture::LINUX_6_18
+        .iter()
+        .map(|(k, _)| (k.to_string(), HostView::at(f.path()).sysctl(k)))
+        .collect();
+    let p = load("trading-latency").unwrap();
+    let plan = plan_for(&p, &f);
+    let validated = std::cell::Cell::new(false);
+    let validate = |_: &Plan| {
+        validated.set(true);
+        Ok(())
+    };
+    let view = HostView::at(f.path());
+    let applied = apply(&plan, &view, f.path(), Some(&validate)).unwrap();
+    assert!(validated.get());
+    assert_eq!(applied.file, f.path().join("etc/sysctl.d/99-tcptail-trading-latency.conf"));
+    assert_eq!(std::fs::read_to_string(&applied.file).unwrap(), render_file(&plan));
+    assert_eq!(applied.changed.len(), plan.changes().count());
+    for e in &plan.entries {
+        assert_eq!(view.sysctl(&e.key).as_deref(), Some(e.value.as_str()), "{}", e.key);
+    }
+    // The audit now passes every setting.
+    let snap = Snapshot::collect(&view, p.settings.iter().map(|s| s.key.as_str()));
+    assert_eq!(plan_for(&p, &f).changes().count(), 0);
+    assert!(
+        crate::audit(&p, &snap)
+            .findings
+            .iter()
+            .filter(|x| x.id.starts_with("sysctl:"))
+            .all(|x| x.status == crate::Status::Ok)
+    );
+    // A second apply is refused until reverted.
+    assert!(matches!(apply(&plan, &view, f.path(), None), Err(Error::AlreadyApplied { .. })));
+    assert_eq!(applied_profiles(f.path()), vec!["trading-latency".to_owned()]);
+    let restored = revert(&view, f.path(), "trading-latency").unwrap();
+    assert_eq!(restored.len(), applied.changed.len());
+    let after: Vec<(String, Option<String>)> =
+        crate::fixture::LINUX_6_18.iter().map(|(k, _)| (k.to_string(), view.sysctl(k))).collect();
+    assert_eq!(before, after, "revert restores every value exactly");
+    assert!(!applied.file.exists() && !applied.state.exists());
+    assert!(matches!(revert(&view, f.path(), "trading-latency"), Err(Error::NoState { .. })));
+}
+
+#[test]
+fn a_failing_key_rolls_back_what_was_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    // A key the "kernel" refuses to write: its file is a directory.
+    std::fs::remove_file(f.path().join("proc/sys/net/ipv4/tcp_keepalive_time")).unwrap();
+    std::fs::create_dir(f.path().join("proc/sys/net/ipv4/tcp_keepalive_time")).unwrap();
+    let text = r#"name = "broken"
+[[setting]]
+key = "net.ipv4.tcp_slow_start_after_idle"
+value = 0
+scope = "netns"
+rationale = "r"
+[[setting]]
+key = "net.ipv4.tcp_tw_reuse"
+value = 1
+scope = "netns"
+rationale = "r"
+[[setting]]
+key = "net.ipv4.tcp_keepalive_time"
+value = 30
+scope = "netns"
+rationale = "r"
+"#;
+    let p = parse_str("broken.toml", text).unwrap();
+    let mut plan = plan_for(&p, &f);
+    // The plan skipped the unreadable key; force it in as an entry that changes.
+    assert_eq!(plan.skipped.len(), 1);
+    plan.entries.push(Entry {
+        key: "net.ipv4.tcp_keepalive_time".into(),
+        scope: Scope::Netns,
+        current: Some("7200".into()),
+        value: "30".into(),
+        changes: true,
+        rationale: "r".into(),
+        source: String::new(),
+    });
+    let view = HostView::at(f.path());
+    let err = apply(&plan, &view, f.path(), None).unwrap_err();
+    let Error::RolledBack { restored, cause } = &err else { panic!("{err:?}") };
+    assert_eq!(*restored, 2, "{err}");
+    assert!(matches!(**cause, Error::Rejected { .. } | Error::NotApplied { .. }), "{cause:?}");
+    assert!(err.to_string().contains("net.ipv4.tcp_keepalive_time"), "{err}");
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
+    assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("2"));
+    assert!(!conf_path(f.path(), "broken").exists());
+    assert!(!state_path(f.path(), "broken").exists());
+}
+
+#[test]
+fn missing_key_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let p = load("trading-latency").unwrap();
+    let plan = plan_for(&p, &f);
+    f.remove_sysctl("net.ipv4.tcp_tw_reuse");
+    let err = apply(&plan, &HostView::at(f.path()), f.path(), None).unwrap_err();
+    assert!(
+        matches!(&err, Error::NoSuchKey { key, .. } if key == "net.ipv4.tcp_tw_reuse"),
+        "{err:?}"
+    );
+    assert!(!f.path().join("etc/sysctl.d").exists());
+    assert_eq!(
+        HostView::at(f.path()).sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(),
+        Some("1")
+    );
+    // A validator's refusal also stops everything.
+    f.sysctl("net.ipv4.tcp_tw_reuse", "2");
+    let refuse = |_: &Plan| Err(Error::NoSuchKey { key: "x".into(), path: "/x".into() });
+    assert!(apply(&plan, &HostView::at(f.path()), f.path(), Some(&refuse)).is_err());
+    assert!(!state_path(f.path(), "trading-latency").exists());
+}
+
+#[test]
+fn later_files_that_override_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.file("etc/sysctl.d/99-zzz-local.conf", "net.ipv4.tcp_slow_start_after_idle = 1\n");
+    f.file("etc/sysctl.d/10-early.conf", "net.ipv4.tcp_tw_reuse = 0\n");
+    f.file("etc/sysctl.conf", "# stock\nnet.ipv4.tcp_keepalive_time = 600\n");
+    let plan = plan_for(&load("trading-latency").unwrap(), &f);
+    let applied = apply(&plan, &HostView::at(f.path()), f.path(), None).unwrap();
+    let expected = [
+        "/etc/sysctl.d/99-zzz-local.conf:1: net.ipv4.tcp_slow_start_after_idle",
+        "/etc/sysctl.conf:2: net.ipv4.tcp_keepalive_time",
+    ];
+    assert_eq!(applied.overridden_by, expected);
+    let keys = plan.entries.iter().map(|e| e.key.as_str());
+    assert_eq!(overridden_by(f.path(), "trading-latency", keys), expected, "also before applying");
+}
+
+#[test]
+fn atomic_write_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a/b.conf");
+    write_atomic(&p, "one").unwrap();
+    write_atomic(&p, "two").unwrap();
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "two");
+    assert_eq!(std::fs::read_dir(dir.path().join("a")).unwrap().count(), 1, "no temp file left");
+}

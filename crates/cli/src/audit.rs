@@ -1,0 +1,379 @@
+//! `tcptail audit` and `tcptail tune`: flags turned into a loaded profile and a host view
+//! before anything is read; the work lives in `tcptail_audit`.
+//!
+//! Exit codes: `audit` exits 0 without FAILs, 1 with FAILs, 2 on an error (bad profile,
+//! unreadable root), so CI and configuration management can act on it. `tune` exits 0 on
+//! success and 1 on an error (after rolling back what it applied). Neither changes anything
+//! unless `tune --apply` or `tune --revert` is given.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use tcptail_audit::checks::render_table;
+use tcptail_audit::profile::Scope;
+use tcptail_audit::profile::{self, Profile};
+use tcptail_audit::tune::{self, Plan};
+use tcptail_audit::verify::{self, Lab};
+use tcptail_audit::{HostView, Snapshot, emit};
+use tcptail_netns::addr::SERVER_ADDR;
+use tcptail_netns::{Cleanup, Group, Topology, ensure_root, signal};
+
+const AUDIT_AFTER_HELP: &str = "\
+Profiles: baseline (default: known-bad settings and failure modes only), trading-latency,
+bulk-throughput, or a path to a TOML file with `extends = \"trading-latency\"`.
+
+Exit codes: 0 no FAIL, 1 at least one FAIL, 2 error.";
+
+/// Check this host against a profile: one row per check (OK / WARN / FAIL / N/A).
+#[derive(Debug, Args)]
+#[command(after_help = AUDIT_AFTER_HELP)]
+pub struct AuditArgs {
+    /// Built-in profile name or path to a profile TOML file.
+    #[arg(long, default_value = "baseline")]
+    profile: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Read a fake root tree (proc/sys, sys, etc) instead of `/`; runs no commands.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+}
+
+/// What `tune --emit` prints.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum EmitFormat {
+    /// The plain sysctl.d file.
+    Sysctl,
+    /// An Ansible task list that deploys, loads and verifies it.
+    Ansible,
+}
+
+const TUNE_AFTER_HELP: &str = "\
+Without --apply this is a dry run: it prints the sysctl.d file it would write (one rationale
+comment per key) and the diff against the current values.
+
+--apply validates per-namespace keys in a throwaway network namespace, writes
+/etc/sysctl.d/99-tcptail-NAME.conf atomically, applies and re-reads every value, and saves the
+previous values; a failure half-way rolls back. --revert restores them exactly.
+
+Examples:
+  tcptail tune --profile trading-latency
+  tcptail tune --profile trading-latency --emit ansible > tcptail.yml
+  tcptail tune --profile ./desk.toml --apply
+  tcptail tune --revert --profile desk";
+
+/// Show, apply or revert the sysctl changes a profile implies.
+#[derive(Debug, Args)]
+#[command(after_help = TUNE_AFTER_HELP)]
+pub struct TuneArgs {
+    /// Built-in profile name or path to a profile TOML file.
+    #[arg(long, required_unless_present = "revert")]
+    profile: Option<String>,
+    /// Apply: validate, write the sysctl.d file, set and verify the values.
+    #[arg(long, conflicts_with_all = ["revert", "emit"])]
+    apply: bool,
+    /// Restore the values saved by --apply and remove the file (all profiles without
+    /// --profile).
+    #[arg(long, conflicts_with = "emit")]
+    revert: bool,
+    /// Print the change in another form instead of the dry run.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    emit: Option<EmitFormat>,
+    /// Fake root tree for /proc/sys (and, unless --config-root, for /etc and the saved
+    /// state); no namespace validation.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Where etc/sysctl.d and var/lib/tcptail live (default: the root).
+    #[arg(long, value_name = "DIR")]
+    config_root: Option<PathBuf>,
+    /// Measure each per-namespace change with `tcptail bench client ARGS` in a lab namespace
+    /// pair and keep only those that improve --percentile beyond run-to-run noise (needs
+    /// root; the host is not changed).
+    #[arg(
+        long,
+        value_name = "BENCH ARGS",
+        allow_hyphen_values = true,
+        conflicts_with_all = ["apply", "revert", "emit"]
+    )]
+    verify_with: Option<String>,
+    /// The percentile --verify-with judges: p50, p90, p95, p99, p999.
+    #[arg(long, default_value = "p99", value_parser = ["p50", "p90", "p95", "p99", "p999"])]
+    percentile: String,
+    /// Benchmark runs before and after each change (--verify-with).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    runs: u32,
+}
+
+/// `tcptail audit`: errors are reported here with exit code 2.
+pub fn run_audit(args: AuditArgs) -> Result<ExitCode> {
+    match audit(&args) {
+        Ok(code) => Ok(code),
+        Err(err) if is_broken_pipe(&err) => Ok(ExitCode::SUCCESS),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn view(root: Option<&Path>) -> Result<HostView> {
+    match root {
+        None => Ok(HostView::live()),
+        Some(dir) if dir.is_dir() => Ok(HostView::at(dir)),
+        Some(dir) => bail!("--root {}: not a directory", dir.display()),
+    }
+}
+
+fn load(name: &str) -> Result<Profile> {
+    profile::load(name).with_context(|| format!("loading profile {name:?}"))
+}
+
+fn snapshot(view: &HostView, p: &Profile) -> Snapshot {
+    let keys = p.settings.iter().map(|s| s.key.as_str());
+    Snapshot::collect(view, keys.chain(p.known_bad.iter().map(|k| k.key.as_str())))
+}
+
+fn audit(args: &AuditArgs) -> Result<ExitCode> {
+    let p = load(&args.profile)?;
+    let view = view(args.root.as_deref())?;
+    if !view.path("proc/sys").is_dir() {
+        bail!("{}: no proc/sys to audit", view.path("proc/sys").display());
+    }
+    let report = tcptail_audit::audit(&p, &snapshot(&view, &p));
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(render_table(&report).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(ExitCode::from(report.exit_code()))
+}
+
+/// `tcptail tune`.
+pub fn run_tune(args: TuneArgs) -> Result<ExitCode> {
+    let view = view(args.root.as_deref())?;
+    let config_root = args
+        .config_root
+        .clone()
+        .or_else(|| args.root.clone())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    if args.revert {
+        return revert(&view, &config_root, args.profile.as_deref());
+    }
+    let name = args.profile.as_deref().expect("clap requires --profile without --revert");
+    let p = load(name)?;
+    if let Some(bench_args) = &args.verify_with {
+        return verify_with(&p, bench_args, &args.percentile, args.runs as usize);
+    }
+    let plan = tune::plan(&p, &snapshot(&view, &p));
+    let mut out = std::io::stdout().lock();
+    match args.emit {
+        Some(EmitFormat::Sysctl) => out.write_all(emit::sysctl(&plan).as_bytes())?,
+        Some(EmitFormat::Ansible) => out.write_all(emit::ansible(&plan).as_bytes())?,
+        None if args.apply => apply(&plan, &view, &config_root, args.root.is_none(), &mut out)?,
+        None => dry_run(&plan, &config_root, &mut out)?,
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dry_run(plan: &Plan, config_root: &Path, out: &mut impl Write) -> Result<()> {
+    let path = tune::conf_path(config_root, &plan.profile);
+    writeln!(out, "# dry run: nothing written. Would write {}:", path.display())?;
+    out.write_all(tune::render_file(plan).as_bytes())?;
+    writeln!(out, "\n# diff against current values ({} change(s)):", plan.changes().count())?;
+    out.write_all(plan.diff().as_bytes())?;
+    let keys = plan.entries.iter().map(|e| e.key.as_str());
+    for o in tune::overridden_by(config_root, &plan.profile, keys) {
+        writeln!(out, "# warning: {o} is applied later at boot and would override this file")?;
+    }
+    writeln!(out, "\n# apply with: tcptail tune --profile {} --apply", plan.profile)?;
+    Ok(())
+}
+
+fn apply(
+    plan: &Plan,
+    view: &HostView,
+    config_root: &Path,
+    in_netns: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let validate = |p: &Plan| tune::validate_in_netns(p);
+    let validator: Option<tune::Validator<'_>> = if in_netns { Some(&validate) } else { None };
+    let applied = tune::apply(plan, view, config_root, validator)
+        .with_context(|| format!("applying profile {}", plan.profile))?;
+    writeln!(
+        out,
+        "applied {} change(s) from profile {}, verified by re-reading /proc/sys",
+        applied.changed.len(),
+        plan.profile
+    )?;
+    for (key, before, after) in &applied.changed {
+        writeln!(out, "  {key}: {before} -> {after}")?;
+    }
+    for (key, why) in &plan.skipped {
+        writeln!(out, "  skipped {key}: {why}")?;
+    }
+    writeln!(out, "wrote {}", applied.file.display())?;
+    writeln!(out, "previous values saved in {}", applied.state.display())?;
+    for o in &applied.overridden_by {
+        writeln!(out, "warning: {o} is applied later at boot and overrides this profile")?;
+    }
+    Ok(())
+}
+
+fn revert(view: &HostView, config_root: &Path, profile: Option<&str>) -> Result<ExitCode> {
+    let names = match profile {
+        Some(p) => vec![profile_name(p)?],
+        None => tune::applied_profiles(config_root),
+    };
+    if names.is_empty() {
+        bail!("nothing to revert: no saved tune state under {}", config_root.display());
+    }
+    let mut out = std::io::stdout().lock();
+    for name in names {
+        let restored = tune::revert(view, config_root, &name)
+            .with_context(|| format!("reverting profile {name}"))?;
+        writeln!(out, "reverted profile {name}: {} value(s) restored", restored.len())?;
+        for (key, value) in restored {
+            writeln!(out, "  {key} = {value}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The name a `--profile` argument was applied under (a file's `name`, or the built-in name).
+fn profile_name(arg: &str) -> Result<String> {
+    if arg.contains('/') || arg.ends_with(".toml") {
+        Ok(load(arg)?.name)
+    } else {
+        Ok(arg.to_owned())
+    }
+}
+
+/// The lab `--verify-with` measures in: a veth pair, a `tcptail bench server` in the server
+/// namespace, and one `tcptail bench client ... --json` run per measurement.
+struct VethLab {
+    topo: Topology,
+    exe: PathBuf,
+    bench_args: Vec<String>,
+    percentile: String,
+}
+
+const LAB_PORT: u16 = 7878;
+
+impl Lab for VethLab {
+    fn set(&mut self, key: &str, value: &str) -> Result<(), tcptail_audit::Error> {
+        self.topo.client().set_sysctl(key, value)?;
+        self.topo.server().set_sysctl(key, value)?;
+        Ok(())
+    }
+
+    fn measure(&mut self) -> Result<f64, tcptail_audit::Error> {
+        let server = format!("{SERVER_ADDR}:{LAB_PORT}");
+        let out = self
+            .topo
+            .client_command(&self.exe)
+            .args(["bench", "client", &server, "--json"])
+            .args(&self.bench_args)
+            .output()
+            .map_err(|e| measure_err(format!("running tcptail bench client: {e}")))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(measure_err(format!("tcptail bench client: {}", err.trim())));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| measure_err(format!("bench JSON: {e}")))?;
+        v["latency_us"][&self.percentile]
+            .as_f64()
+            .ok_or_else(|| measure_err(format!("bench JSON has no latency_us.{}", self.percentile)))
+    }
+}
+
+fn measure_err(message: String) -> tcptail_audit::Error {
+    tcptail_audit::Error::Measure { message }
+}
+
+fn verify_with(p: &Profile, bench_args: &str, percentile: &str, runs: usize) -> Result<ExitCode> {
+    ensure_root()?;
+    signal::install(signal::DEFAULT_GRACE)?;
+    let cleanup = Cleanup::new();
+    let topo = Topology::veth_pair("client", "server").build(&cleanup)?;
+    // The plan against the lab's own (fresh namespace) values; host-scope keys are skipped.
+    let profile = p.clone();
+    let plan = topo.client().run(move || {
+        let view = HostView::at("/");
+        tune::plan(&profile, &snapshot(&view, &profile))
+    })?;
+    let exe = std::env::current_exe().context("locating the tcptail binary")?;
+    let mut lab = VethLab {
+        topo,
+        exe,
+        bench_args: bench_args.split_whitespace().map(str::to_owned).collect(),
+        percentile: percentile.to_owned(),
+    };
+    let mut server = lab.topo.server_command(&lab.exe);
+    server.args(["bench", "server", "--listen", &format!("{SERVER_ADDR}:{LAB_PORT}")]);
+    server.stdout(Stdio::null()).stderr(Stdio::null());
+    lab.topo.processes().spawn("bench-server", server, Group::Own)?;
+    wait_for_server(&lab.topo)?;
+    eprintln!(
+        "verifying {} per-namespace change(s) of {} in a lab namespace pair: {runs} run(s) \
+         of `tcptail bench client {bench_args}` before and after each",
+        plan.changes().filter(|e| e.scope == Scope::Netns).count(),
+        plan.profile
+    );
+    let mut progress = |t: &verify::Trial| {
+        let verdict = if t.kept { "kept" } else { "reverted" };
+        eprintln!("  {} {} -> {}: {verdict}", t.key, t.from, t.to);
+    };
+    let trials = verify::verify_each(&plan, &mut lab, runs, &mut progress)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(verify::render(&trials, percentile).as_bytes())?;
+    let kept: Vec<&verify::Trial> = trials.iter().filter(|t| t.kept).collect();
+    writeln!(
+        out,
+        "\n# {} of {} change(s) kept; the host was not changed.",
+        kept.len(),
+        trials.len()
+    )?;
+    for (key, why) in &plan.skipped {
+        writeln!(out, "# not measured: {key} ({why})")?;
+    }
+    for t in kept {
+        writeln!(out, "{} = {}", t.key, t.to)?;
+    }
+    out.flush()?;
+    drop(lab);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn wait_for_server(topo: &Topology) -> Result<()> {
+    let addr = std::net::SocketAddr::from((SERVER_ADDR, LAB_PORT));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ok = topo.client().run(move || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        })?;
+        if ok {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the lab's tcptail bench server did not accept connections within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

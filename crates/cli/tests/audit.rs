@@ -1,0 +1,395 @@
+//! The real `tcptail audit` and `tcptail tune` binaries: against fake root trees (exit codes,
+//! JSON, host scope, dry run, emitted sysctl and Ansible parsed as YAML, apply/revert), and as
+//! root inside throwaway network namespaces (apply, verify, revert for real; a value the kernel
+//! rejects caught by validation). The host's own settings are read before and after and must
+//! not change.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tcptail_audit::fixture::FakeRoot;
+use tcptail_netns::{Cleanup, Netns, ensure_root};
+
+fn bin() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("tcptail")
+}
+
+fn tcptail(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().expect("run tcptail")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn root_arg(f: &FakeRoot) -> &str {
+    f.path().to_str().expect("utf-8 path")
+}
+
+/// Every file under `dir` with its content, sorted (to compare trees before and after).
+fn tree(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn audit_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    // Stock host: no FAIL against the baseline, FAIL against trading (slow start after idle).
+    let out = tcptail(&["audit", "--root", root_arg(&f)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = tcptail(&["audit", "--root", root_arg(&f), "--profile", "trading-latency"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("FAIL   sysctl:net.ipv4.tcp_slow_start_after_idle"), "{stdout}");
+    assert!(stdout.contains("STATUS CHECK"), "{stdout}");
+    // A known-bad live value fails the baseline.
+    f.sysctl("net.ipv4.tcp_frto", "0");
+    let out = tcptail(&["audit", "--root", root_arg(&f)]);
+    assert_eq!(out.status.code(), Some(1));
+    // Errors: 2.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"bad\"\nextends = \"trading-latency\"\n[[setting]]\nkey = \"net.core.busy_poll\"\nvalue = 50\nscope = \"netns\"\nrationale = \"x\"\n").unwrap();
+    let out = tcptail(&["audit", "--root", root_arg(&f), "--profile", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("bad.toml:4: net.core.busy_poll: is host-wide"), "{err}");
+    let out = tcptail(&["audit", "--root", "/nonexistent-tcptail-root"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = tcptail(&["audit", "--root", root_arg(&f), "--profile", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown profile \"nope\""));
+}
+
+#[test]
+fn audit_reads_this_host_without_error() {
+    // Read-only: the live host, with tc/ethtool where installed.
+    let out = tcptail(&["audit", "--profile", "trading-latency", "--json"]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let ids: Vec<&str> =
+        v["findings"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap()).collect();
+    for id in ["fm1-bbr-probe-in-burst", "fm5-time-wait-exhaustion", "bbr-pacing", "cpu-governor"] {
+        assert!(ids.contains(&id), "{id}: {ids:?}");
+    }
+}
+
+#[test]
+fn audit_json_and_host_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.child_netns();
+    let out = tcptail(&["audit", "--root", root_arg(&f), "--profile", "trading-latency", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(v["profile"], "trading-latency");
+    assert_eq!(v["child_netns"], true);
+    let findings = v["findings"].as_array().unwrap();
+    let get = |id: &str| findings.iter().find(|x| x["id"] == id).unwrap_or_else(|| panic!("{id}"));
+    assert_eq!(get("sysctl:net.core.busy_poll")["status"], "N/A");
+    assert_eq!(get("sysctl:net.core.busy_poll")["evidence"], "host scope: not visible here");
+    assert_eq!(get("sysctl:net.ipv4.tcp_slow_start_after_idle")["status"], "FAIL");
+    for x in findings {
+        for field in ["id", "status", "current", "recommended", "rationale"] {
+            assert!(x[field].is_string(), "{x}");
+        }
+    }
+    let fails: Vec<&Value> = findings.iter().filter(|x| x["status"] == "FAIL").collect();
+    assert!(fails.iter().all(|x| !x["id"].as_str().unwrap().contains("net.core")), "{fails:?}");
+}
+
+#[test]
+fn tune_dry_run_and_emit() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let before = tree(f.path());
+    let out = tcptail(&["tune", "--root", root_arg(&f), "--profile", "trading-latency"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("# dry run: nothing written. Would write "), "{s}");
+    assert!(s.contains("99-tcptail-trading-latency.conf"), "{s}");
+    assert!(s.contains("# keep cwnd across quiet periods"), "{s}");
+    assert!(
+        s.contains(
+            "-net.ipv4.tcp_slow_start_after_idle = 1\n+net.ipv4.tcp_slow_start_after_idle = 0"
+        ),
+        "{s}"
+    );
+    assert_eq!(tree(f.path()), before, "a dry run writes nothing");
+    let out = tcptail(&[
+        "tune",
+        "--root",
+        root_arg(&f),
+        "--profile",
+        "trading-latency",
+        "--emit",
+        "sysctl",
+    ]);
+    let conf = text(&out.stdout);
+    assert!(conf.lines().any(|l| l == "net.ipv4.tcp_keepalive_time = 30"), "{conf}");
+    assert!(conf.lines().any(|l| l == "kernel.numa_balancing = 0"), "{conf}");
+    assert_eq!(tree(f.path()), before);
+}
+
+#[test]
+fn tune_emit_ansible_is_yaml() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let out = tcptail(&[
+        "tune",
+        "--root",
+        root_arg(&f),
+        "--profile",
+        "bulk-throughput",
+        "--emit",
+        "ansible",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let yaml = dir.path().join("tasks.yml");
+    std::fs::write(&yaml, &out.stdout).unwrap();
+    let script = "import json, sys, yaml\nprint(json.dumps(yaml.safe_load(open(sys.argv[1]))))";
+    let py = Command::new("python3").args(["-c", script, yaml.to_str().unwrap()]).output();
+    let py = py.expect("python3 with PyYAML is needed to check the Ansible output");
+    assert!(py.status.success(), "not YAML: {}\n{}", text(&py.stderr), text(&out.stdout));
+    let tasks: Value = serde_json::from_slice(&py.stdout).unwrap();
+    let tasks = tasks.as_array().expect("a task list");
+    assert_eq!(tasks.len(), 3);
+    let copy = &tasks[0]["ansible.builtin.copy"];
+    assert_eq!(copy["dest"], "/etc/sysctl.d/99-tcptail-bulk-throughput.conf");
+    assert_eq!(copy["mode"], "0644");
+    let conf = tcptail(&[
+        "tune",
+        "--root",
+        root_arg(&f),
+        "--profile",
+        "bulk-throughput",
+        "--emit",
+        "sysctl",
+    ]);
+    assert_eq!(copy["content"].as_str().unwrap(), text(&conf.stdout));
+    assert_eq!(tasks[1]["ansible.builtin.command"]["argv"][1], "-p");
+    assert_eq!(tasks[1]["when"], "tcptail_sysctl_file.changed");
+    let items = tasks[2]["loop"].as_array().unwrap();
+    let conf_keys: Vec<String> = text(&conf.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(" = ").next().unwrap().to_owned())
+        .collect();
+    let loop_keys: Vec<String> =
+        items.iter().map(|i| i["key"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(loop_keys, conf_keys);
+    let qdisc = items.iter().find(|i| i["key"] == "net.core.default_qdisc").unwrap();
+    assert_eq!(qdisc["value"], "fq");
+    assert!(tasks[2]["failed_when"].as_str().unwrap().contains("item.value"));
+}
+
+#[test]
+fn tune_apply_and_revert_in_a_fake_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let before = tree(f.path());
+    let r = root_arg(&f);
+    let out = tcptail(&["tune", "--root", r, "--profile", "trading-latency", "--apply"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("net.ipv4.tcp_slow_start_after_idle: 1 -> 0"), "{s}");
+    assert!(s.contains("verified by re-reading /proc/sys"), "{s}");
+    assert!(f.path().join("etc/sysctl.d/99-tcptail-trading-latency.conf").is_file());
+    // Every profile setting now passes.
+    let out = tcptail(&["audit", "--root", r, "--profile", "trading-latency", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for x in v["findings"].as_array().unwrap() {
+        if x["id"].as_str().unwrap().starts_with("sysctl:") {
+            assert_eq!(x["status"], "OK", "{x}");
+        }
+    }
+    // Applying twice is refused.
+    let out = tcptail(&["tune", "--root", r, "--profile", "trading-latency", "--apply"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("already applied"), "{}", text(&out.stderr));
+    let out = tcptail(&["tune", "--root", r, "--revert"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("reverted profile trading-latency"));
+    // The kernel prints multi-value sysctls tab-separated; a fake file keeps what was written.
+    let normalized = |t: Vec<(PathBuf, String)>| -> Vec<(PathBuf, String)> {
+        t.into_iter()
+            .map(|(p, c)| (p, c.split_whitespace().collect::<Vec<_>>().join(" ")))
+            .collect()
+    };
+    assert_eq!(
+        normalized(tree(f.path())),
+        normalized(before),
+        "revert restores every value exactly and removes the file"
+    );
+    let out = tcptail(&["tune", "--root", r, "--revert"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("nothing to revert"));
+}
+
+// ---- Real namespaces (root) ----
+
+fn require_root() {
+    if let Err(e) = ensure_root() {
+        panic!("these tests need root with CAP_NET_ADMIN + CAP_SYS_ADMIN: {e}");
+    }
+}
+
+const NETNS_PROFILE: &str = r#"name = "nstest"
+[[setting]]
+key = "net.ipv4.tcp_slow_start_after_idle"
+value = 0
+scope = "netns"
+rationale = "failure mode 6"
+[[setting]]
+key = "net.ipv4.tcp_keepalive_time"
+at_most = 30
+scope = "netns"
+rationale = "keepalives"
+[[setting]]
+key = "net.ipv4.tcp_rmem"
+field = 2
+at_least = 67108864
+scope = "netns"
+rationale = "autotuning cap"
+"#;
+
+const KEYS: [&str; 3] =
+    ["net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_rmem"];
+
+fn in_netns(ns: &Netns, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(bin())
+        .args(args)
+        .output()
+        .expect("ip netns exec tcptail")
+}
+
+fn values(ns: Option<&Netns>) -> Vec<String> {
+    KEYS.iter()
+        .map(|k| match ns {
+            Some(ns) => ns.sysctl(k).unwrap(),
+            None => tcptail_netns::sysctl::host_sysctl(k).unwrap(),
+        })
+        .collect()
+}
+
+#[test]
+fn apply_verify_revert_in_a_network_namespace() {
+    require_root();
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "tune").unwrap();
+    let host_before = values(None);
+    let ns_before = values(Some(&ns));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("nstest.toml");
+    std::fs::write(&profile, NETNS_PROFILE).unwrap();
+    let cfg = dir.path().join("cfg");
+    let (p, c) = (profile.to_str().unwrap(), cfg.to_str().unwrap());
+    let out = in_netns(&ns, &["tune", "--profile", p, "--apply", "--config-root", c]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let applied = values(Some(&ns));
+    assert_eq!(applied[0], "0");
+    assert_eq!(applied[1], "30");
+    assert!(applied[2].ends_with(" 67108864"), "{applied:?}");
+    assert_eq!(values(None), host_before, "the host is untouched");
+    assert!(cfg.join("etc/sysctl.d/99-tcptail-nstest.conf").is_file());
+    // The audit inside the namespace knows it is in a child namespace.
+    let out = in_netns(&ns, &["audit", "--profile", "trading-latency", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["child_netns"], true);
+    let busy = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == "sysctl:net.core.busy_poll")
+        .cloned();
+    assert_eq!(busy.unwrap()["status"], "N/A");
+    let out = in_netns(&ns, &["tune", "--revert", "--profile", p, "--config-root", c]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(values(Some(&ns)), ns_before, "reverted exactly");
+    assert!(!cfg.join("etc/sysctl.d/99-tcptail-nstest.conf").exists());
+    assert_eq!(values(None), host_before);
+    ns.delete().unwrap();
+}
+
+#[test]
+fn a_rejected_value_is_caught_before_anything_is_applied() {
+    require_root();
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "tunebad").unwrap();
+    let ns_before = values(Some(&ns));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("bad.toml");
+    let text_ = format!(
+        "{NETNS_PROFILE}[[setting]]\nkey = \"net.ipv4.tcp_ecn\"\nvalue = 9\nscope = \"netns\"\nrationale = \"out of range\"\n"
+    );
+    std::fs::write(&profile, text_).unwrap();
+    let cfg = dir.path().join("cfg");
+    let out = in_netns(
+        &ns,
+        &[
+            "tune",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--apply",
+            "--config-root",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("net.ipv4.tcp_ecn"), "{err}");
+    assert_eq!(values(Some(&ns)), ns_before, "nothing applied");
+    assert!(!cfg.join("etc/sysctl.d/99-tcptail-nstest.conf").exists());
+    ns.delete().unwrap();
+}
+
+#[test]
+fn verify_with_measures_each_change_in_a_lab() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("vw.toml");
+    std::fs::write(&profile, NETNS_PROFILE).unwrap();
+    let host_before = values(None);
+    let child = Command::new(bin())
+        .args(["tune", "--profile", profile.to_str().unwrap(), "--runs", "2"])
+        .args(["--verify-with", "--duration 200ms --warmup 50ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let child = child.wait_with_output().unwrap();
+    let stdout = text(&child.stdout);
+    assert!(child.status.success(), "{stdout}{}", text(&child.stderr));
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("KEY") && header.contains("p99 BEFORE"), "{stdout}");
+    for key in KEYS {
+        let row = stdout.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(row.ends_with("kept") || row.contains("reverted"), "{row}");
+    }
+    assert!(stdout.contains("change(s) kept; the host was not changed."), "{stdout}");
+    assert_eq!(values(None), host_before, "the host is untouched");
+    // The lab's namespaces are gone.
+    let prefix = format!("tcptail-{pid}-");
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    assert!(!left.iter().any(|n| n.starts_with(&prefix)), "{left:?}");
+}
