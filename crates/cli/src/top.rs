@@ -1,0 +1,224 @@
+//! `tcptail top`: a refreshing terminal table of the matched TCP connections, sorted by RTT,
+//! estimated send-queue delay or retransmits; `--once --json` prints one snapshot for scripts.
+//!
+//! In the live view, typing `r`, `d` or `t` and Enter re-sorts by RTT, delay or retransmits;
+//! `q` quits.
+//!
+//! Connections are chosen by a selector file and/or `--port`/`--dport`/`--sport`/`--dst`,
+//! compiled into a kernel-side filter, so only matching sockets are read. Without any, all
+//! established connections are shown. Exit codes: 1 when the dump fails, 2 for bad flags.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use tcptail_diag::filter::{Filter, Side};
+use tcptail_diag::selector::{parse_port, parse_prefix};
+use tcptail_diag::{Connection, DumpRequest, wire};
+
+use crate::exporter::{load_selectors, open_dumper};
+
+/// Sort order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SortKey {
+    /// Smoothed RTT, highest first.
+    Rtt,
+    /// Estimated send-queue delay, highest first.
+    Delay,
+    /// Total retransmitted segments, highest first.
+    Retrans,
+}
+
+/// Flags of `tcptail top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Selector file (TOML, as for `tcptail exporter`); connections matching any selector.
+    #[arg(long)]
+    selectors: Option<PathBuf>,
+    /// Either end's port is PORT or in LO-HI (repeatable).
+    #[arg(long)]
+    port: Vec<String>,
+    /// Remote port or LO-HI (repeatable).
+    #[arg(long)]
+    dport: Vec<String>,
+    /// Local port or LO-HI (repeatable).
+    #[arg(long)]
+    sport: Vec<String>,
+    /// Remote address or prefix, e.g. 10.0.0.0/8 (repeatable).
+    #[arg(long)]
+    dst: Vec<String>,
+    /// Include every state, not only established connections.
+    #[arg(long)]
+    all_states: bool,
+    /// Read the sockets of this network namespace (/run/netns/NAME).
+    #[arg(long)]
+    netns: Option<String>,
+    /// Sort order.
+    #[arg(long, value_enum, default_value = "delay")]
+    sort: SortKey,
+    /// Rows shown (0: all).
+    #[arg(long, default_value_t = 40)]
+    limit: usize,
+    /// Refresh interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Print one snapshot and exit.
+    #[arg(long)]
+    once: bool,
+    /// JSON output (one array per snapshot).
+    #[arg(long)]
+    json: bool,
+}
+
+fn filter(args: &TopArgs) -> Result<Option<Filter>> {
+    let mut all = Vec::new();
+    let ports = |values: &[String], sides: &[Side], flag: &str| -> Result<Option<Filter>> {
+        if values.is_empty() {
+            return Ok(None);
+        }
+        let mut any = Vec::new();
+        for v in values {
+            for side in sides {
+                any.push(
+                    parse_port(v, *side)
+                        .with_context(|| format!("--{flag} {v:?}: want PORT or LO-HI"))?,
+                );
+            }
+        }
+        Ok(Some(Filter::Or(any)))
+    };
+    all.extend(ports(&args.port, &[Side::Local, Side::Remote], "port")?);
+    all.extend(ports(&args.dport, &[Side::Remote], "dport")?);
+    all.extend(ports(&args.sport, &[Side::Local], "sport")?);
+    if !args.dst.is_empty() {
+        let any = args
+            .dst
+            .iter()
+            .map(|v| {
+                parse_prefix(v)
+                    .map(|prefix| Filter::Addr { side: Side::Remote, prefix })
+                    .with_context(|| format!("--dst {v:?}: want ADDR or ADDR/LEN"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        all.push(Filter::Or(any));
+    }
+    let selectors = load_selectors(args.selectors.as_ref(), None)?;
+    all.extend(selectors.filter());
+    Ok((!all.is_empty()).then_some(Filter::And(all)))
+}
+
+/// Runs `tcptail top`.
+pub fn run(args: TopArgs) -> Result<ExitCode> {
+    let req = DumpRequest {
+        filter: filter(&args)?,
+        states: if args.all_states { wire::ALL_STATES } else { wire::ESTABLISHED },
+        ..DumpRequest::default()
+    };
+    let mut dumper = open_dumper(args.netns.as_deref())?;
+    let tty = std::io::stdout().is_terminal();
+    let mut key = args.sort;
+    // The live view reads commands from stdin, one per line: r (RTT), d (queue delay),
+    // t (retransmits), q (quit). No raw terminal mode: type the letter and Enter.
+    let (tx, commands) = std::sync::mpsc::channel::<String>();
+    // Kept for the whole loop so `recv_timeout` waits even when no reader thread runs.
+    let _keep = tx.clone();
+    if !args.once && std::io::stdin().is_terminal() {
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    loop {
+        let mut conns = dumper.collect(&req)?;
+        sort(&mut conns, key);
+        if args.limit > 0 {
+            conns.truncate(args.limit);
+        }
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            serde_json::to_writer_pretty(&mut out, &conns)?;
+            writeln!(out)?;
+        } else {
+            if tty && !args.once {
+                write!(out, "\x1b[2J\x1b[H")?;
+            }
+            write!(out, "{}", table(&conns, key))?;
+            if !args.once {
+                writeln!(out, "[r]tt [d]elay re[t]rans [q]uit + Enter")?;
+            }
+        }
+        out.flush()?;
+        if args.once {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let wait = Duration::from_millis(args.interval_ms.max(50));
+        if let Ok(cmd) = commands.recv_timeout(wait) {
+            match cmd.trim() {
+                "r" => key = SortKey::Rtt,
+                "d" => key = SortKey::Delay,
+                "t" => key = SortKey::Retrans,
+                "q" => return Ok(ExitCode::SUCCESS),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn sort(conns: &mut [Connection], key: SortKey) {
+    match key {
+        SortKey::Rtt => conns.sort_by(|a, b| b.rtt_secs().total_cmp(&a.rtt_secs())),
+        SortKey::Delay => {
+            conns.sort_by(|a, b| b.queue_delay_secs().total_cmp(&a.queue_delay_secs()))
+        }
+        SortKey::Retrans => conns.sort_by_key(|c| std::cmp::Reverse(c.retrans())),
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.3}", v * 1e3))
+}
+
+/// Renders the table (pure, for tests).
+pub fn table(conns: &[Connection], key: SortKey) -> String {
+    let mut s = format!(
+        "tcptail top: {} connections, sorted by {key:?} (--sort rtt|delay|retrans)\n\
+         {:<24} {:<24} {:<6} {:>9} {:>9} {:>6} {:>9} {:>10} {:>8} {:>10} {:<15}\n",
+        conns.len(),
+        "LOCAL",
+        "REMOTE",
+        "CC",
+        "RTT_MS",
+        "MINRTT_MS",
+        "CWND",
+        "UNSENT_B",
+        "SQDELAY_MS",
+        "RETRANS",
+        "DELIV_Mbps",
+        "BBR_PHASE",
+    );
+    for c in conns {
+        let i = c.info.as_ref();
+        s.push_str(&format!(
+            "{:<24} {:<24} {:<6} {:>9} {:>9} {:>6} {:>9} {:>10} {:>8} {:>10} {:<15}\n",
+            c.local.to_string(),
+            c.remote.to_string(),
+            c.cc.as_deref().unwrap_or("-"),
+            ms(i.map(|i| f64::from(i.rtt_us) / 1e6)),
+            ms(i.and_then(|i| i.min_rtt_us).map(|v| f64::from(v) / 1e6)),
+            i.map_or("-".into(), |i| i.snd_cwnd_segs.to_string()),
+            i.and_then(|i| i.notsent_bytes).map_or("-".into(), |v| v.to_string()),
+            ms(c.derived.send_queue_delay.map(|d| d.delay.as_secs_f64())),
+            c.retrans(),
+            i.and_then(|i| i.delivery_rate_bytes_per_sec)
+                .map_or("-".into(), |r| format!("{:.1}", r as f64 * 8.0 / 1e6)),
+            c.derived.bbr_phase.map_or("-", |p| p.as_str()),
+        ));
+    }
+    s
+}

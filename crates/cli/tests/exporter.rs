@@ -1,0 +1,412 @@
+//! `tcptail exporter` and `tcptail top` against real loopback connections, and the Prometheus
+//! integration: Prometheus from Debian scrapes the exporter, series arrive with sane values and
+//! the send-queue-delay alert fires when a slow reader pushes the delay above its budget.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Kills the child on drop.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the exporter on an ephemeral loopback port and returns its address.
+fn exporter(extra: &[&str]) -> (Guard, SocketAddr) {
+    let mut child = Command::cargo_bin("tcptail")
+        .unwrap()
+        .args(["exporter", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .parse()
+        .unwrap();
+    (Guard(child), addr)
+}
+
+fn http_get(addr: SocketAddr, path: &str, accept: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\nAccept: {accept}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_owned());
+    (status, body)
+}
+
+/// A loopback listener and one connection to it, with `n` bytes written by the client.
+fn conn(n: usize) -> (TcpListener, TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    c.write_all(&vec![1u8; n]).unwrap();
+    (l, c, s)
+}
+
+fn selector_file(dir: &Path, port: u16, cap: usize) -> PathBuf {
+    let p = dir.join("sel.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "max_connections = {cap}\n[[selector]]\nname = \"test\"\nremote_ports = [\"{port}\"]\nremote_addrs = [\"127.0.0.0/8\"]\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn exporter_serves_selected_loopback_connections() {
+    let (l, _c, _s) = conn(50_000);
+    let (_c2, _s2) = {
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (c, l.accept().unwrap().0)
+    };
+    let port = l.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let sel = selector_file(dir.path(), port, 1);
+    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    let (status, body) = http_get(addr, "/metrics", "text/plain");
+    assert_eq!(status, 200, "{body}");
+    let rtt: Vec<&str> =
+        body.lines().filter(|l| l.starts_with("tcptail_connection_rtt_seconds{")).collect();
+    assert_eq!(rtt.len(), 1, "cap of 1: {rtt:?}");
+    assert!(rtt[0].starts_with(
+        r#"tcptail_connection_rtt_seconds{selector="test",peer="127.0.0.1",conn="0"} "#
+    ));
+    let v: f64 = rtt[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(v > 0.0 && v < 0.1, "loopback RTT {v}");
+    assert!(body.contains("tcptail_connections_unexported_total 1\n"), "{body}");
+    assert!(body.contains(r#"tcptail_sockets{group="test",state="ESTABLISHED""#));
+    assert!(body.contains(r#"tcptail_sockets{group="other",state="LISTEN""#));
+    assert!(body.contains("tcptail_connection_congestion_info{"));
+    assert!(!body.contains(&format!("{}", _c2.local_addr().unwrap().port())));
+    let (_, om) = http_get(addr, "/metrics", "application/openmetrics-text; version=1.0.0");
+    assert!(om.ends_with("# EOF\n"));
+    assert_eq!(http_get(addr, "/nope", "*/*").0, 404);
+}
+
+#[test]
+fn exporter_no_aggregates_reads_only_selected_sockets() {
+    let (l, _c, _s) = conn(10);
+    let dir = tempfile::tempdir().unwrap();
+    let sel = selector_file(dir.path(), l.local_addr().unwrap().port(), 10);
+    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap(), "--no-aggregates"]);
+    let (_, body) = http_get(addr, "/metrics", "text/plain");
+    // Kernel-filtered: the client side (remote port = listener) only.
+    assert!(body.contains("tcptail_sockets_seen 1\n"), "{body}");
+    assert!(!body.contains("group=\"other\""));
+}
+
+#[test]
+fn bad_selector_file_exits_1_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, "[[selector]]\nname = \"x\"\nremote_ports = [\"99999\"]\n").unwrap();
+    let out = Command::cargo_bin("tcptail")
+        .unwrap()
+        .args(["exporter", "--listen", "127.0.0.1:0", "--selectors"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad port \"99999\""), "{err}");
+}
+
+#[test]
+fn top_once_json_lists_matched_connections() {
+    let (l, _c, _s) = conn(100_000);
+    let port = l.local_addr().unwrap().port().to_string();
+    let out = Command::cargo_bin("tcptail")
+        .unwrap()
+        .args(["top", "--once", "--json", "--dport", &port, "--sort", "rtt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let arr = v.as_array().unwrap();
+    assert_eq!(arr.len(), 1, "{v:#}");
+    let c = &arr[0];
+    assert_eq!(c["remote"].as_str().unwrap(), format!("127.0.0.1:{port}"));
+    assert!(c["info"]["rtt_us"].as_u64().unwrap() > 0);
+    assert!(c["derived"].get("send_queue_delay").is_some());
+    // The table form.
+    let out = Command::cargo_bin("tcptail")
+        .unwrap()
+        .args(["top", "--once", "--port", &port])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("SQDELAY_MS") && text.matches(&port).count() == 2, "{text}");
+}
+
+// ---------------------------------------------------------------- Prometheus integration
+
+fn ensure_prometheus() {
+    let out = Command::new(repo().join("deploy/prometheus/install-prometheus.sh"))
+        .output()
+        .expect("run deploy/prometheus/install-prometheus.sh");
+    assert!(
+        out.status.success(),
+        "Prometheus is required and could not be installed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn promtool(args: &[&str], dir: &Path) -> String {
+    let out = Command::new("promtool").args(args).current_dir(dir).output().unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "promtool {args:?}: {text}");
+    text
+}
+
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn query(prom: SocketAddr, q: &str) -> serde_json::Value {
+    let (status, body) = http_get(prom, &format!("/api/v1/query?query={}", encode(q)), "*/*");
+    assert_eq!(status, 200, "{q}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn promtool_checks_and_unit_tests_the_shipped_rules() {
+    ensure_prometheus();
+    let dir = repo().join("deploy/prometheus");
+    assert!(promtool(&["check", "rules", "alerts.yml"], &dir).contains("SUCCESS"));
+    assert!(promtool(&["test", "rules", "alerts_test.yml"], &dir).contains("SUCCESS"));
+}
+
+#[test]
+fn prometheus_scrapes_exporter_and_send_queue_delay_alert_fires() {
+    ensure_prometheus();
+    // A slow reader: the receiver's small buffer and 40 KB/s reads keep the sender's
+    // unsent bytes large while its delivery rate is low, so notsent / rate >> 100 ms.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut server, _) = l.accept().unwrap();
+    let s1 = stop.clone();
+    let writer = std::thread::spawn(move || {
+        client.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+        let buf = vec![7u8; 64 * 1024];
+        while !s1.load(Ordering::Relaxed) {
+            let _ = client.write(&buf);
+        }
+    });
+    let s2 = stop.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 400];
+        while !s2.load(Ordering::Relaxed) {
+            let _ = server.read(&mut buf);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let sel = selector_file(dir.path(), port, 10);
+    let (_g, exp) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    // The exposition passes promtool's linter.
+    let (_, body) = http_get(exp, "/metrics", "text/plain");
+    let metrics_file = dir.path().join("metrics.txt");
+    std::fs::write(&metrics_file, &body).unwrap();
+    let lint = Command::new("sh")
+        .arg("-c")
+        .arg(format!("promtool check metrics < {}", metrics_file.display()))
+        .output()
+        .unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}",
+        String::from_utf8_lossy(&lint.stderr)
+    );
+
+    let prom_port = free_port();
+    let cfg = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: tcptail\n    static_configs:\n      - targets: ['{exp}']\n",
+            repo().join("deploy/prometheus/alerts.yml").display()
+        ),
+    )
+    .unwrap();
+    let prom = Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus"),
+    );
+    let paddr: SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
+    wait_for("prometheus ready", Duration::from_secs(30), || {
+        TcpStream::connect(paddr).ok().filter(|_| http_get(paddr, "/-/ready", "*/*").0 == 200)
+    });
+    let value = |q: &str| -> Option<f64> {
+        let v = query(paddr, q);
+        v["data"]["result"].as_array()?.first()?["value"][1].as_str()?.parse().ok()
+    };
+    let up = wait_for("up == 1", Duration::from_secs(30), || {
+        value("up{job=\"tcptail\"}").filter(|&v| v == 1.0)
+    });
+    assert_eq!(up, 1.0);
+    let sel_q = r#"{selector="test",peer="127.0.0.1",conn="0"}"#;
+    let rtt = wait_for("rtt series", Duration::from_secs(30), || {
+        value(&format!("tcptail_connection_rtt_seconds{sel_q}"))
+    });
+    assert!(rtt > 0.0 && rtt < 1.0, "rtt {rtt}");
+    let min_rtt = value(&format!("tcptail_connection_min_rtt_seconds{sel_q}")).unwrap();
+    assert!(min_rtt > 0.0 && min_rtt <= rtt * 100.0, "min rtt {min_rtt}");
+    let cwnd = value(&format!("tcptail_connection_cwnd_segments{sel_q}")).unwrap();
+    assert!(cwnd >= 1.0);
+    let seen = value("tcptail_sockets_seen").unwrap();
+    assert!(seen >= 3.0);
+    let delay = wait_for("send-queue delay > 0.1 s", Duration::from_secs(30), || {
+        value(&format!("tcptail_connection_send_queue_delay_seconds{sel_q}")).filter(|&d| d > 0.1)
+    });
+    assert!(delay < 3600.0, "delay {delay}");
+    // The alert goes pending, then fires after its `for: 15s`.
+    let alert = wait_for("TcptailSendQueueDelayHigh firing", Duration::from_secs(90), || {
+        let (_, body) = http_get(paddr, "/api/v1/alerts", "*/*");
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["data"]["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| {
+                a["labels"]["alertname"] == "TcptailSendQueueDelayHigh"
+                    && a["labels"]["selector"] == "test"
+                    && a["state"] == "firing"
+            })
+            .cloned()
+    });
+    assert_eq!(alert["labels"]["peer"], "127.0.0.1");
+    // Every dashboard query is valid PromQL (with its variables substituted).
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/grafana/tcptail.json")).unwrap(),
+    )
+    .unwrap();
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let q = t["expr"].as_str().unwrap().replace("$selector", ".*").replace("$peer", ".*");
+            assert_eq!(query(paddr, &q)["status"], "success", "{q}");
+        }
+    }
+    drop(prom);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    reader.join().unwrap();
+}
+
+#[test]
+fn netns_flag_reads_the_named_namespace() {
+    let cleanup = tcptail_netns::Cleanup::new();
+    let ns = tcptail_netns::Netns::create(&cleanup, "diag")
+        .expect("creating a network namespace needs root (CI runs as root)");
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    // Sockets created on a thread inside the namespace stay in it.
+    let (l, _c, _s) = ns.run(|| conn(1000)).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let top = |netns: Option<&str>| -> serde_json::Value {
+        let mut cmd = Command::cargo_bin("tcptail").unwrap();
+        cmd.args(["top", "--once", "--json", "--all-states", "--port", &port]);
+        if let Some(n) = netns {
+            cmd.args(["--netns", n]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let inside = top(Some(ns.name()));
+    assert_eq!(inside.as_array().unwrap().len(), 3, "listener + both ends: {inside:#}");
+    // The same port in the test's own namespace is someone else's or nobody's: never ours.
+    let outside = top(None);
+    assert!(
+        outside
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["cookie"] != inside[0]["cookie"] || c["local"] != inside[0]["local"])
+    );
+    // The exporter in the namespace.
+    let (_g, addr) = exporter(&["--netns", ns.name()]);
+    let (_, body) = http_get(addr, "/metrics", "text/plain");
+    assert!(body.contains(r#"tcptail_sockets{group="other",state="LISTEN""#), "{body}");
+    let out = Command::cargo_bin("tcptail")
+        .unwrap()
+        .args(["top", "--once", "--netns", "tcptail-no-such-ns"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/run/netns/tcptail-no-such-ns"));
+    drop(ns);
+}
+
+#[test]
+fn top_live_view_refreshes() {
+    let (l, _c, _s) = conn(10);
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut child = Command::cargo_bin("tcptail")
+        .unwrap()
+        .args(["top", "--interval-ms", "100", "--sort", "retrans", "--port", &port])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    child.kill().unwrap();
+    let mut text = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+    let _ = child.wait();
+    let frames = text.matches("tcptail top: 2 connections, sorted by Retrans").count();
+    assert!(frames >= 3, "{frames} frames in 700 ms:\n{text}");
+}

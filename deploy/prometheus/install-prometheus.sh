@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs Prometheus (with promtool) from Debian if it is missing. Used by the integration
+# test in crates/cli/tests/exporter.rs; exits non-zero with the reason when it cannot.
+set -eu
+if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+    exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-prometheus: apt-get not found; install prometheus and promtool by hand" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq || { echo "install-prometheus: apt-get update failed" >&2; exit 1; }
+apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+    || { echo "install-prometheus: apt-get install prometheus failed" >&2; exit 1; }
+# The Debian package starts a system service; this project only needs the binaries.
+command -v prometheus >/dev/null && command -v promtool >/dev/null
