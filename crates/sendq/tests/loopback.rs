@@ -1,0 +1,254 @@
+//! [`BoundedSender`] on real loopback sockets: a non-blocking writer gets `WouldBlock` from the
+//! bound and recovers once the queue drains; a blocking writer waits but never forever; the
+//! LOWAT modes set the socket option.
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+use tcptail_sendq::{BoundedSender, GovernorConfig, Mode};
+
+/// A connected pair whose receiver has a small receive buffer and does not read yet, so the
+/// sender's unsent queue builds up.
+fn pair() -> (TcpStream, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    SockRef::from(&listener).set_recv_buffer_size(16 * 1024).unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    (client, server)
+}
+
+fn drain(mut server: TcpStream, total: u64) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut got = 0;
+        while got < total {
+            match server.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n as u64,
+            }
+        }
+        got
+    })
+}
+
+#[test]
+fn non_blocking_returns_would_block_and_recovers() {
+    let (client, server) = pair();
+    client.set_nonblocking(true).unwrap();
+    // 1 µs at loopback rates is a few KB: the bound trips long before the socket buffer fills.
+    let mut sender =
+        BoundedSender::new(client, GovernorConfig::new(Mode::Threshold(Duration::from_micros(1))))
+            .unwrap();
+    let chunk = vec![1u8; 8 * 1024];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sender.send(&chunk) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if sender.stats().would_block > 0 {
+                    break;
+                }
+            }
+            Err(e) => panic!("send: {e}"),
+        }
+        assert!(Instant::now() < deadline, "the bound never tripped: {:?}", sender.stats());
+    }
+    let stats = sender.stats();
+    assert!(sender.retry_after().is_some_and(|d| d > Duration::ZERO));
+    let e = stats.estimate.expect("an estimate");
+    assert!(e.delay > Duration::from_micros(1), "{e:?}");
+    // Now the receiver drains: the sender must be admitted again.
+    let reader = drain(server, stats.bytes_written + 64 * 1024);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let sent_more = loop {
+        match sender.send(&vec![2u8; 64 * 1024]) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(sender.retry_after().unwrap_or(Duration::from_micros(100)));
+            }
+            Err(e) => panic!("send after drain: {e}"),
+        }
+        assert!(Instant::now() < deadline, "never recovered: {:?}", sender.stats());
+    };
+    assert!(sent_more > 0);
+    drop(sender);
+    let got = reader.join().unwrap();
+    assert_eq!(got, stats.bytes_written + sent_more as u64);
+}
+
+#[test]
+fn blocking_writer_waits_but_never_forever() {
+    let (client, server) = pair();
+    let mut sender =
+        BoundedSender::new(client, GovernorConfig::new(Mode::Threshold(Duration::from_micros(1))))
+            .unwrap();
+    let total = 4u64 << 20;
+    let reader = drain(server, total);
+    let chunk = vec![3u8; 16 * 1024];
+    let start = Instant::now();
+    for _ in 0..total / chunk.len() as u64 {
+        sender.send_all(&chunk).unwrap();
+    }
+    drop(sender.into_inner());
+    assert_eq!(reader.join().unwrap(), total);
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn lowat_modes_set_the_socket_option() {
+    let (client, server) = pair();
+    let sender =
+        BoundedSender::new(client, GovernorConfig::new(Mode::StaticLowat(16_384))).unwrap();
+    assert_eq!(SockRef::from(sender.get_ref()).tcp_notsent_lowat().unwrap(), 16_384);
+    assert_eq!(sender.stats().lowat, Some(16_384));
+    drop(server);
+
+    let (client, server) = pair();
+    let reader = drain(server, 1 << 20);
+    let mut sender = BoundedSender::new(
+        client,
+        GovernorConfig::new(Mode::AdaptiveLowat(Duration::from_millis(1))),
+    )
+    .unwrap();
+    for _ in 0..16 {
+        sender.send_all(&[4u8; 64 * 1024]).unwrap();
+    }
+    let stats = sender.stats();
+    let lowat = stats.lowat.expect("a LOWAT was set");
+    assert_eq!(SockRef::from(sender.get_ref()).tcp_notsent_lowat().unwrap(), lowat);
+    assert!(stats.lowat_sets >= 1 && stats.info_reads >= 1, "{stats:?}");
+    drop(sender);
+    assert_eq!(reader.join().unwrap(), 1 << 20);
+}
+
+#[test]
+fn no_control_writes_everything_without_reading_tcp_info() {
+    let (client, server) = pair();
+    let reader = drain(server, 1 << 20);
+    let mut sender = BoundedSender::new(client, GovernorConfig::new(Mode::NoControl)).unwrap();
+    for _ in 0..16 {
+        sender.send_all(&[5u8; 64 * 1024]).unwrap();
+    }
+    assert_eq!(sender.stats().info_reads, 0);
+    assert_eq!(sender.stats().bytes_written, 1 << 20);
+    drop(sender);
+    assert_eq!(reader.join().unwrap(), 1 << 20);
+}
+
+#[test]
+fn non_blocking_lowat_gets_would_block_from_the_kernel_and_recovers() {
+    let (client, server) = pair();
+    client.set_nonblocking(true).unwrap();
+    let mut sender =
+        BoundedSender::new(client, GovernorConfig::new(Mode::StaticLowat(16_384))).unwrap();
+    let chunk = vec![6u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sender.send(&chunk) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("send: {e}"),
+        }
+        assert!(Instant::now() < deadline, "never blocked: {:?}", sender.stats());
+    }
+    let written = sender.stats().bytes_written;
+    // The peer's small window plus the 16 KB of unsent data, far below a full send buffer.
+    assert!(written < 512 * 1024, "{written} bytes accepted before EAGAIN");
+    let reader = drain(server, written + 4096);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sender.send(&chunk) {
+            Ok(n) => {
+                let total = written + n as u64;
+                drop(sender);
+                assert_eq!(reader.join().unwrap(), total);
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("send after drain: {e}"),
+        }
+        assert!(Instant::now() < deadline, "never recovered");
+    }
+}
+
+#[test]
+fn fresh_sender_merges_while_blocked_and_delivers_the_latest_value() {
+    use tcptail_sendq::{FreshSender, FreshnessPolicy};
+    let (client, server) = pair();
+    client.set_nonblocking(true).unwrap();
+    let policy = FreshnessPolicy { conflate: true, max_age: None };
+    let mut fresh = FreshSender::new(
+        client,
+        GovernorConfig::new(Mode::Threshold(Duration::from_micros(1))),
+        policy,
+    )
+    .unwrap();
+    let msg = |key: u8, seq: u32| {
+        let mut m = vec![0u8; 64];
+        m[0] = key;
+        m[1..5].copy_from_slice(&seq.to_le_bytes());
+        m
+    };
+    // Fill the socket until the bound holds the writer back.
+    let mut seq = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fresh.stats().sender.would_block == 0 {
+        fresh.offer(0, msg(0, seq));
+        seq += 1;
+        fresh.pump().unwrap();
+        assert!(Instant::now() < deadline, "{:?}", fresh.stats());
+    }
+    // Blocked: 100 updates for each of two keys merge into one message per key.
+    for _ in 0..100 {
+        fresh.offer(1, msg(1, seq));
+        fresh.offer(2, msg(2, seq));
+        seq += 1;
+        fresh.pump().unwrap();
+    }
+    let stats = fresh.stats();
+    assert!(stats.queue.merged >= 150, "{stats:?}");
+    assert!(stats.queued <= 3, "one message per key: {stats:?}");
+    // Drain: everything queued goes out, and the last message of each key is its latest.
+    let mut server = server;
+    server.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = server.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        all
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fresh.stats().queued > 0 {
+        fresh.pump().unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+        assert!(Instant::now() < deadline, "never drained: {:?}", fresh.stats());
+    }
+    // Finish a partly written message, if any.
+    while fresh.pump().unwrap() > 0 {}
+    let stats = fresh.stats();
+    drop(fresh);
+    let bytes = reader.join().unwrap();
+    assert_eq!(bytes.len() % 64, 0);
+    assert_eq!(bytes.len() as u64, stats.sender.bytes_written);
+    assert_eq!(stats.messages_sent, bytes.len() as u64 / 64);
+    let last_of = |key: u8| {
+        bytes
+            .chunks(64)
+            .filter(|m| m[0] == key)
+            .map(|m| u32::from_le_bytes(m[1..5].try_into().unwrap()))
+            .next_back()
+    };
+    assert_eq!(last_of(1), Some(seq - 1));
+    assert_eq!(last_of(2), Some(seq - 1));
+    let s = stats.queue;
+    assert_eq!(s.pushed, s.merged + s.dropped_stale + s.popped);
+}
