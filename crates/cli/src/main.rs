@@ -9,8 +9,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod audit;
 mod bench;
+mod exporter;
 mod lab;
+mod sendq;
+mod top;
 
 /// Find, explain and fix TCP tail latency on Linux.
 #[derive(Debug, Parser)]
@@ -28,6 +32,16 @@ enum Command {
     /// Emulated network paths between network namespaces (needs root).
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// The send-queue experiment (SIGCOMM '24 poster) on an emulated path; needs root.
+    Sendq(sendq::SendqArgs),
+    /// Check this host's TCP settings against a profile (exit 0 OK, 1 FAIL, 2 error).
+    Audit(audit::AuditArgs),
+    /// Show, apply (verified, reversible) or revert a profile's sysctl settings.
+    Tune(audit::TuneArgs),
+    /// Serve Prometheus metrics of TCP connections read with sock_diag (/metrics).
+    Exporter(exporter::ExporterArgs),
+    /// Live view of matched TCP connections (RTT, send-queue delay, retransmits).
+    Top(top::TopArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +49,11 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Bench(cmd) => bench::run(*cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Sendq(args) => sendq::run(args),
+        Command::Audit(args) => audit::run_audit(args),
+        Command::Tune(args) => audit::run_tune(args),
+        Command::Exporter(args) => exporter::run(args),
+        Command::Top(args) => top::run(args),
     };
     match outcome {
         Ok(code) => code,
