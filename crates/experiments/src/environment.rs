@@ -1,0 +1,1 @@
+//! The environment block (being written).

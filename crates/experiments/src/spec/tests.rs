@@ -1,0 +1,126 @@
+use super::*;
+
+const GOOD: &str = r#"
+name = "nagle-delack"
+title = "Nagle and delayed ACKs"
+seed = "000_195f82ea5b9a1f8f.txt"
+claim = "A request split in two writes waits for the delayed ACK."
+workload = "split-write"
+table = ["p50_us"]
+
+[params]
+path = "veth"
+duration = "5s"
+
+[mode.smoke]
+rounds = 1
+duration = "1s"
+[mode.quick]
+rounds = 3
+variants = ["off_off"]
+[mode.full]
+rounds = 10
+
+[[variant]]
+name = "off_off"
+label = "Nagle on, QUICKACK off"
+nodelay = false
+
+[[variant]]
+name = "on_rearm"
+nodelay = true
+duration = "2s"
+
+[[plot]]
+kind = "ecdf"
+series = "latency_us"
+title = "Latency"
+log_x = true
+
+[[verdict]]
+verdict = "reproduced"
+when = "off_off.p50_us > 10 * on_rearm.p50_us"
+reason = "p50 {off_off.p50_us} vs {on_rearm.p50_us}"
+
+[[verdict]]
+verdict = "not-reproduced"
+reason = "no stall"
+"#;
+
+fn err(text: &str) -> SpecError {
+    Experiment::parse(text, "x.toml").unwrap_err()
+}
+
+#[test]
+fn parses_a_complete_file() {
+    let e = Experiment::parse(GOOD, "x.toml").unwrap();
+    assert_eq!(e.name, "nagle-delack");
+    assert_eq!(e.variants.len(), 2);
+    assert_eq!(e.variants[0].label, "Nagle on, QUICKACK off");
+    assert_eq!(e.variants[1].label, "on_rearm");
+    assert_eq!(e.mode(Mode::Quick).rounds, 3);
+    assert_eq!(e.variants_in(Mode::Quick).len(), 1);
+    assert_eq!(e.variants_in(Mode::Full).len(), 2);
+    assert_eq!(e.rules.len(), 2);
+    assert_eq!(e.rules[1].when, None);
+    assert!(matches!(&e.plots[0], PlotSpec::Ecdf { log_x: true, .. }));
+}
+
+#[test]
+fn layers_params_then_variant_then_mode() {
+    let e = Experiment::parse(GOOD, "x.toml").unwrap();
+    let v = &e.variants[1];
+    let p = e.params_for(v, Mode::Quick);
+    assert_eq!(p.duration("duration").unwrap(), Some(std::time::Duration::from_secs(2)));
+    let p = e.params_for(v, Mode::Smoke);
+    assert_eq!(p.duration("duration").unwrap(), Some(std::time::Duration::from_secs(1)));
+    assert_eq!(p.line("duration"), Some(15));
+    assert_eq!(p.bool("nodelay").unwrap(), Some(true));
+}
+
+#[test]
+fn errors_name_file_line_and_key() {
+    let e = err(&GOOD.replace("title = ", "titel = "));
+    assert_eq!((e.line, e.key.as_deref()), (Some(3), Some("titel")), "{e}");
+    assert!(e.to_string().starts_with("x.toml:3: `titel`: unknown key"), "{e}");
+
+    let e = err(&GOOD.replace("verdict = \"reproduced\"", "verdict = \"proven\""));
+    assert_eq!(e.key.as_deref(), Some("verdict"), "{e}");
+    assert!(e.problem.contains("proven"), "{e}");
+
+    let e = err(&GOOD.replace("name = \"on_rearm\"", "name = \"on-rearm\""));
+    assert!(e.problem.contains("[a-z][a-z0-9_]*"), "{e}");
+
+    let e = err(&GOOD.replace("rounds = 3", "rounds = 0"));
+    assert_eq!((e.line, e.key.as_deref()), (Some(17), Some("rounds")), "{e}");
+
+    let e = err(&GOOD.replace("[mode.full]\nrounds = 10", ""));
+    assert_eq!(e.key.as_deref(), Some("mode.full"), "{e}");
+
+    let e = err(&GOOD.replace("variants = [\"off_off\"]", "variants = [\"nope\"]"));
+    assert!(e.problem.contains("nope"), "{e}");
+
+    let e = err(&GOOD.replace("kind = \"ecdf\"", "kind = \"pie\""));
+    assert_eq!(e.key.as_deref(), Some("plot"), "{e}");
+
+    let e = err(&GOOD.replace("reason = \"no stall\"", "reason = \"no stall\"\nwhen = \"1 > 0\""));
+    assert!(e.problem.contains("last [[verdict]]"), "{e}");
+
+    let e = err("name = [");
+    assert_eq!(e.line, Some(1), "{e}");
+}
+
+#[test]
+fn duplicate_variants_are_refused() {
+    let text = GOOD.replace("name = \"on_rearm\"", "name = \"off_off\"");
+    assert!(err(&text).problem.contains("defined twice"));
+}
+
+#[test]
+fn param_errors_point_at_the_line_that_set_the_value() {
+    let e = Experiment::parse(GOOD, "x.toml").unwrap();
+    let err = e.param_error(&e.variants[0], Mode::Quick, "nodelay", "bad");
+    assert_eq!(err.line, Some(25), "{err}");
+    let err = e.param_error(&e.variants[0], Mode::Quick, "missing", "is required");
+    assert_eq!(err.line, Some(e.variants[0].line), "{err}");
+}

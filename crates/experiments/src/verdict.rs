@@ -1,0 +1,1 @@
+//! Verdict rules (being written).

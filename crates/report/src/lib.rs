@@ -1,0 +1,18 @@
+//! The results of `tcptail lab run` and the report made from them.
+//!
+//! - [`results`]: the `results.json` schema, the one file every number of a run lives in.
+//!   `tcptail lab report DIR` re-renders the report from it alone, so everything the report
+//!   shows (claims, setups, plot choices, verdicts) is in it.
+//! - [`html`]: `index.html`, self-contained (inline SVG, inline CSS, no scripts that fetch
+//!   anything), one section per experiment.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod html;
+pub mod results;
+
+pub use results::{
+    Environment, ExperimentResult, Lateness, Metric, PlotSpec, Results, RunInfo, Series,
+    SeriesKind, VariantResult, Verdict,
+};

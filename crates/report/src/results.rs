@@ -1,0 +1,521 @@
+//! The `results.json` schema: every number of a `tcptail lab run`, and everything the report
+//! needs to draw itself again from the file alone.
+//!
+//! ```json
+//! {"run": {...}, "environment": {...},
+//!  "experiments": [{"name", "seed", "claim", "verdict", "verdict_reason",
+//!                   "variants": [{"name", "config", "metrics": {...}}], ...}]}
+//! ```
+//!
+//! Metric names carry their unit as a suffix (`p99_us`, `goodput_mbps`, `burst_ms`,
+//! `retrans_pct`); [`unit_of`] reads it. Every metric is kept per round and summarised by its
+//! median and its spread (min and max over rounds), because a single run of a latency
+//! experiment on a shared 2-core machine says little.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The file name inside a run's output directory.
+pub const RESULTS_FILE: &str = "results.json";
+/// The report's file name inside a run's output directory.
+pub const REPORT_FILE: &str = "index.html";
+
+/// One `tcptail lab run`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// How and when the run was made.
+    pub run: RunInfo,
+    /// The machine it ran on.
+    pub environment: Environment,
+    /// One entry per experiment, in the order they were run.
+    pub experiments: Vec<ExperimentResult>,
+}
+
+/// How and when a run was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunInfo {
+    /// `tcptail` version that made the run.
+    pub tool_version: String,
+    /// `smoke`, `quick` or `full`.
+    pub mode: String,
+    /// Start, seconds since the Unix epoch.
+    pub started_unix_s: u64,
+    /// Wall-clock length of the run, seconds.
+    pub duration_s: f64,
+    /// True when the run was stopped (Ctrl-C) before every experiment finished; the file then
+    /// holds what had finished.
+    pub interrupted: bool,
+    /// The command line, for reproduction.
+    pub command: String,
+}
+
+/// The machine a run was made on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Environment {
+    /// `uname -r`.
+    pub kernel: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// The CPU's model name.
+    pub cpu_model: String,
+    /// `net.ipv4.tcp_available_congestion_control`.
+    pub congestion_controls_available: Vec<String>,
+    /// `net.ipv4.tcp_allowed_congestion_control` (what an unprivileged socket may pick).
+    pub congestion_controls_allowed: Vec<String>,
+    /// `net.ipv4.tcp_congestion_control`.
+    pub default_congestion_control: String,
+    /// Queueing disciplines `tc` could create on this kernel (probed in a scratch namespace).
+    pub qdiscs: Vec<String>,
+    /// Which emulator carried the emulated paths (`builtin` or `netem`).
+    pub emulator: String,
+    /// The built-in emulator's self-measured release lateness over the whole run.
+    pub emulator_lateness: Option<Lateness>,
+    /// Anything else worth knowing (CPU frequency governor, virtualisation, steal time...).
+    pub notes: BTreeMap<String, String>,
+}
+
+/// The built-in emulator's self-measured release lateness.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Lateness {
+    /// Worst p99 lateness of any emulated path, µs.
+    pub worst_p99_us: f64,
+    /// Worst single release, µs.
+    pub max_us: f64,
+    /// The p99 bound above which a path's results are marked.
+    pub bound_us: f64,
+    /// How many emulated paths exceeded the bound.
+    pub flagged_paths: usize,
+    /// How many emulated paths there were.
+    pub paths: usize,
+}
+
+impl Lateness {
+    /// Folds another path's figures into this summary.
+    pub fn merge(&mut self, other: &Lateness) {
+        self.worst_p99_us = self.worst_p99_us.max(other.worst_p99_us);
+        self.max_us = self.max_us.max(other.max_us);
+        self.bound_us = self.bound_us.max(other.bound_us);
+        self.flagged_paths += other.flagged_paths;
+        self.paths += other.paths;
+    }
+}
+
+/// What the data says about a seed's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// The claim holds here.
+    Reproduced,
+    /// Part of it holds, or it holds with a smaller effect.
+    Partly,
+    /// It does not hold here.
+    NotReproduced,
+    /// It cannot be tested here (the reason says why), or the experiment did not complete.
+    NotApplicable,
+}
+
+impl Verdict {
+    /// The name used in files and on screen.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Reproduced => "reproduced",
+            Verdict::Partly => "partly",
+            Verdict::NotReproduced => "not-reproduced",
+            Verdict::NotApplicable => "not-applicable",
+        }
+    }
+
+    /// Parses [`Verdict::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<Verdict> {
+        [Verdict::Reproduced, Verdict::Partly, Verdict::NotReproduced, Verdict::NotApplicable]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One experiment: a seed's claim, how it was tested, every variant's numbers and the verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentResult {
+    /// Short name (`trading-cc`), also the experiment file's stem.
+    pub name: String,
+    /// A one-line title.
+    pub title: String,
+    /// The seed document's file name (`000_195f82ea5b9a1f8f.txt`).
+    pub seed: String,
+    /// The claim, quoted from the seed.
+    pub claim: String,
+    /// The setup in prose: path, workload, variants, rounds.
+    pub setup: String,
+    /// What the data says.
+    pub verdict: Verdict,
+    /// Why, with the numbers the rule compared.
+    pub verdict_reason: String,
+    /// The rule as stated in the experiment file.
+    pub verdict_rule: String,
+    /// Rounds completed (variants are interleaved within each round).
+    pub rounds: usize,
+    /// One entry per variant, in the experiment file's order.
+    pub variants: Vec<VariantResult>,
+    /// The plots the experiment file asks for.
+    pub plots: Vec<PlotSpec>,
+    /// The metrics shown in the table, in order (empty: all).
+    pub table: Vec<String>,
+    /// Remarks: steps not applicable here and why, warnings about the data.
+    pub notes: Vec<String>,
+    /// Set when the experiment failed or was interrupted; the variants hold what finished.
+    pub error: Option<String>,
+    /// The emulator's lateness on this experiment's emulated paths, if any.
+    pub lateness: Option<Lateness>,
+    /// Wall-clock seconds the experiment took.
+    pub duration_s: f64,
+}
+
+/// One variant of an experiment, over all rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantResult {
+    /// Short name (`bbr`, `nodelay+rearm`).
+    pub name: String,
+    /// The parameters it ran with, after defaults, mode settings and overrides.
+    pub config: BTreeMap<String, serde_json::Value>,
+    /// Per-metric medians and spreads over rounds.
+    pub metrics: BTreeMap<String, Metric>,
+    /// Distributions and time series, for plots.
+    pub series: Vec<Series>,
+    /// Remarks about this variant (e.g. a lateness-flagged round).
+    pub notes: Vec<String>,
+}
+
+impl VariantResult {
+    /// A metric's median over rounds.
+    pub fn median(&self, metric: &str) -> Option<f64> {
+        self.metrics.get(metric).map(|m| m.median)
+    }
+
+    /// A series by name.
+    pub fn series(&self, name: &str) -> Option<&Series> {
+        self.series.iter().find(|s| s.name == name)
+    }
+}
+
+/// One metric of one variant: a value per round, and their median and range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    /// Median over rounds.
+    pub median: f64,
+    /// Smallest round.
+    pub min: f64,
+    /// Largest round.
+    pub max: f64,
+    /// One value per completed round, in round order.
+    pub values: Vec<f64>,
+    /// The unit, from the name's suffix ([`unit_of`]).
+    pub unit: String,
+}
+
+impl Metric {
+    /// Summarises one value per round (non-finite values are dropped). `None` when no round
+    /// produced a finite value.
+    pub fn from_rounds(name: &str, values: &[f64]) -> Option<Metric> {
+        let values: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        if values.is_empty() {
+            return None;
+        }
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median =
+            if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        Some(Metric {
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+            values,
+            unit: unit_of(name).to_owned(),
+        })
+    }
+}
+
+/// The unit a metric's name declares by its suffix; empty when it has none.
+pub fn unit_of(metric: &str) -> &'static str {
+    const UNITS: [(&str, &str); 12] = [
+        ("_us", "µs"),
+        ("_ms", "ms"),
+        ("_s", "s"),
+        ("_mbps", "Mbit/s"),
+        ("_gbps", "Gbit/s"),
+        ("_pct", "%"),
+        ("_bytes", "B"),
+        ("_kb", "KB"),
+        ("_pkts", "packets"),
+        ("_count", ""),
+        ("_per_s", "/s"),
+        ("_ratio", "×"),
+    ];
+    UNITS.iter().find(|(suffix, _)| metric.ends_with(suffix)).map_or("", |(_, unit)| unit)
+}
+
+/// Points for a plot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    /// Name plots refer to (`latency_us`, `goodput_mbps`).
+    pub name: String,
+    /// What the points are.
+    pub kind: SeriesKind,
+    /// `[x, y]` pairs, x ascending.
+    pub points: Vec<[f64; 2]>,
+}
+
+/// What a [`Series`]'s points are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SeriesKind {
+    /// An empirical CDF: x is a value (in the name's unit), y the fraction of samples at or
+    /// below it (0..=1).
+    Cdf,
+    /// A time series: x is seconds since the start of the measurement, y a value.
+    Time,
+}
+
+/// Most points a [`Series`] keeps; a plot cannot show more.
+pub const MAX_POINTS: usize = 400;
+
+impl Series {
+    /// The empirical CDF of `samples` (sorted in place), thinned to at most [`MAX_POINTS`]
+    /// points that always include the minimum, the maximum and the tail above p99.
+    pub fn cdf(name: impl Into<String>, samples: &mut [f64]) -> Series {
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len();
+        let mut points = Vec::new();
+        if n > 0 {
+            // Evenly spaced ranks for the body, every rank for the last 1 % (up to a limit),
+            // so the tail the report is about is drawn exactly.
+            let tail_start = n.saturating_sub((n / 100).clamp(1, MAX_POINTS / 4));
+            let body = (MAX_POINTS - (n - tail_start)).max(2);
+            let step = (tail_start as f64 / body as f64).max(1.0);
+            let mut r = 0.0;
+            while (r as usize) < tail_start {
+                let i = r as usize;
+                points.push([samples[i], (i + 1) as f64 / n as f64]);
+                r += step;
+            }
+            for (i, &v) in samples.iter().enumerate().skip(tail_start) {
+                points.push([v, (i + 1) as f64 / n as f64]);
+            }
+        }
+        Series { name: name.into(), kind: SeriesKind::Cdf, points }
+    }
+
+    /// A time series from `(seconds, value)` pairs, averaged into at most [`MAX_POINTS`]
+    /// buckets.
+    pub fn time(name: impl Into<String>, mut pairs: Vec<[f64; 2]>) -> Series {
+        pairs.retain(|p| p[0].is_finite() && p[1].is_finite());
+        pairs.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        let points = if pairs.len() <= MAX_POINTS {
+            pairs
+        } else {
+            pairs
+                .chunks(pairs.len().div_ceil(MAX_POINTS))
+                .map(|c| {
+                    let n = c.len() as f64;
+                    [
+                        c.iter().map(|p| p[0]).sum::<f64>() / n,
+                        c.iter().map(|p| p[1]).sum::<f64>() / n,
+                    ]
+                })
+                .collect()
+        };
+        Series { name: name.into(), kind: SeriesKind::Time, points }
+    }
+
+    /// Pools the CDFs of several rounds (each thinned to the same number of quantiles, so
+    /// pooling their points weighs rounds equally) into one.
+    pub fn pool_cdfs(name: &str, rounds: &[&Series]) -> Series {
+        let mut values: Vec<f64> =
+            rounds.iter().flat_map(|s| s.points.iter().map(|p| p[0])).collect();
+        Series::cdf(name, &mut values)
+    }
+}
+
+/// A plot an experiment file asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum PlotSpec {
+    /// The ECDF of a [`SeriesKind::Cdf`] series, one line per variant.
+    Ecdf {
+        /// The series name.
+        series: String,
+        /// Plot title.
+        title: String,
+        /// Logarithmic value axis.
+        #[serde(default)]
+        log_x: bool,
+    },
+    /// A [`SeriesKind::Time`] series, one line per variant.
+    Timeseries {
+        /// The series name.
+        series: String,
+        /// Plot title.
+        title: String,
+    },
+    /// Bars of metric medians with min–max whiskers, one group per variant.
+    Bars {
+        /// The metrics, one bar each per variant.
+        metrics: Vec<String>,
+        /// Plot title.
+        title: String,
+        /// Logarithmic value axis.
+        #[serde(default)]
+        log_y: bool,
+    },
+}
+
+/// Errors reading or writing `results.json`.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a results file of this version.
+    #[error("{path}: not a tcptail results file: {source}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Where and what.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Results {
+    /// Reads `results.json`.
+    pub fn read(path: &Path) -> Result<Results, ResultsError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ResultsError::Io { path: path.display().to_string(), source })?;
+        serde_json::from_str(&text)
+            .map_err(|source| ResultsError::Parse { path: path.display().to_string(), source })
+    }
+
+    /// Writes `results.json` atomically (temporary file, then rename), so an interrupted run
+    /// never leaves half a file.
+    pub fn write(&self, path: &Path) -> Result<(), ResultsError> {
+        let io = |source| ResultsError::Io { path: path.display().to_string(), source };
+        let text = serde_json::to_string_pretty(self).expect("results serialise");
+        write_atomically(path, text.as_bytes()).map_err(io)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_median_and_spread() {
+        let m = Metric::from_rounds("p99_us", &[30.0, 10.0, f64::NAN, 20.0, 40.0]).unwrap();
+        assert_eq!((m.median, m.min, m.max), (25.0, 10.0, 40.0));
+        assert_eq!(m.values, vec![30.0, 10.0, 20.0, 40.0]);
+        assert_eq!(m.unit, "µs");
+        assert!(Metric::from_rounds("x", &[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn units_from_suffixes() {
+        assert_eq!(unit_of("goodput_mbps"), "Mbit/s");
+        assert_eq!(unit_of("burst_ms"), "ms");
+        assert_eq!(unit_of("retrans_pct"), "%");
+        assert_eq!(unit_of("count"), "");
+    }
+
+    #[test]
+    fn cdf_keeps_extremes_and_the_tail() {
+        let mut samples: Vec<f64> = (1..=100_000).map(f64::from).collect();
+        let s = Series::cdf("latency_us", &mut samples);
+        assert!(s.points.len() <= MAX_POINTS + 1, "{}", s.points.len());
+        assert_eq!(s.points[0][0], 1.0);
+        assert_eq!(*s.points.last().unwrap(), [100_000.0, 1.0]);
+        assert!(s.points.windows(2).all(|w| w[0][0] <= w[1][0] && w[0][1] <= w[1][1]));
+        // The tail is dense: every one of the slowest 100 samples is a point.
+        assert!((99_901..=100_000).all(|v| s.points.iter().any(|p| p[0] == f64::from(v))));
+    }
+
+    #[test]
+    fn time_series_is_thinned_by_averaging() {
+        let pairs: Vec<[f64; 2]> = (0..10_000).map(|i| [f64::from(i) * 0.01, 5.0]).collect();
+        let s = Series::time("goodput_mbps", pairs);
+        assert!(s.points.len() <= MAX_POINTS);
+        assert!(s.points.iter().all(|p| p[1] == 5.0));
+    }
+
+    #[test]
+    fn results_round_trip_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let results = Results {
+            run: RunInfo { mode: "smoke".into(), ..RunInfo::default() },
+            environment: Environment::default(),
+            experiments: vec![ExperimentResult {
+                name: "x".into(),
+                title: "t".into(),
+                seed: "000.txt".into(),
+                claim: "c".into(),
+                setup: "s".into(),
+                verdict: Verdict::Partly,
+                verdict_reason: "r".into(),
+                verdict_rule: "rule".into(),
+                rounds: 1,
+                variants: vec![],
+                plots: vec![PlotSpec::Bars {
+                    metrics: vec!["p99_us".into()],
+                    title: "b".into(),
+                    log_y: false,
+                }],
+                table: vec![],
+                notes: vec![],
+                error: None,
+                lateness: None,
+                duration_s: 1.0,
+            }],
+        };
+        let path = dir.path().join(RESULTS_FILE);
+        results.write(&path).unwrap();
+        assert_eq!(Results::read(&path).unwrap(), results);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"verdict\": \"partly\""), "{text}");
+        assert!(text.contains("\"kind\": \"bars\""), "{text}");
+    }
+
+    #[test]
+    fn a_foreign_file_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.json");
+        std::fs::write(&path, "{\"hello\": 1}").unwrap();
+        let err = Results::read(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("results.json") && err.contains("not a tcptail results file"),
+            "{err}"
+        );
+    }
+}
