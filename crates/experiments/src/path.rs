@@ -266,6 +266,11 @@ impl LivePath {
         SERVER_ADDR
     }
 
+    /// The topology (namespaces and links).
+    pub fn topo(&self) -> &Topology {
+        self.topo.as_ref().expect("live until finish")
+    }
+
     /// The topology, for processes started in its namespaces.
     pub fn topology(&mut self) -> &mut Topology {
         self.topo.as_mut().expect("live until finish")

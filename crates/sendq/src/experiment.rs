@@ -31,7 +31,7 @@ use crate::governor::Mode;
 pub mod plot;
 mod variant;
 
-pub use variant::{ChunkRecord, LatencySummary, VariantResult};
+pub use variant::{ChunkRecord, LatencySummary, VariantResult, run_variant};
 
 /// Congestion control of the sending socket (set per socket with `TCP_CONGESTION`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

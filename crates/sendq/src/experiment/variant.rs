@@ -180,7 +180,7 @@ fn receive(
 }
 
 /// Runs one variant on `topo`'s path.
-pub(crate) fn run_variant(
+pub fn run_variant(
     topo: &Topology,
     config: &SendqConfig,
     v: &Variant,
