@@ -388,6 +388,62 @@ fn sigterm_and_sigint_clean_up_by_themselves() {
     }
 }
 
+/// With a terminal, Ctrl-C reaches the interactive command itself (a shell ignores it), so the
+/// lab must not shut down on SIGINT while that command runs; SIGTERM still does. `script`
+/// (util-linux) gives the run a pseudo-terminal.
+#[test]
+fn sigint_belongs_to_an_interactive_command() {
+    let _lock = lab_lock();
+    for (signal, expect_done) in [("INT", true), ("TERM", false)] {
+        let out = tempfile::tempdir().expect("tempdir");
+        let log = out.path().join("tty.log");
+        let command = format!(
+            "{} lab path --out {} --rate 10mbit --rtt 2ms -- sh -c 'sleep 2; echo client-$((40+2))'",
+            bin().display(),
+            out.path().display()
+        );
+        let mut script = Command::new("script")
+            .args(["-qec", &command, log.to_str().expect("utf-8 path")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("`script` (util-linux) runs the lab on a pseudo-terminal");
+        // The lab's pid: the tcptail process whose command line names this test's --out.
+        let marker = out.path().display().to_string();
+        let mut lab_pid = None;
+        let found = eventually(Duration::from_secs(10), || {
+            lab_pid = std::fs::read_dir("/proc").ok().and_then(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok()?.parse::<u32>().ok()).find(
+                    |pid| {
+                        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                        let cmd = String::from_utf8_lossy(&cmd);
+                        cmd.starts_with(bin().to_str().expect("utf-8"))
+                            && cmd.contains(&marker)
+                            && !namespaces_of(*pid).is_empty()
+                    },
+                )
+            });
+            lab_pid.is_some()
+        });
+        assert!(found, "the lab did not start under script");
+        let pid = lab_pid.expect("found");
+        std::thread::sleep(Duration::from_millis(500));
+        let sent = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
+        assert!(sent.expect("kill").success());
+        let exited = eventually(Duration::from_secs(15), || {
+            script.try_wait().expect("wait for script").is_some()
+        });
+        if !exited {
+            let _ = script.kill();
+        }
+        assert!(exited, "SIG{signal}: the lab did not end");
+        let tty = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(tty.contains("client-42"), expect_done, "SIG{signal}: terminal output:\n{tty}");
+        assert!(namespaces_of(pid).is_empty(), "SIG{signal} left {:?}", namespaces_of(pid));
+    }
+}
+
 #[test]
 fn sigkill_then_lab_clean_leaves_nothing() {
     let _lock = lab_lock();

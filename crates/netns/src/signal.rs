@@ -34,7 +34,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::{Error, cleanup, sys};
@@ -42,6 +42,7 @@ use crate::{Error, cleanup, sys};
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static GRACE_MS: AtomicU64 = AtomicU64::new(0);
 static INSTALLED: Mutex<bool> = Mutex::new(false);
+static FOREGROUND_CHILD: AtomicBool = AtomicBool::new(false);
 
 /// Default grace between the first signal and forced teardown.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -70,6 +71,16 @@ pub fn install(grace: Duration) -> Result<(), Error> {
     }
     *installed = true;
     Ok(())
+}
+
+/// Marks whether an interactive child shares the terminal's foreground process group.
+///
+/// While it does, Ctrl-C (SIGINT) reaches that child directly and is the child's business:
+/// a shell in `tcptail lab path -- bash` ignores it, a `ping` exits (and the lab then tears
+/// down because its command ended). So the watcher ignores SIGINT meanwhile; SIGTERM and
+/// SIGHUP still shut everything down.
+pub fn set_foreground_child(present: bool) {
+    FOREGROUND_CHILD.store(present, Ordering::SeqCst);
 }
 
 /// Whether a termination signal has been received.
@@ -128,8 +139,13 @@ fn next_signal(rd: &OwnedFd, deadline: Option<Instant>) -> Option<i32> {
 }
 
 fn watch(rd: OwnedFd) {
-    let Some(sig) = next_signal(&rd, None) else {
-        return;
+    let sig = loop {
+        let Some(sig) = next_signal(&rd, None) else {
+            return;
+        };
+        if !(sig == libc::SIGINT && FOREGROUND_CHILD.load(Ordering::SeqCst)) {
+            break sig;
+        }
     };
     RECEIVED.store(sig, Ordering::SeqCst);
     for registry in cleanup::live() {

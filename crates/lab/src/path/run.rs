@@ -322,7 +322,15 @@ impl LabRun {
         cmd.args(&client[1..]);
         // An interactive command must stay in the terminal's foreground process group.
         let group = if std::io::stdin().is_terminal() { Group::Inherit } else { Group::Own };
+        // A signal during setup already terminated every registered process; a client started
+        // after it would run unharmed, so check first, and again once it is registered.
+        interrupted()?;
         let pid = self.topo().processes().spawn("client", cmd, group)?;
+        if signal::shutdown_requested() {
+            let _ = self.topo().processes().signal(pid, rustix::process::Signal::TERM);
+        }
+        // Ctrl-C in the terminal reaches the interactive command itself; it decides.
+        let _foreground = ForegroundChild::set(group == Group::Inherit);
         let status = self.topo().processes().wait(pid)?.status;
         self.report.client_duration_s = started.elapsed().as_secs_f64();
         self.report.client = Some(status_view(client, Some(status)));
@@ -394,5 +402,23 @@ impl Drop for LabRun {
             drop(handle);
         }
         self.topo = None;
+    }
+}
+
+/// While alive, tells the signal watcher that an interactive child owns Ctrl-C.
+struct ForegroundChild(bool);
+
+impl ForegroundChild {
+    fn set(present: bool) -> ForegroundChild {
+        tcptail_netns::signal::set_foreground_child(present);
+        ForegroundChild(present)
+    }
+}
+
+impl Drop for ForegroundChild {
+    fn drop(&mut self) {
+        if self.0 {
+            tcptail_netns::signal::set_foreground_child(false);
+        }
     }
 }
