@@ -261,7 +261,7 @@ impl LivePath {
         self.topo.as_ref().expect("live until finish").server()
     }
 
-    /// The server's address (the client's is [`tcptail_netns::CLIENT_ADDR`]).
+    /// The server's address (the client's is [`tcptail_netns::addr::CLIENT_ADDR`]).
     pub fn server_addr(&self) -> Ipv4Addr {
         SERVER_ADDR
     }
