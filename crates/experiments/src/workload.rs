@@ -19,6 +19,7 @@ use crate::params::{ParamError, Params};
 
 pub mod bloat;
 pub mod bulk;
+pub mod flows;
 pub mod idle;
 pub mod ladder;
 pub mod rr;

@@ -1,17 +1,353 @@
-//! The `bloat` workload (being written).
+//! The `bloat` workload: several bulk flows fill a bottleneck queue while a separate probe
+//! connection measures the round-trip time a small request sees under that load (the slides'
+//! "low queue delay, despite bloated buffers", seed 004).
+//!
+//! The probe is open loop: every `probe_interval` the client writes a `probe_size`-byte
+//! request stamped with its send time on this process's monotonic clock; the server echoes it;
+//! the client's reader computes the latency from that stamp when the echo is read. A slow reply
+//! therefore never delays the next probe, and the latency includes everything a request waits
+//! for: the bottleneck queue behind the bulk data, losses and their retransmission. Probes sent
+//! during the warm-up are not counted; after `duration` the probe stops sending and waits (with
+//! the bulk flows still running) up to 3 s for outstanding replies, so a multi-second queue
+//! does not hide its own tail. Replies still missing then are counted in
+//! `probe_unanswered_count`.
+//!
+//! | key | values | default |
+//! |---|---|---|
+//! | `cc` | the bulk flows' congestion control: `cubic`, `bbr`, `reno` | `cubic` |
+//! | `flows` | bulk connections (1..=64) | 8 |
+//! | `duration` | bulk time per round, warm-up included | `20s` |
+//! | `warmup` | time excluded from every figure | `3s` |
+//! | `probe_interval` | time between probe requests | `100ms` |
+//! | `probe_size` | request and reply size (16B..=1400B) | `64B` |
+//! | path keys | `path = "emulated"` (required), `rate`, `rtt`, `buffer`, `queue`, `loss`, `sysctl` | |
+//!
+//! Metrics: `probe_p50_ms`, `probe_p95_ms`, `probe_p99_ms`, `probe_count`,
+//! `probe_unanswered_count`, `goodput_mbps` (all bulk flows, at the receivers), `link_pct`,
+//! `retrans_pct`, `flow_rtt_p50_ms` (the bulk senders' own smoothed RTT). Series: `probe_ms`
+//! (CDF), `probe_rtt_ms` (each probe's latency against its send time), `goodput_mbps`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::workload::{VariantPlan, Workload};
+use crate::path::{PathKind, PathPlan};
+use crate::workload::flows::{self, BulkFlows};
+use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
 
 /// The `bloat` engine.
 pub struct Bloat;
+
+/// How long the probe waits for outstanding replies after the last request.
+const PROBE_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug)]
+struct Plan {
+    path: PathPlan,
+    cc: String,
+    flows: usize,
+    duration: Duration,
+    warmup: Duration,
+    probe_interval: Duration,
+    probe_size: usize,
+}
 
 impl Workload for Bloat {
     fn name(&self) -> &'static str {
         "bloat"
     }
 
-    fn plan(&self, _params: &Params) -> Result<Box<dyn VariantPlan>, ParamError> {
-        Err(ParamError::new("workload", "the bloat engine is not written yet"))
+    fn plan(&self, params: &Params) -> Result<Box<dyn VariantPlan>, ParamError> {
+        let cc = flows::cc_param(params)?;
+        let flows = params.uint("flows", 64)?.unwrap_or(8);
+        if flows == 0 {
+            return Err(ParamError::new("flows", "at least one bulk flow"));
+        }
+        let duration = params.duration("duration")?.unwrap_or(Duration::from_secs(20));
+        let warmup = params.duration("warmup")?.unwrap_or(Duration::from_secs(3));
+        let probe_interval =
+            params.duration("probe_interval")?.unwrap_or(Duration::from_millis(100));
+        let probe_size = params.bytes("probe_size")?.unwrap_or(64);
+        if !(16..=1400).contains(&probe_size) {
+            return Err(ParamError::new("probe_size", "between 16B and 1400B"));
+        }
+        if probe_interval < Duration::from_millis(1) {
+            return Err(ParamError::new("probe_interval", "at least 1ms"));
+        }
+        if warmup + probe_interval * 10 > duration {
+            return Err(ParamError::new(
+                "duration",
+                "must leave room for at least 10 probes after the warm-up",
+            ));
+        }
+        let path = PathPlan::from_params(params)?;
+        if !matches!(path.kind, PathKind::Emulated(_)) {
+            return Err(ParamError::new("path", "the bloat workload needs path = \"emulated\""));
+        }
+        Ok(Box::new(Plan {
+            path,
+            cc,
+            flows: flows as usize,
+            duration,
+            warmup,
+            probe_interval,
+            probe_size: probe_size as usize,
+        }))
+    }
+}
+
+/// One answered probe: when it was sent (s since the flows started) and its latency (ms).
+type ProbeRecord = [f64; 2];
+
+/// The probe connection's threads.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+    sockets: [TcpStream; 2],
+    writer: JoinHandle<std::io::Result<u64>>,
+    reader: JoinHandle<std::io::Result<Vec<ProbeRecord>>>,
+    echo: JoinHandle<std::io::Result<()>>,
+}
+
+impl Probe {
+    fn start(
+        client: TcpStream,
+        server: TcpStream,
+        epoch: Instant,
+        interval: Duration,
+        size: usize,
+    ) -> Result<Probe, RunError> {
+        let clone = |s: &TcpStream| s.try_clone().map_err(|e| RunError::failed("clone probe", e));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sockets = [clone(&client)?, clone(&server)?];
+        let mut writer_sock = clone(&client)?;
+        let writer_stop = stop.clone();
+        let writer = std::thread::spawn(move || -> std::io::Result<u64> {
+            let mut buf = vec![0u8; size];
+            let mut sent = 0u64;
+            while !writer_stop.load(Ordering::Relaxed) {
+                let due = interval * u32::try_from(sent).unwrap_or(u32::MAX);
+                let now = epoch.elapsed();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                let stamp = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                buf[..8].copy_from_slice(&stamp.to_le_bytes());
+                writer_sock.write_all(&buf)?;
+                sent += 1;
+            }
+            Ok(sent)
+        });
+        let mut echo_sock = server;
+        let echo = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut buf = vec![0u8; size];
+            loop {
+                match echo_sock.read_exact(&mut buf) {
+                    Ok(()) => echo_sock.write_all(&buf)?,
+                    // EOF or the shutdown at the end of the round.
+                    Err(_) => return Ok(()),
+                }
+            }
+        });
+        let mut reader_sock = client;
+        let answered = Arc::new(AtomicU64::new(0));
+        let counter = answered.clone();
+        let reader = std::thread::spawn(move || -> std::io::Result<Vec<ProbeRecord>> {
+            let mut buf = vec![0u8; size];
+            let mut out = Vec::new();
+            while reader_sock.read_exact(&mut buf).is_ok() {
+                let now = epoch.elapsed().as_secs_f64();
+                let sent = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")) as f64 / 1e9;
+                out.push([sent, (now - sent) * 1e3]);
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(out)
+        });
+        Ok(Probe { stop, answered, sockets, writer, reader, echo })
+    }
+
+    /// Stops sending new probes.
+    fn stop_sending(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until every probe sent was answered or `grace` passed, then closes everything;
+    /// returns how many probes were sent and the answered ones.
+    fn finish(self, grace: Duration) -> Result<(u64, Vec<ProbeRecord>), RunError> {
+        let sent = self
+            .writer
+            .join()
+            .map_err(|_| RunError::failed("probe writer", "panicked"))?
+            .map_err(|e| RunError::failed("probe writer", e))?;
+        let deadline = Instant::now() + grace;
+        while self.answered.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for s in &self.sockets {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        let records = self
+            .reader
+            .join()
+            .map_err(|_| RunError::failed("probe reader", "panicked"))?
+            .map_err(|e| RunError::failed("probe reader", e))?;
+        let _ = self.echo.join();
+        Ok((sent, records))
+    }
+}
+
+impl VariantPlan for Plan {
+    fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        if (ctx.stop_requested)() {
+            return Err(RunError::Interrupted);
+        }
+        let live = self.path.build(ctx.seed)?;
+        let outcome = (|| {
+            let listener = flows::listen(&live)?;
+            // The probe uses CUBIC whatever the bulk flows use: its requests are far below
+            // one window, so its own congestion control never limits them.
+            let (pc, ps) = flows::connect(&live, &listener, "cubic", true)?;
+            let bulk = BulkFlows::start(&live, self.flows, &self.cc)?;
+            let mut probe = Probe::start(pc, ps, bulk.start, self.probe_interval, self.probe_size)?;
+            let samples = flows::sample_for(
+                &bulk,
+                self.duration,
+                Duration::from_millis(10),
+                ctx.stop_requested,
+                ctx.progress,
+            );
+            probe.stop_sending();
+            let probed = probe.finish(PROBE_GRACE);
+            let stopped = bulk.stop();
+            let samples = samples?;
+            let probed = probed?;
+            stopped?;
+            Ok::<_, RunError>((samples, probed))
+        })();
+        let lateness = live.finish();
+        let (samples, (sent, records)) = outcome?;
+        let w = self.warmup.as_secs_f64();
+        let end = self.duration.as_secs_f64();
+        let mut latencies: Vec<f64> =
+            records.iter().filter(|r| r[0] >= w && r[0] <= end).map(|r| r[1]).collect();
+        latencies.sort_by(f64::total_cmp);
+        let counted_sent = (0..sent)
+            .map(|i| i as f64 * self.probe_interval.as_secs_f64())
+            .filter(|&t| t >= w && t <= end)
+            .count();
+        let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100));
+        let mut m = Measurement { lateness, ..Measurement::default() };
+        m.metric("probe_p50_ms", flows::percentile(&latencies, 0.50))
+            .metric("probe_p95_ms", flows::percentile(&latencies, 0.95))
+            .metric("probe_p99_ms", flows::percentile(&latencies, 0.99))
+            .metric("probe_count", latencies.len() as f64)
+            .metric("probe_unanswered_count", counted_sent.saturating_sub(latencies.len()) as f64)
+            .metric("goodput_mbps", s.goodput_mbps)
+            .metric("retrans_pct", s.retrans_pct)
+            .metric("flow_rtt_p50_ms", s.rtt_p50_ms);
+        if let Some(rate) = self.path.rate() {
+            m.metric("link_pct", 100.0 * s.goodput_mbps * 1e6 / rate.0 as f64);
+        }
+        if counted_sent > latencies.len() {
+            m.notes.push(format!(
+                "{} of {counted_sent} probes got no reply within {} s after the run: the \
+                 percentiles leave out their (even longer) latency",
+                counted_sent - latencies.len(),
+                PROBE_GRACE.as_secs()
+            ));
+        }
+        m.series.push(Series::time(
+            "probe_rtt_ms",
+            records.iter().filter(|r| r[0] >= w && r[0] <= end).copied().collect(),
+        ));
+        m.series.push(Series::cdf("probe_ms", &mut latencies));
+        m.series.push(Series::time("goodput_mbps", s.goodput_series));
+        Ok(m)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}; {} {} bulk flows, probe of {} B every {} ms; {:.0} s per round of which {:.0} s \
+             warm-up",
+            self.path.describe(),
+            self.flows,
+            self.cc,
+            self.probe_size,
+            self.probe_interval.as_millis(),
+            self.duration.as_secs_f64(),
+            self.warmup.as_secs_f64()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload;
+
+    fn params(pairs: &[(&str, toml::Value)]) -> Params {
+        let mut all = vec![
+            ("path", toml::Value::from("emulated")),
+            ("rate", "10mbit".into()),
+            ("rtt", "40ms".into()),
+        ];
+        all.extend(pairs.iter().cloned());
+        Params::from_pairs(all)
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let err = |p: Params| workload::plan(&Bloat, &p).err().expect("refused");
+        assert_eq!(err(params(&[("cc", "vegas".into())])).key, "cc");
+        assert_eq!(err(params(&[("flows", 0.into())])).key, "flows");
+        assert_eq!(err(params(&[("probe_size", "8B".into())])).key, "probe_size");
+        assert_eq!(err(params(&[("probe_interval", "0ms".into())])).key, "probe_interval");
+        assert_eq!(
+            err(params(&[("duration", "2s".into()), ("warmup", "1500ms".into())])).key,
+            "duration"
+        );
+        assert_eq!(err(params(&[("queue", "red".into())])).key, "queue");
+        assert_eq!(err(params(&[("probe", true.into())])).key, "probe");
+        assert_eq!(err(Params::from_pairs([("flows", toml::Value::from(8))])).key, "path");
+        assert!(workload::plan(&Bloat, &params(&[("queue", "codel".into())])).is_ok());
+    }
+
+    /// One short round through a deep drop-tail buffer: the probe sees the queue (needs root,
+    /// /dev/net/tun and iproute2: fails with the reason otherwise).
+    #[test]
+    fn probes_see_the_queue() {
+        let plan = workload::plan(
+            &Bloat,
+            &params(&[
+                ("cc", "cubic".into()),
+                ("flows", 4.into()),
+                ("buffer", "300ms".into()),
+                ("duration", "4s".into()),
+                ("warmup", "2s".into()),
+            ]),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = RoundContext {
+            round: 0,
+            seed: 5,
+            scratch: dir.path(),
+            stop_requested: &|| false,
+            progress: &|_| {},
+        };
+        let m = plan.run(&ctx).expect("needs root, /dev/net/tun and iproute2");
+        let get = |k: &str| m.metrics[k];
+        assert!(get("probe_count") >= 15.0, "{m:?}");
+        // Base RTT 40 ms plus a queue that CUBIC keeps largely full.
+        assert!(get("probe_p50_ms") > 100.0 && get("probe_p50_ms") < 400.0, "{m:?}");
+        // Loose: a synchronised loss episode in a 2 s window costs a lot.
+        assert!(get("goodput_mbps") > 6.0 && get("goodput_mbps") < 10.2, "{m:?}");
+        assert!(m.series.iter().any(|s| s.name == "probe_ms" && !s.points.is_empty()));
     }
 }

@@ -1,0 +1,490 @@
+//! Shared pieces of the throughput engines (`bulk`, `bloat`, `idle-restart`): connections
+//! across a lab path, bulk senders and counting receivers, and a sampler that reads the
+//! receivers' byte counts and the senders' `tcp_info` on one clock.
+//!
+//! Every connection goes from the client namespace (the sender) to the server namespace (the
+//! receiver), so data crosses the path's `up` direction, where the emulator applies loss and
+//! its bottleneck queue; the `down` direction carries ACKs and probe replies. Sockets are
+//! created inside their namespace by [`Netns::run`] and then used from ordinary threads of
+//! this process: a socket stays in the namespace it was created in, and both ends share this
+//! process's `CLOCK_MONOTONIC`, so a receiver's timestamp and a sender's are comparable.
+//!
+//! Goodput is always counted at the receiver (bytes the application read), never from the
+//! sender's writes, which include whatever still sits in buffers.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tcptail_sock::TcpInfo;
+
+use crate::params::{ParamError, Params};
+use crate::path::LivePath;
+use crate::workload::RunError;
+
+/// Congestion controls this machine offers per socket.
+pub const CCS: &[&str] = &["cubic", "bbr", "reno"];
+
+/// Reads `cc` (default `cubic`).
+pub fn cc_param(params: &Params) -> Result<String, ParamError> {
+    Ok(params.choice("cc", CCS)?.unwrap_or_else(|| "cubic".into()))
+}
+
+/// A listener in the server namespace on an ephemeral port.
+pub fn listen(live: &LivePath) -> Result<TcpListener, RunError> {
+    let addr = live.server_addr();
+    live.server()
+        .run(|| TcpListener::bind((addr, 0)))?
+        .map_err(|e| RunError::failed("listen in the server namespace", e))
+}
+
+/// Connects from the client namespace to `listener` with congestion control `cc` and returns
+/// both ends: (client/sender, server/receiver).
+pub fn connect(
+    live: &LivePath,
+    listener: &TcpListener,
+    cc: &str,
+    nodelay: bool,
+) -> Result<(TcpStream, TcpStream), RunError> {
+    let port = listener.local_addr().map_err(|e| RunError::failed("listener address", e))?.port();
+    let target = SocketAddr::from((live.server_addr(), port));
+    let socket = live
+        .client()
+        .run(|| -> std::io::Result<Socket> {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+            s.set_tcp_congestion(cc.as_bytes())?;
+            s.set_tcp_nodelay(nodelay)?;
+            s.connect_timeout(&target.into(), Duration::from_secs(5))?;
+            Ok(s)
+        })?
+        .map_err(|e| RunError::failed(format!("connect to {target} with {cc}"), e))?;
+    let (server, _) = listener.accept().map_err(|e| RunError::failed("accept", e))?;
+    server.set_nodelay(nodelay).map_err(|e| RunError::failed("TCP_NODELAY", e))?;
+    Ok((socket.into(), server))
+}
+
+/// The socket's `tcp_info`.
+pub fn tcp_info(s: &TcpStream) -> Result<TcpInfo, RunError> {
+    tcptail_sock::sys::info::tcp_info(s.as_fd()).map_err(|e| RunError::failed("read tcp_info", e))
+}
+
+/// One sampler tick: time since the measurement's start, bytes every receiver has read so
+/// far, and flow 0's sender `tcp_info` (plus the sum of every sender's counters).
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Seconds since the flows started.
+    pub t: f64,
+    /// Bytes read by all receivers.
+    pub received: u64,
+    /// Smoothed RTT of every sender, µs.
+    pub rtts_us: Vec<u32>,
+    /// Sum over senders of `tcpi_bytes_sent`.
+    pub bytes_sent: u64,
+    /// Sum over senders of `tcpi_bytes_retrans`.
+    pub bytes_retrans: u64,
+    /// Sum over senders of `tcpi_busy_time`, µs.
+    pub busy_us: u64,
+    /// Sum over senders of `tcpi_rwnd_limited`, µs.
+    pub rwnd_limited_us: u64,
+    /// Flow 0's congestion window, packets.
+    pub cwnd: u32,
+}
+
+/// Bulk flows that send as fast as the path lets them, and count at the receiver.
+pub struct BulkFlows {
+    senders: Vec<TcpStream>,
+    // Kept to unblock the readers at the end: a FIN would wait behind a deep queue.
+    receivers: Vec<TcpStream>,
+    received: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+    /// When the flows started sending.
+    pub start: Instant,
+}
+
+impl BulkFlows {
+    /// Opens `n` connections with `cc` and starts sending on all of them.
+    pub fn start(live: &LivePath, n: usize, cc: &str) -> Result<BulkFlows, RunError> {
+        let listener = listen(live)?;
+        let received = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            pairs.push(connect(live, &listener, cc, false)?);
+        }
+        let mut flows = BulkFlows {
+            senders: Vec::with_capacity(n),
+            receivers: Vec::with_capacity(n),
+            received: received.clone(),
+            stop: stop.clone(),
+            threads: Vec::with_capacity(2 * n),
+            start: Instant::now(),
+        };
+        for (client, server) in pairs {
+            let writer =
+                client.try_clone().map_err(|e| RunError::failed("clone the sender socket", e))?;
+            flows.senders.push(client);
+            flows.receivers.push(
+                server.try_clone().map_err(|e| RunError::failed("clone the receiver socket", e))?,
+            );
+            let (received, stop) = (received.clone(), stop.clone());
+            flows.threads.push(std::thread::spawn(move || receive(server, &received, &stop)));
+            let stop = flows.stop.clone();
+            flows.threads.push(std::thread::spawn(move || send(writer, &stop)));
+        }
+        Ok(flows)
+    }
+
+    /// Bytes read by all receivers so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// Reads every sender's `tcp_info` now.
+    pub fn sample(&self) -> Result<Sample, RunError> {
+        let t = self.start.elapsed().as_secs_f64();
+        let received = self.received();
+        let mut s = Sample {
+            t,
+            received,
+            rtts_us: Vec::with_capacity(self.senders.len()),
+            bytes_sent: 0,
+            bytes_retrans: 0,
+            busy_us: 0,
+            rwnd_limited_us: 0,
+            cwnd: 0,
+        };
+        for (i, sender) in self.senders.iter().enumerate() {
+            let info = tcp_info(sender)?;
+            s.rtts_us.push(info.rtt_us);
+            s.bytes_sent += info.bytes_sent.unwrap_or(0);
+            s.bytes_retrans += info.bytes_retrans.unwrap_or(0);
+            s.busy_us += info.busy_time_us.unwrap_or(0);
+            s.rwnd_limited_us += info.rwnd_limited_us.unwrap_or(0);
+            if i == 0 {
+                s.cwnd = info.snd_cwnd_segs;
+            }
+        }
+        Ok(s)
+    }
+
+    /// Stops every flow and waits for its threads; the first I/O error, if any, is returned
+    /// (a reset caused by the stop itself is not an error).
+    pub fn stop(mut self) -> Result<(), RunError> {
+        self.shutdown();
+        let mut first = None;
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first.get_or_insert_with(|| RunError::failed("bulk flow", e));
+                }
+                Err(_) => {
+                    first.get_or_insert_with(|| RunError::failed("bulk flow", "thread panicked"));
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Unblocks writers stuck in send() on a full buffer and readers in recv().
+        for s in self.senders.iter().chain(&self.receivers) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for BulkFlows {
+    fn drop(&mut self) {
+        self.shutdown();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn send(mut s: TcpStream, stop: &AtomicBool) -> std::io::Result<()> {
+    let buf = vec![0x5au8; 256 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = s.write(&buf) {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn receive(mut s: TcpStream, received: &AtomicU64, stop: &AtomicBool) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                received.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(_) if stop.load(Ordering::Relaxed) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Runs `flows` for `duration`, sampling every `every`; returns the samples. Stops early with
+/// [`RunError::Interrupted`] when asked to.
+pub fn sample_for(
+    flows: &BulkFlows,
+    duration: Duration,
+    every: Duration,
+    stop_requested: &(dyn Fn() -> bool + Sync),
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Vec<Sample>, RunError> {
+    let mut samples =
+        Vec::with_capacity((duration.as_millis() / every.as_millis().max(1)) as usize);
+    let mut next = Duration::ZERO;
+    loop {
+        let now = flows.start.elapsed();
+        if now < next {
+            std::thread::sleep(next - now);
+        }
+        if stop_requested() {
+            return Err(RunError::Interrupted);
+        }
+        samples.push(flows.sample()?);
+        progress((next.as_secs_f64() / duration.as_secs_f64()).min(1.0));
+        if next >= duration {
+            return Ok(samples);
+        }
+        next += every;
+    }
+}
+
+/// Nearest-rank percentile of `sorted` (ascending); NaN when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// What a bulk measurement window says, from samples taken at a steady interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkSummary {
+    /// Goodput over the window (least-squares slope of bytes read, see [`slope`]), Mbit/s.
+    pub goodput_mbps: f64,
+    /// RTT percentiles of every sender's smoothed RTT over the window, ms.
+    pub rtt_p50_ms: f64,
+    /// 95th percentile.
+    pub rtt_p95_ms: f64,
+    /// Bytes retransmitted as a share of bytes sent in the window, %.
+    pub retrans_pct: f64,
+    /// Time limited by the receive window as a share of busy time in the window, %.
+    pub rwnd_limited_pct: f64,
+    /// Goodput per `bucket` over the whole run, `[s, Mbit/s]`.
+    pub goodput_series: Vec<[f64; 2]>,
+    /// Mean smoothed RTT per sample over the whole run, `[s, ms]`.
+    pub rtt_series: Vec<[f64; 2]>,
+    /// Flow 0's congestion window per sample over the whole run, `[s, packets]`.
+    pub cwnd_series: Vec<[f64; 2]>,
+}
+
+/// Summarises samples: the measurement window starts at `warmup` seconds; goodput series are
+/// computed over `bucket`-long steps.
+pub fn summarise(samples: &[Sample], warmup: Duration, bucket: Duration) -> BulkSummary {
+    let w = warmup.as_secs_f64();
+    let first = samples.iter().find(|s| s.t >= w).or(samples.first());
+    let last = samples.last();
+    let (retrans_pct, rwnd_limited_pct) = match (first, last) {
+        (Some(a), Some(b)) if b.t > a.t => {
+            let d = |x: u64, y: u64| y.saturating_sub(x) as f64;
+            let sent = d(a.bytes_sent, b.bytes_sent);
+            let busy = d(a.busy_us, b.busy_us);
+            (
+                if sent > 0.0 { 100.0 * d(a.bytes_retrans, b.bytes_retrans) / sent } else { 0.0 },
+                if busy > 0.0 {
+                    100.0 * d(a.rwnd_limited_us, b.rwnd_limited_us) / busy
+                } else {
+                    0.0
+                },
+            )
+        }
+        _ => (f64::NAN, f64::NAN),
+    };
+    let window: Vec<[f64; 2]> =
+        samples.iter().filter(|s| s.t >= w).map(|s| [s.t, s.received as f64]).collect();
+    let goodput_mbps = slope(&window) * 8.0 / 1e6;
+    let mut rtts: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.t >= w)
+        .flat_map(|s| s.rtts_us.iter().map(|&r| f64::from(r) / 1e3))
+        .collect();
+    rtts.sort_by(f64::total_cmp);
+    let mut goodput_series = Vec::new();
+    let mut prev: Option<&Sample> = None;
+    for s in samples {
+        match prev {
+            None => prev = Some(s),
+            Some(p) if s.t - p.t >= bucket.as_secs_f64() * 0.999 => {
+                let mbps = s.received.saturating_sub(p.received) as f64 * 8.0 / (s.t - p.t) / 1e6;
+                goodput_series.push([s.t, mbps]);
+                prev = Some(s);
+            }
+            Some(_) => {}
+        }
+    }
+    let rtt_series = samples
+        .iter()
+        .filter(|s| !s.rtts_us.is_empty())
+        .map(|s| {
+            let mean =
+                s.rtts_us.iter().map(|&r| f64::from(r)).sum::<f64>() / s.rtts_us.len() as f64;
+            [s.t, mean / 1e3]
+        })
+        .collect();
+    let cwnd_series = samples.iter().map(|s| [s.t, f64::from(s.cwnd)]).collect();
+    BulkSummary {
+        goodput_mbps,
+        rtt_p50_ms: percentile(&rtts, 0.5),
+        rtt_p95_ms: percentile(&rtts, 0.95),
+        retrans_pct,
+        rwnd_limited_pct,
+        goodput_series,
+        rtt_series,
+        cwnd_series,
+    }
+}
+
+/// Least-squares slope of `points` (`[x, y]`); NaN with fewer than two distinct x.
+///
+/// Goodput is the slope of the receivers' byte count over the window rather than the
+/// difference of its end points: after a loss the receiver gets nothing until the hole is
+/// repaired and then up to a window at once, so end points that fall on either side of such a
+/// burst over- or under-count by up to a BDP; the fit spreads that over every sample.
+pub fn slope(points: &[[f64; 2]]) -> f64 {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return f64::NAN;
+    }
+    let mx = points.iter().map(|p| p[0]).sum::<f64>() / n;
+    let my = points.iter().map(|p| p[1]).sum::<f64>() / n;
+    let sxx = points.iter().map(|p| (p[0] - mx).powi(2)).sum::<f64>();
+    let sxy = points.iter().map(|p| (p[0] - mx) * (p[1] - my)).sum::<f64>();
+    if sxx > 0.0 { sxy / sxx } else { f64::NAN }
+}
+
+/// Notes for a round: a warning when a variant's measurement window is too short to say much.
+pub fn window_note(duration: Duration, warmup: Duration, rtt: Duration) -> Option<String> {
+    let window = duration.saturating_sub(warmup);
+    (!rtt.is_zero() && window < rtt * 20).then(|| {
+        format!(
+            "the measurement window ({:.1} s after a {:.1} s warm-up) is under 20 RTTs: a short \
+             run, read its numbers as indicative",
+            window.as_secs_f64(),
+            warmup.as_secs_f64()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t: f64, received: u64, rtt_us: u32, sent: u64, retrans: u64) -> Sample {
+        Sample {
+            t,
+            received,
+            rtts_us: vec![rtt_us],
+            bytes_sent: sent,
+            bytes_retrans: retrans,
+            busy_us: (t * 1e6) as u64,
+            rwnd_limited_us: (t * 0.5e6) as u64,
+            cwnd: 10,
+        }
+    }
+
+    #[test]
+    fn summary_excludes_the_warm_up() {
+        // 1 s of warm-up at a slow rate, then 12.5 MB/s (100 Mbit/s) for 2 s.
+        let samples = vec![
+            sample(0.0, 0, 50_000, 0, 0),
+            sample(1.0, 1_000, 50_000, 1_000, 0),
+            sample(2.0, 12_501_000, 60_000, 12_501_000, 125_000),
+            sample(3.0, 25_001_000, 70_000, 25_001_000, 125_000),
+        ];
+        let s = summarise(&samples, Duration::from_secs(1), Duration::from_secs(1));
+        assert!((s.goodput_mbps - 100.0).abs() < 1e-9, "{s:?}");
+        assert!((s.retrans_pct - 0.5).abs() < 1e-9, "{s:?}");
+        assert!((s.rwnd_limited_pct - 50.0).abs() < 1e-9, "{s:?}");
+        assert_eq!(s.rtt_p50_ms, 60.0);
+        assert_eq!(s.rtt_p95_ms, 70.0);
+        assert_eq!(s.goodput_series.len(), 3);
+        assert!((s.goodput_series[1][1] - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 0.5), 2.0);
+        assert_eq!(percentile(&v, 0.99), 4.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+}
+
+#[cfg(test)]
+mod scratch_driver {
+    //! TEMPORARY: drives an experiment file until the runner exists.
+    use crate::spec::{Experiment, Mode};
+    use crate::workload::{self, RoundContext};
+
+    #[test]
+    #[ignore]
+    fn drive() {
+        let file = std::env::var("EXP").unwrap();
+        let mode = match std::env::var("MODE").unwrap().as_str() {
+            "smoke" => Mode::Smoke,
+            "quick" => Mode::Quick,
+            _ => Mode::Full,
+        };
+        let only: Option<Vec<String>> =
+            std::env::var("ONLY").ok().map(|s| s.split(',').map(str::to_owned).collect());
+        let e = Experiment::load(std::path::Path::new(&file)).unwrap();
+        let engine = workload::by_name(&e.workload).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = std::time::Instant::now();
+        for round in 0..e.mode(mode).rounds {
+            for v in e.variants_in(mode) {
+                if only.as_ref().is_some_and(|o| !o.contains(&v.name)) {
+                    continue;
+                }
+                let plan = workload::plan(engine, &e.params_for(v, mode)).unwrap();
+                let ctx = RoundContext {
+                    round,
+                    seed: round as u64 + 1,
+                    scratch: dir.path(),
+                    stop_requested: &|| false,
+                    progress: &|_| {},
+                };
+                let m = plan.run(&ctx).unwrap();
+                let metrics: Vec<String> =
+                    m.metrics.iter().map(|(k, v)| format!("{k}={v:.2}")).collect();
+                println!(
+                    "[{:.0}s] r{round} {:<14} {} | late p99 {:.0}us flagged {} | {:?}",
+                    t0.elapsed().as_secs_f64(),
+                    v.name,
+                    metrics.join(" "),
+                    m.lateness.map_or(0.0, |l| l.worst_p99_us),
+                    m.lateness.map_or(0, |l| l.flagged_paths),
+                    m.notes
+                );
+            }
+        }
+    }
+}
