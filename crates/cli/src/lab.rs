@@ -1,5 +1,6 @@
 //! `tcptail lab path|exec|clean`: flags turned into a checked [`LabSpec`] before anything is
-//! created; the work lives in `tcptail_lab::path`.
+//! created; the work lives in `tcptail_lab::path`. (`lab run` and `lab report` are in
+//! `lab_run`.)
 //!
 //! Exit codes: `lab path` and `lab exec` exit with COMMAND's code (128 + signal if it was
 //! killed, or if the lab itself got SIGINT/SIGTERM); 2 for a bad command line or path spec
@@ -27,6 +28,10 @@ pub enum LabCommand {
     Exec(ExecArgs),
     /// Remove what crashed lab runs left behind (namespaces named tcptail-*).
     Clean(CleanArgs),
+    /// Run experiments that test the seeds' claims; writes results.json and index.html.
+    Run(Box<crate::lab_run::RunArgs>),
+    /// Re-render DIR/index.html from DIR/results.json.
+    Report(crate::lab_run::ReportArgs),
 }
 
 const PATH_AFTER_HELP: &str = "\
@@ -211,6 +216,8 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
         LabCommand::Path(args) => path(*args),
         LabCommand::Exec(args) => exec(args),
         LabCommand::Clean(args) => clean(args),
+        LabCommand::Run(args) => crate::lab_run::run(*args),
+        LabCommand::Report(args) => crate::lab_run::report(args),
     }
 }
 

@@ -1,1 +1,450 @@
-//! The runner (being written).
+//! The runner: checks every experiment before anything runs, interleaves variants over
+//! rounds, folds rounds into medians with their spread, decides the verdict, and writes
+//! `results.json` and `index.html` after every experiment so an interrupted run keeps what
+//! finished.
+//!
+//! Interleaving: round `r` runs every variant once, starting at variant `r mod n`, so slow
+//! drift of the machine (thermal, a noisy neighbour) hits every variant alike and no variant
+//! always runs first after a path was torn down.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tcptail_report::{
+    Environment, ExperimentResult, Lateness, Metric, Results, RunInfo, Series, SeriesKind,
+    VariantResult, Verdict,
+};
+
+use crate::spec::{Experiment, Mode, SpecError, VariantSpec};
+use crate::verdict::{self, Rule};
+use crate::workload::{self, Measurement, RoundContext, RunError, VariantPlan};
+
+/// One experiment, checked: every variant planned, every rule compiled.
+pub struct Prepared {
+    /// The experiment file.
+    pub experiment: Experiment,
+    variants: Vec<PreparedVariant>,
+    rules: Vec<Rule>,
+    rounds: usize,
+}
+
+struct PreparedVariant {
+    spec: VariantSpec,
+    plan: Box<dyn VariantPlan>,
+    config: BTreeMap<String, serde_json::Value>,
+}
+
+impl Prepared {
+    /// Plans every variant the mode runs and compiles the verdict rules; the first problem is
+    /// returned with its file, line and key. `rounds` overrides the mode's.
+    pub fn new(
+        experiment: Experiment,
+        mode: Mode,
+        rounds: Option<usize>,
+    ) -> Result<Prepared, SpecError> {
+        let engine = workload::by_name(&experiment.workload).ok_or_else(|| SpecError {
+            file: experiment.file.clone(),
+            line: None,
+            key: Some("workload".into()),
+            problem: format!(
+                "unknown workload `{}` (known: {})",
+                experiment.workload,
+                workload::all().map(|w| w.name()).join(", ")
+            ),
+        })?;
+        let mut variants = Vec::new();
+        for spec in experiment.variants_in(mode) {
+            let params = experiment.params_for(spec, mode);
+            let plan = workload::plan(engine, &params)
+                .map_err(|e| experiment.param_error(spec, mode, &e.key, &e.problem))?;
+            let mut config = params.to_json();
+            config.insert("label".into(), spec.label.clone().into());
+            config.insert("setup".into(), plan.describe().into());
+            variants.push(PreparedVariant { spec: spec.clone(), plan, config });
+        }
+        if variants.is_empty() {
+            return Err(SpecError {
+                file: experiment.file.clone(),
+                line: None,
+                key: Some(format!("mode.{mode}.variants")),
+                problem: "the mode runs no variant".into(),
+            });
+        }
+        let names: Vec<&str> = experiment.variants.iter().map(|v| v.name.as_str()).collect();
+        let rules = experiment
+            .rules
+            .iter()
+            .map(|spec| {
+                Rule::compile(spec, &names).map_err(|e| SpecError {
+                    file: experiment.file.clone(),
+                    line: Some(spec.line),
+                    key: Some(e.key().to_owned()),
+                    problem: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let rounds = rounds.unwrap_or(experiment.mode(mode).rounds).max(1);
+        Ok(Prepared { experiment, variants, rules, rounds })
+    }
+
+    /// Rounds times variants: the number of steps this experiment takes.
+    pub fn steps(&self) -> usize {
+        self.rounds * self.variants.len()
+    }
+
+    /// Rounds this experiment runs.
+    pub fn rounds(&self) -> usize {
+        self.rounds
+    }
+
+    /// The variants' names, in file order.
+    pub fn variant_names(&self) -> Vec<&str> {
+        self.variants.iter().map(|v| v.spec.name.as_str()).collect()
+    }
+}
+
+/// How a run is set up.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The mode (recorded; the rounds and variants are already in the prepared experiments).
+    pub mode: Mode,
+    /// Where results.json, index.html and the per-round scratch directories go.
+    pub out: PathBuf,
+    /// The run's seed: every round's seed derives from it, the experiment, variant and round.
+    pub seed: u64,
+    /// The command line, for the report.
+    pub command: String,
+    /// The machine (see [`crate::environment::probe`]); the run adds the emulator's lateness.
+    pub environment: Environment,
+}
+
+/// What a run reports while it goes (progress bars, log lines).
+pub trait Observer: Sync {
+    /// An experiment starts; it takes `steps` variant-rounds.
+    fn experiment_started(&self, index: usize, prepared: &Prepared);
+    /// A variant-round starts.
+    fn step_started(&self, variant: &str, round: usize, rounds: usize);
+    /// Progress within the current variant-round, 0..=1.
+    fn step_progress(&self, fraction: f64);
+    /// A variant-round ended (an error is also recorded in the results).
+    fn step_finished(&self, variant: &str, round: usize, error: Option<&RunError>);
+    /// An experiment's results are written.
+    fn experiment_finished(&self, result: &ExperimentResult);
+}
+
+/// An observer that says nothing.
+pub struct Silent;
+
+impl Observer for Silent {
+    fn experiment_started(&self, _: usize, _: &Prepared) {}
+    fn step_started(&self, _: &str, _: usize, _: usize) {}
+    fn step_progress(&self, _: f64) {}
+    fn step_finished(&self, _: &str, _: usize, _: Option<&RunError>) {}
+    fn experiment_finished(&self, _: &ExperimentResult) {}
+}
+
+/// A run that could not write its results.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The output directory or a file in it.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path at fault.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// results.json could not be written.
+    #[error(transparent)]
+    Results(#[from] tcptail_report::results::ResultsError),
+}
+
+/// Runs `experiments` in order and writes the results after each. Returns the results (with
+/// `run.interrupted` set when `stop_requested` became true).
+pub fn run(
+    experiments: &[Prepared],
+    options: &RunOptions,
+    observer: &dyn Observer,
+    stop_requested: &(dyn Fn() -> bool + Sync),
+) -> Result<Results, RunnerError> {
+    std::fs::create_dir_all(&options.out)
+        .map_err(|source| RunnerError::Io { path: options.out.clone(), source })?;
+    let started = Instant::now();
+    let mut results = Results {
+        run: RunInfo {
+            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+            mode: options.mode.to_string(),
+            started_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            duration_s: 0.0,
+            interrupted: false,
+            command: options.command.clone(),
+        },
+        environment: options.environment.clone(),
+        experiments: Vec::new(),
+    };
+    write(&results, &options.out)?;
+    for (index, prepared) in experiments.iter().enumerate() {
+        if stop_requested() {
+            results.run.interrupted = true;
+            break;
+        }
+        observer.experiment_started(index, prepared);
+        let (result, interrupted) = run_experiment(prepared, options, observer, stop_requested);
+        if let Some(lateness) = &result.lateness {
+            match &mut results.environment.emulator_lateness {
+                Some(total) => total.merge(lateness),
+                slot @ None => *slot = Some(*lateness),
+            }
+        }
+        results.experiments.push(result);
+        results.run.duration_s = started.elapsed().as_secs_f64();
+        results.run.interrupted = interrupted;
+        write(&results, &options.out)?;
+        observer.experiment_finished(results.experiments.last().expect("just pushed"));
+        if interrupted {
+            break;
+        }
+    }
+    results.run.duration_s = started.elapsed().as_secs_f64();
+    write(&results, &options.out)?;
+    Ok(results)
+}
+
+/// Writes results.json and index.html into `dir`, each atomically.
+pub fn write(results: &Results, dir: &Path) -> Result<(), RunnerError> {
+    results.write(&dir.join(tcptail_report::results::RESULTS_FILE))?;
+    let html = tcptail_report::html::render(results);
+    let path = dir.join(tcptail_report::results::REPORT_FILE);
+    tcptail_report::results::write_atomically(&path, html.as_bytes())
+        .map_err(|source| RunnerError::Io { path, source })
+}
+
+/// Every round's measurements of one variant.
+#[derive(Default)]
+struct Rounds {
+    measurements: Vec<Measurement>,
+    errors: Vec<String>,
+}
+
+fn run_experiment(
+    prepared: &Prepared,
+    options: &RunOptions,
+    observer: &dyn Observer,
+    stop_requested: &(dyn Fn() -> bool + Sync),
+) -> (ExperimentResult, bool) {
+    let started = Instant::now();
+    let experiment = &prepared.experiment;
+    let n = prepared.variants.len();
+    let mut rounds: Vec<Rounds> = (0..n).map(|_| Rounds::default()).collect();
+    let mut completed_rounds = 0;
+    let mut interrupted = false;
+    'rounds: for round in 0..prepared.rounds {
+        for k in 0..n {
+            let index = (round + k) % n;
+            let variant = &prepared.variants[index];
+            if stop_requested() {
+                interrupted = true;
+                break 'rounds;
+            }
+            let scratch = options
+                .out
+                .join("rounds")
+                .join(&experiment.name)
+                .join(format!("{}-r{round}", variant.spec.name));
+            observer.step_started(&variant.spec.name, round, prepared.rounds);
+            let outcome = std::fs::create_dir_all(&scratch)
+                .map_err(|e| RunError::failed(format!("create {}", scratch.display()), e))
+                .and_then(|()| {
+                    let ctx = RoundContext {
+                        round,
+                        seed: round_seed(options.seed, &experiment.name, &variant.spec.name, round),
+                        scratch: &scratch,
+                        stop_requested,
+                        progress: &|f| observer.step_progress(f),
+                    };
+                    run_isolated(variant.plan.as_ref(), &ctx)
+                });
+            // An empty scratch directory says nothing; keep only those an engine wrote into.
+            let _ = std::fs::remove_dir(&scratch);
+            observer.step_finished(&variant.spec.name, round, outcome.as_ref().err());
+            match outcome {
+                Ok(m) => rounds[index].measurements.push(m),
+                Err(RunError::Interrupted) => {
+                    interrupted = true;
+                    break 'rounds;
+                }
+                Err(e) => rounds[index].errors.push(format!("round {}: {e}", round + 1)),
+            }
+        }
+        completed_rounds = round + 1;
+    }
+    let variants: Vec<VariantResult> = prepared
+        .variants
+        .iter()
+        .zip(&rounds)
+        .map(|(v, r)| fold_variant(&v.spec, v.config.clone(), r))
+        .collect();
+    let mut lateness: Option<Lateness> = None;
+    for m in rounds.iter().flat_map(|r| &r.measurements) {
+        if let Some(l) = &m.lateness {
+            match &mut lateness {
+                Some(total) => total.merge(l),
+                slot @ None => *slot = Some(*l),
+            }
+        }
+    }
+    let failures: Vec<String> = prepared
+        .variants
+        .iter()
+        .zip(&rounds)
+        .flat_map(|(v, r)| r.errors.iter().map(move |e| format!("{}: {e}", v.spec.name)))
+        .collect();
+    let mut notes = experiment.notes.clone();
+    if interrupted {
+        notes.push(format!(
+            "interrupted: {completed_rounds} of {} rounds completed; figures use the rounds \
+             that finished",
+            prepared.rounds
+        ));
+    }
+    if lateness.as_ref().is_some_and(|l| l.flagged_paths > 0) {
+        notes.push(
+            "the emulator ran late on some paths (see lateness): treat sub-millisecond \
+             differences on those paths with suspicion"
+                .into(),
+        );
+    }
+    let (verdict, verdict_reason, verdict_rule) = if variants.iter().all(|v| v.metrics.is_empty()) {
+        let why = if interrupted {
+            "interrupted before any round finished"
+        } else {
+            "no round succeeded"
+        };
+        (Verdict::NotApplicable, format!("no data: {why}"), String::new())
+    } else {
+        let decision = verdict::decide(&prepared.rules, &variants.as_slice());
+        (decision.verdict, decision.reason, decision.rule)
+    };
+    let setup = format!(
+        "{} variant{} x {} round{}, interleaved (each round starts one variant later); {}",
+        n,
+        if n == 1 { "" } else { "s" },
+        prepared.rounds,
+        if prepared.rounds == 1 { "" } else { "s" },
+        common_setup(prepared),
+    );
+    let result = ExperimentResult {
+        name: experiment.name.clone(),
+        title: experiment.title.clone(),
+        seed: experiment.seed.clone(),
+        claim: experiment.claim.clone(),
+        setup,
+        verdict,
+        verdict_reason,
+        verdict_rule,
+        rounds: completed_rounds,
+        variants,
+        plots: experiment.plots.clone(),
+        table: experiment.table.clone(),
+        notes,
+        error: (!failures.is_empty()).then(|| {
+            format!("{} variant-round(s) failed: {}", failures.len(), failures.join("; "))
+        }),
+        lateness,
+        duration_s: started.elapsed().as_secs_f64(),
+    };
+    (result, interrupted)
+}
+
+/// Runs one variant-round on a thread of its own: engines pin the calling thread to CPUs and
+/// change its scheduling, and none of that may leak into the next variant's round. A panic
+/// becomes that round's error instead of ending the run.
+fn run_isolated(plan: &dyn VariantPlan, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+    std::thread::scope(|scope| {
+        let round = std::thread::Builder::new()
+            .name("tcptail-round".into())
+            .spawn_scoped(scope, || plan.run(ctx))
+            .map_err(|e| RunError::failed("start the round's thread", e))?;
+        round.join().unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            Err(RunError::failed("the round panicked", message))
+        })
+    })
+}
+
+/// The setup every variant shares, or the first variant's with "(varies by variant)".
+fn common_setup(prepared: &Prepared) -> String {
+    let setups: Vec<String> = prepared.variants.iter().map(|v| v.plan.describe()).collect();
+    if setups.windows(2).all(|w| w[0] == w[1]) {
+        setups[0].clone()
+    } else {
+        "each variant's setup is in its row".into()
+    }
+}
+
+/// Folds a variant's rounds: every metric becomes its median with the spread over rounds;
+/// CDFs are pooled (rounds weighted alike); time series are the first round's, since
+/// averaging time series of different rounds would blur what one round looked like.
+fn fold_variant(
+    spec: &VariantSpec,
+    config: BTreeMap<String, serde_json::Value>,
+    rounds: &Rounds,
+) -> VariantResult {
+    let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for m in &rounds.measurements {
+        for (name, &value) in &m.metrics {
+            values.entry(name).or_default().push(value);
+        }
+    }
+    let metrics: BTreeMap<String, Metric> = values
+        .into_iter()
+        .filter_map(|(name, v)| Some((name.to_owned(), Metric::from_rounds(name, &v)?)))
+        .collect();
+    let mut series: Vec<Series> = Vec::new();
+    let mut names: Vec<(&str, SeriesKind)> = Vec::new();
+    for s in rounds.measurements.iter().flat_map(|m| &m.series) {
+        if !names.iter().any(|(n, _)| *n == s.name) {
+            names.push((&s.name, s.kind));
+        }
+    }
+    for (name, kind) in names {
+        let per_round: Vec<&Series> = rounds
+            .measurements
+            .iter()
+            .filter_map(|m| m.series.iter().find(|s| s.name == name))
+            .collect();
+        series.push(match kind {
+            SeriesKind::Cdf => Series::pool_cdfs(name, &per_round),
+            SeriesKind::Time => per_round[0].clone(),
+        });
+    }
+    let mut notes: Vec<String> = Vec::new();
+    for note in rounds.measurements.iter().flat_map(|m| &m.notes) {
+        if !notes.contains(note) {
+            notes.push(note.clone());
+        }
+    }
+    notes.extend(rounds.errors.iter().map(|e| format!("failed {e}")));
+    VariantResult { name: spec.name.clone(), config, metrics, series, notes }
+}
+
+/// A round's seed: the run's seed mixed with the experiment, variant and round (SplitMix64
+/// over FNV-1a), so reruns with the same seed draw the same losses.
+pub fn round_seed(run_seed: u64, experiment: &str, variant: &str, round: usize) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in experiment.bytes().chain([0]).chain(variant.bytes()).chain([0]) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut z = run_seed ^ h ^ (round as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,424 @@
-//! Verdict rules (being written).
+//! Verdict rules: the small language that turns an experiment's medians into a verdict and
+//! its reason.
+//!
+//! An experiment file ends with `[[verdict]]` rules, tried in order. Each has a `verdict`, a
+//! `when` condition (absent on the final rule, which applies otherwise) and a `reason`
+//! template. [`Rule::compile`] checks both strings against the experiment's variants before
+//! anything runs; [`decide`] applies the compiled rules to the measured values.
+//!
+//! # Conditions
+//!
+//! - `variant.metric` is the metric's median over rounds; `variant.metric.min` and
+//!   `variant.metric.max` its spread. Names are `[a-z][a-z0-9_]*`; `.min`/`.max` are only
+//!   recognised as a third dotted part, so a metric may be called `rtt_min`.
+//! - Numbers (`2`, `0.9`, `1e-3`), `+ - * /`, unary `-`, parentheses, `min(a, b, ...)`,
+//!   `max(...)`, `abs(x)`.
+//! - Comparisons `< <= > >= == !=` (they do not chain), `has(variant.metric)`, and
+//!   `not`, `and`, `or`, binding in that order (`a or b and c` is `a or (b and c)`).
+//! - Numbers and conditions are distinct types: a number used as a condition, or a condition
+//!   used in arithmetic, is an error when the rule is compiled.
+//!
+//! # Unknown values
+//!
+//! A reference without a value (the variant did not run in this mode, the metric is absent,
+//! or it is not finite) makes the arithmetic and comparisons that use it *unknown*, as does a
+//! division by zero. `and`, `or` and `not` follow Kleene's three-valued logic: `false and
+//! unknown` is false, `true or unknown` is true, `not unknown` is unknown. `has(...)` is never
+//! unknown, so a rule can guard on a variant that only some modes run. When a rule's condition
+//! is unknown, [`decide`] stops there with [`Verdict::NotApplicable`] and names the missing
+//! references, rather than falling through to a verdict the data did not support.
+//!
+//! # Reason templates
+//!
+//! `{variant.metric}` (and `.min`/`.max`) is replaced by the value to three significant digits
+//! ([`format_value`]), or `n/a` when it has none; `{{` and `}}` are literal braces.
+//!
+//! This module never reads files or the clock: it sees values only through [`Values`].
+
+use std::fmt;
+
+use tcptail_report::{VariantResult, Verdict};
+
+use crate::spec::RuleSpec;
+
+mod condition;
+#[cfg(test)]
+mod tests;
+
+use condition::{Cond, parse_condition};
+
+/// Which statistic over rounds a reference reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stat {
+    /// The median (`variant.metric`).
+    Median,
+    /// The smallest round (`variant.metric.min`).
+    Min,
+    /// The largest round (`variant.metric.max`).
+    Max,
+}
+
+/// A reference to a measured value, as written in a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ref {
+    /// The variant's name.
+    pub variant: String,
+    /// The metric's name.
+    pub metric: String,
+    /// Which statistic.
+    pub stat: Stat,
+}
+
+impl fmt::Display for Ref {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.variant, self.metric)?;
+        match self.stat {
+            Stat::Median => Ok(()),
+            Stat::Min => f.write_str(".min"),
+            Stat::Max => f.write_str(".max"),
+        }
+    }
+}
+
+/// Where rules read measured values from.
+pub trait Values {
+    /// The value of `variant.metric`'s statistic; `None` when it was not measured.
+    /// Non-finite values are treated as missing by the rules.
+    fn value(&self, variant: &str, metric: &str, stat: Stat) -> Option<f64>;
+}
+
+impl Values for &[VariantResult] {
+    fn value(&self, variant: &str, metric: &str, stat: Stat) -> Option<f64> {
+        let m = self.iter().find(|v| v.name == variant)?.metrics.get(metric)?;
+        Some(match stat {
+            Stat::Median => m.median,
+            Stat::Min => m.min,
+            Stat::Max => m.max,
+        })
+    }
+}
+
+impl Values for Vec<VariantResult> {
+    fn value(&self, variant: &str, metric: &str, stat: Stat) -> Option<f64> {
+        self.as_slice().value(variant, metric, stat)
+    }
+}
+
+fn lookup(values: &dyn Values, r: &Ref) -> Option<f64> {
+    values.value(&r.variant, &r.metric, r.stat).filter(|v| v.is_finite())
+}
+
+/// A rule that does not compile. Its message names the column and the text there, as in
+/// ``column 7 (`> > 1`): expected a value, found `>` ``; the caller adds the file and line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RuleError {
+    key: &'static str,
+    column: usize,
+    message: String,
+}
+
+impl RuleError {
+    /// The key at fault: `when` or `reason`.
+    pub fn key(&self) -> &'static str {
+        self.key
+    }
+
+    /// 1-based column, in characters, within that key's string.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// An error at byte offset `at` (a char boundary) of `text`.
+    fn new(key: &'static str, text: &str, at: usize, problem: impl fmt::Display) -> RuleError {
+        let column = text[..at].chars().count() + 1;
+        let rest = text[at..].trim_end();
+        let message = if text.trim().is_empty() {
+            format!("column {column} (the text is empty): {problem}")
+        } else if rest.is_empty() {
+            let start = text.char_indices().rev().nth(23).map_or(0, |(i, _)| i);
+            let dots = if start > 0 { "…" } else { "" };
+            format!("column {column} (at the end of `{dots}{}`): {problem}", text[start..].trim())
+        } else {
+            let snippet: String = rest.chars().take(24).collect();
+            let dots = if snippet.len() < rest.len() { "…" } else { "" };
+            format!("column {column} (`{snippet}{dots}`): {problem}")
+        };
+        RuleError { key, column, message }
+    }
+}
+
+/// A compiled verdict rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    verdict: Verdict,
+    when: Option<(String, Cond)>,
+    reason: Vec<Piece>,
+    line: usize,
+}
+
+impl Rule {
+    /// Compiles a rule, checking that every reference names one of `variants`.
+    pub fn compile(spec: &RuleSpec, variants: &[&str]) -> Result<Rule, RuleError> {
+        let when = match &spec.when {
+            Some(text) => Some((text.clone(), parse_condition(text, variants)?)),
+            None => None,
+        };
+        let reason = parse_template(&spec.reason, variants)?;
+        Ok(Rule { verdict: spec.verdict, when, reason, line: spec.line })
+    }
+
+    /// The verdict it gives.
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// Its condition as written; `None` for the final rule.
+    pub fn when(&self) -> Option<&str> {
+        self.when.as_ref().map(|(text, _)| text.as_str())
+    }
+
+    /// Line of its `[[verdict]]` header.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// `when: <condition>`, or `otherwise` for the final rule.
+    pub fn describe(&self) -> String {
+        match self.when() {
+            Some(text) => format!("when: {text}"),
+            None => "otherwise".to_string(),
+        }
+    }
+
+    /// Every reference it uses, in the condition and then the reason, each once, in order.
+    pub fn references(&self) -> Vec<Ref> {
+        let mut refs = Vec::new();
+        if let Some((_, cond)) = &self.when {
+            cond.refs(&mut refs);
+        }
+        refs.extend(self.reason.iter().filter_map(|p| match p {
+            Piece::Ref(r) => Some(r.clone()),
+            Piece::Text(_) => None,
+        }));
+        dedup(refs)
+    }
+
+    /// Its condition's value: `Ok(true)` for the final rule, `Err(missing)` when unknown
+    /// (`missing` may be empty when a division by zero made it so).
+    pub fn holds(&self, values: &dyn Values) -> Result<bool, Vec<Ref>> {
+        match &self.when {
+            None => Ok(true),
+            Some((_, cond)) => cond.eval(values).map_err(|u| dedup(u.0)),
+        }
+    }
+
+    /// The reason with its placeholders filled.
+    pub fn reason(&self, values: &dyn Values) -> String {
+        self.reason
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.clone(),
+                Piece::Ref(r) => lookup(values, r).map_or_else(|| "n/a".to_string(), format_value),
+            })
+            .collect()
+    }
+}
+
+/// The outcome of applying an experiment's rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, with the numbers filled in.
+    pub reason: String,
+    /// The rule that decided: `when: <condition>` or `otherwise`.
+    pub rule: String,
+    /// References without a value: those that left the deciding condition unknown, or, when a
+    /// rule applied, those its reason prints as `n/a`.
+    pub missing: Vec<String>,
+}
+
+/// Applies `rules` in order: the first whose condition holds gives the verdict. A condition
+/// that is unknown stops there with [`Verdict::NotApplicable`] and a reason naming what this
+/// run did not measure.
+pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
+    for rule in rules {
+        match rule.holds(values) {
+            Ok(false) => continue,
+            Ok(true) => {
+                let missing = rule
+                    .reason
+                    .iter()
+                    .filter_map(|p| match p {
+                        Piece::Ref(r) if lookup(values, r).is_none() => Some(r.to_string()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>();
+                return Decision {
+                    verdict: rule.verdict,
+                    reason: rule.reason(values),
+                    rule: rule.describe(),
+                    missing: dedup(missing),
+                };
+            }
+            Err(missing) => {
+                let missing: Vec<String> = missing.iter().map(Ref::to_string).collect();
+                let text = rule.when().unwrap_or_default();
+                let why = if missing.is_empty() {
+                    "cannot be decided: it divides by zero or overflows".to_string()
+                } else {
+                    format!("needs {} which this run did not measure", join_and(&missing))
+                };
+                let reason = format!("the rule at line {} (`{text}`) {why}", rule.line);
+                return Decision {
+                    verdict: Verdict::NotApplicable,
+                    reason,
+                    rule: rule.describe(),
+                    missing,
+                };
+            }
+        }
+    }
+    Decision {
+        verdict: Verdict::NotApplicable,
+        reason: "no verdict rule applies (the experiment has no final rule without `when`)".into(),
+        rule: "none".into(),
+        missing: Vec::new(),
+    }
+}
+
+/// Formats a value to three significant digits without an exponent between 1e-4 and 1e7
+/// (`118`, `61.2`, `0.0123`, `12300`), with one outside (`1.23e7`).
+pub fn format_value(x: f64) -> String {
+    if !x.is_finite() {
+        return "n/a".to_string();
+    }
+    if x == 0.0 {
+        return "0".to_string();
+    }
+    let sci = format!("{x:.2e}");
+    let (mantissa, exp) = sci.split_once('e').expect("`{:e}` has an exponent");
+    let exp: i32 = exp.parse().expect("`{:e}` has an integer exponent");
+    let (sign, mantissa) = mantissa.strip_prefix('-').map_or(("", mantissa), |m| ("-", m));
+    if !(-4..7).contains(&exp) {
+        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+        return format!("{sign}{mantissa}e{exp}");
+    }
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let text = if exp >= 2 {
+        format!("{digits}{}", "0".repeat(exp as usize - 2))
+    } else if exp >= 0 {
+        let (int, frac) = digits.split_at(exp as usize + 1);
+        format!("{int}.{frac}")
+    } else {
+        format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
+    };
+    let text =
+        if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    format!("{sign}{text}")
+}
+
+fn dedup<T: PartialEq>(items: Vec<T>) -> Vec<T> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Parses `variant.metric[.min|.max]`; the error is the problem, without its position.
+fn parse_ref(text: &str, variants: &[&str]) -> Result<Ref, String> {
+    let parts: Vec<&str> = text.split('.').collect();
+    let (variant, metric, stat) = match parts[..] {
+        [v, m] => (v, m, Stat::Median),
+        [v, m, "min"] => (v, m, Stat::Min),
+        [v, m, "max"] => (v, m, Stat::Max),
+        [_, _, s] => {
+            return Err(format!(
+                "`.{s}` is not a statistic: write `.min` or `.max`, or nothing for the median"
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "`{text}` is not a reference: write `variant.metric`, `variant.metric.min` or \
+                 `variant.metric.max`"
+            ));
+        }
+    };
+    for name in [variant, metric] {
+        let mut chars = name.chars();
+        let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(format!(
+                "`{name}` in `{text}` is not a valid name (lowercase letters, digits and `_`, \
+                 starting with a letter)"
+            ));
+        }
+    }
+    if !variants.contains(&variant) {
+        return Err(format!(
+            "unknown variant `{variant}`; this experiment's variants are {}",
+            variants.join(", ")
+        ));
+    }
+    Ok(Ref { variant: variant.to_string(), metric: metric.to_string(), stat })
+}
+
+// ---- Templates ----
+
+#[derive(Debug, Clone, PartialEq)]
+enum Piece {
+    Text(String),
+    Ref(Ref),
+}
+
+fn parse_template(text: &str, variants: &[&str]) -> Result<Vec<Piece>, RuleError> {
+    let err = |at: usize, problem: &str| RuleError::new("reason", text, at, problem);
+    let mut pieces = Vec::new();
+    let mut literal = String::new();
+    let mut rest = text.char_indices().peekable();
+    while let Some((i, c)) = rest.next() {
+        match c {
+            '{' if text[i + 1..].starts_with('{') => {
+                rest.next();
+                literal.push('{');
+            }
+            '}' if text[i + 1..].starts_with('}') => {
+                rest.next();
+                literal.push('}');
+            }
+            '}' => return Err(err(i, "a lone `}`: write `}}` for a literal brace")),
+            '{' => {
+                let close = text[i + 1..]
+                    .find(['{', '}'])
+                    .filter(|&j| text[i + 1 + j..].starts_with('}'))
+                    .ok_or_else(|| err(i, "`{` is not closed: write `{{` for a literal brace"))?;
+                let inner = &text[i + 1..i + 1 + close];
+                let start = i + 1 + (inner.len() - inner.trim_start().len());
+                let r = parse_ref(inner.trim(), variants).map_err(|p| err(start, &p))?;
+                if !literal.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut literal)));
+                }
+                pieces.push(Piece::Ref(r));
+                while rest.next_if(|&(j, _)| j <= i + 1 + close).is_some() {}
+            }
+            c => literal.push(c),
+        }
+    }
+    if !literal.is_empty() {
+        pieces.push(Piece::Text(literal));
+    }
+    Ok(pieces)
+}

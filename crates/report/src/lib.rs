@@ -5,12 +5,15 @@
 //!   shows (claims, setups, plot choices, verdicts) is in it.
 //! - [`html`]: `index.html`, self-contained (inline SVG, inline CSS, no scripts that fetch
 //!   anything), one section per experiment.
+//! - [`svg`]: the plots inside it: number formatting, scales, nice and logarithmic ticks,
+//!   line and grouped-bar charts that never write a non-finite coordinate.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod html;
 pub mod results;
+pub mod svg;
 
 pub use results::{
     Environment, ExperimentResult, Lateness, Metric, PlotSpec, Results, RunInfo, Series,

@@ -290,7 +290,15 @@ pub const MAX_POINTS: usize = 400;
 impl Series {
     /// The empirical CDF of `samples` (sorted in place), thinned to at most [`MAX_POINTS`]
     /// points that always include the minimum, the maximum and the tail above p99.
+    /// Samples that are not finite are left out (JSON cannot hold them).
     pub fn cdf(name: impl Into<String>, samples: &mut [f64]) -> Series {
+        let mut finite: Vec<f64>;
+        let samples: &mut [f64] = if samples.iter().all(|v| v.is_finite()) {
+            samples
+        } else {
+            finite = samples.iter().copied().filter(|v| v.is_finite()).collect();
+            &mut finite
+        };
         samples.sort_by(f64::total_cmp);
         let n = samples.len();
         let mut points = Vec::new();
@@ -448,6 +456,14 @@ mod tests {
         assert_eq!(unit_of("burst_ms"), "ms");
         assert_eq!(unit_of("retrans_pct"), "%");
         assert_eq!(unit_of("count"), "");
+    }
+
+    #[test]
+    fn cdf_leaves_out_values_json_cannot_hold() {
+        let mut samples = [3.0, f64::NAN, 1.0, f64::INFINITY, 2.0];
+        let s = Series::cdf("x_us", &mut samples);
+        assert_eq!(s.points, [[1.0, 1.0 / 3.0], [2.0, 2.0 / 3.0], [3.0, 1.0]]);
+        assert!(serde_json::to_string(&s).is_ok_and(|j| !j.contains("null")));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Every connection goes from the client namespace (the sender) to the server namespace (the
 //! receiver), so data crosses the path's `up` direction, where the emulator applies loss and
 //! its bottleneck queue; the `down` direction carries ACKs and probe replies. Sockets are
-//! created inside their namespace by [`Netns::run`] and then used from ordinary threads of
+//! created inside their namespace by [`tcptail_netns::Netns::run`] and then used from ordinary threads of
 //! this process: a socket stays in the namespace it was created in, and both ends share this
 //! process's `CLOCK_MONOTONIC`, so a receiver's timestamp and a sender's are comparable.
 //!

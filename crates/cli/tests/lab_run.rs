@@ -1,0 +1,308 @@
+//! The real `tcptail lab run` and `lab report`, as root: every built-in experiment end to end
+//! in smoke mode (CI's check that the whole set runs and yields a verdict), experiment files
+//! checked before anything runs, Ctrl-C keeping what finished and removing everything, and
+//! the report re-rendered from results.json alone.
+//!
+//! Runs are child processes whose namespaces are named `tcptail-<child pid>-...`; a guard
+//! removes any left after a failed test. One lock keeps runs from sharing the vCPUs.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static LAB: Mutex<()> = Mutex::new(());
+
+fn lab_lock() -> MutexGuard<'static, ()> {
+    let guard = LAB.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Err(e) = tcptail_netns::ensure_root() {
+        panic!("the lab run tests need root with CAP_NET_ADMIN + CAP_SYS_ADMIN: {e}");
+    }
+    guard
+}
+
+fn bin() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("tcptail")
+}
+
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("tcptail-{pid}-");
+    let mut names: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    names.retain(|n| n.starts_with(&prefix));
+    names
+}
+
+/// A running `tcptail`; dropping it kills the run and removes its namespaces.
+struct Run {
+    child: Child,
+    pid: u32,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for ns in namespaces_of(self.pid) {
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+    }
+}
+
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    leftovers: Vec<String>,
+    _run: Run,
+}
+
+fn spawn(args: &[&str]) -> Run {
+    let child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tcptail");
+    let pid = child.id();
+    Run { child, pid }
+}
+
+fn finish(mut run: Run, timeout: Duration) -> Finished {
+    let mut out = run.child.stdout.take().expect("piped");
+    let mut err = run.child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = run.child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = run.child.kill();
+            let stderr = err_reader.join().unwrap_or_default();
+            panic!("tcptail did not finish within {timeout:?}; stderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let leftovers = namespaces_of(run.pid);
+    Finished {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+        leftovers,
+        _run: run,
+    }
+}
+
+fn results(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");
+    serde_json::from_str(&text).expect("results.json is JSON")
+}
+
+const VERDICTS: [&str; 4] = ["reproduced", "partly", "not-reproduced", "not-applicable"];
+
+#[test]
+fn every_builtin_runs_end_to_end_in_smoke_mode() {
+    let _lock = lab_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_str().expect("utf-8");
+    let done = finish(spawn(&["lab", "run", "--smoke", "--out", out]), Duration::from_secs(600));
+    assert!(
+        done.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        done.status,
+        done.stdout,
+        done.stderr
+    );
+    assert!(done.leftovers.is_empty(), "namespaces left behind: {:?}", done.leftovers);
+    let results = results(dir.path());
+    assert_eq!(results["run"]["mode"], "smoke");
+    assert_eq!(results["run"]["interrupted"], false);
+    assert!(!results["environment"]["kernel"].as_str().unwrap_or("").is_empty());
+    let experiments = results["experiments"].as_array().expect("experiments");
+    let names: Vec<&str> = experiments.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "trading-cc",
+            "nagle-delack",
+            "idle-restart",
+            "tuning-ladder",
+            "sendq",
+            "loss",
+            "bloat",
+            "wan",
+            "rwin-limited"
+        ]
+    );
+    for e in experiments {
+        let name = e["name"].as_str().unwrap_or("?");
+        assert!(e["error"].is_null(), "{name}: {}", e["error"]);
+        let verdict = e["verdict"].as_str().unwrap_or("");
+        assert!(VERDICTS.contains(&verdict), "{name}: verdict {verdict}");
+        assert!(!e["verdict_reason"].as_str().unwrap_or("").is_empty(), "{name}: no reason");
+        assert!(!e["claim"].as_str().unwrap_or("").is_empty(), "{name}: no claim");
+        for v in e["variants"].as_array().expect("variants") {
+            let metrics = v["metrics"].as_object().expect("metrics");
+            assert!(!metrics.is_empty(), "{name}/{}: no metrics", v["name"]);
+            for (metric, m) in metrics {
+                let median = m["median"].as_f64().unwrap_or(f64::NAN);
+                assert!(median.is_finite(), "{name}/{}/{metric}: {m}", v["name"]);
+            }
+        }
+    }
+    let html = std::fs::read_to_string(dir.path().join("index.html")).expect("index.html");
+    for name in names {
+        assert!(html.contains(name), "index.html has no section for {name}");
+    }
+    assert!(html.contains("<svg"), "index.html has no plot");
+    // The summary on stdout names every experiment's verdict.
+    assert!(done.stdout.contains("trading-cc") && done.stdout.contains("report:"));
+}
+
+#[test]
+fn list_shows_every_builtin_with_its_rounds() {
+    let out = Command::new(bin()).args(["lab", "run", "--list"]).output().expect("run");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["trading-cc", "nagle-delack", "sendq", "loss", "bloat", "wan", "rwin-limited"] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+    assert!(text.contains("quick mode"), "{text}");
+}
+
+#[test]
+fn bad_experiments_fail_before_anything_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let file = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/nagle-delack.toml"),
+    )
+    .expect("nagle-delack.toml")
+    .replace("header = \"32B\"", "header = \"32 parsecs\"");
+    std::fs::write(&file, text).expect("write");
+    let cases: [(&[&str], &str); 4] = [
+        (&["lab", "run", "no-such-experiment"], "built-ins: trading-cc"),
+        (&["lab", "run", file.to_str().expect("utf-8")], "bad.toml:"),
+        (&["lab", "run", "nagle-delack", "nagle-delack"], "named twice"),
+        (&["lab", "run", "/nonexistent/x.toml"], "/nonexistent/x.toml"),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(bin())
+            .args(args)
+            .args(["--out", out.to_str().expect("utf-8")])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?} created the output directory");
+    }
+    // The bad value is located: file, line and key.
+    let output = Command::new(bin()).args(["lab", "run"]).arg(&file).output().expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = std::fs::read_to_string(&file)
+        .expect("read")
+        .lines()
+        .position(|l| l.contains("parsecs"))
+        .expect("line")
+        + 1;
+    assert!(stderr.contains(&format!("bad.toml:{line}: `header`")), "{stderr}");
+}
+
+#[test]
+fn ctrl_c_keeps_what_finished_and_removes_everything() {
+    let _lock = lab_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_str().expect("utf-8");
+    let mut run = spawn(&["lab", "run", "--smoke", "nagle-delack", "loss", "--out", out]);
+    let results_file = dir.path().join("results.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Wait until the first experiment is written and the second has namespaces up.
+    loop {
+        let first_done = std::fs::read_to_string(&results_file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|r| r["experiments"].as_array().is_some_and(|a| a.len() == 1));
+        if first_done && !namespaces_of(run.pid).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first experiment never finished");
+        assert!(run.child.try_wait().expect("wait").is_none(), "the run ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Command::new("kill").args(["-INT", &run.pid.to_string()]).status().expect("kill");
+    assert!(sent.success());
+    let done = finish(run, Duration::from_secs(30));
+    assert_eq!(done.status.code(), Some(130), "{}", done.stderr);
+    assert!(done.leftovers.is_empty(), "left behind: {:?}", done.leftovers);
+    let results = results(dir.path());
+    assert_eq!(results["run"]["interrupted"], true);
+    let experiments = results["experiments"].as_array().expect("experiments");
+    assert_eq!(experiments[0]["name"], "nagle-delack");
+    assert!(experiments[0]["variants"][0]["metrics"].as_object().is_some_and(|m| !m.is_empty()));
+    assert!(std::fs::metadata(dir.path().join("index.html")).is_ok_and(|m| m.len() > 0));
+}
+
+#[test]
+fn report_rerenders_from_results_json_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A results.json as a run writes it, from the library's own types.
+    let results = tcptail_report::Results {
+        run: tcptail_report::RunInfo {
+            tool_version: "test".into(),
+            mode: "quick".into(),
+            started_unix_s: 1_795_437_296,
+            duration_s: 1.0,
+            interrupted: false,
+            command: "tcptail lab run".into(),
+        },
+        environment: tcptail_report::Environment::default(),
+        experiments: vec![tcptail_report::ExperimentResult {
+            name: "nagle-delack".into(),
+            title: "Nagle".into(),
+            seed: "000_195f82ea5b9a1f8f.txt".into(),
+            claim: "set TCP_NODELAY".into(),
+            setup: "veth".into(),
+            verdict: tcptail_report::Verdict::Reproduced,
+            verdict_reason: "p50 40000 µs vs 30 µs".into(),
+            verdict_rule: "when: a.p50_us > 10 * b.p50_us".into(),
+            rounds: 1,
+            variants: Vec::new(),
+            plots: Vec::new(),
+            table: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+            lateness: None,
+            duration_s: 1.0,
+        }],
+    };
+    results.write(&dir.path().join("results.json")).expect("write");
+    let out = Command::new(bin()).args(["lab", "report"]).arg(dir.path()).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.path().join("index.html")).expect("index.html");
+    assert!(html.contains("nagle-delack") && html.contains("p50 40000 µs vs 30 µs"));
+
+    std::fs::write(dir.path().join("results.json"), "{\"run\": 3}").expect("write");
+    let out = Command::new(bin()).args(["lab", "report"]).arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("results.json"));
+    let missing = dir.path().join("nowhere");
+    let out = Command::new(bin()).args(["lab", "report"]).arg(&missing).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,320 @@
+//! The runner with fake engines: interleaving, folding rounds, verdicts, failures, stops and
+//! the files written after every experiment.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+const FILE: &str = r#"
+name = "fake"
+title = "A fake experiment"
+seed = "000_test.txt"
+claim = "a is slower than b"
+workload = "split-write"
+table = ["p50_us"]
+
+[mode.smoke]
+rounds = 1
+[mode.quick]
+rounds = 3
+[mode.full]
+rounds = 5
+
+[[variant]]
+name = "a"
+[[variant]]
+name = "b"
+[[variant]]
+name = "c"
+
+[[plot]]
+kind = "ecdf"
+series = "latency_us"
+title = "Latency"
+
+[[verdict]]
+verdict = "reproduced"
+when = "a.p50_us > 2 * b.p50_us"
+reason = "a {a.p50_us} vs b {b.p50_us}"
+[[verdict]]
+verdict = "not-reproduced"
+reason = "a {a.p50_us} vs b {b.p50_us}"
+"#;
+
+type Log = Arc<Mutex<Vec<(String, usize)>>>;
+
+struct Fake {
+    name: String,
+    p50: f64,
+    log: Log,
+    fail_in_round: Option<usize>,
+    panic_in_round: Option<usize>,
+}
+
+impl VariantPlan for Fake {
+    fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        self.log.lock().unwrap().push((self.name.clone(), ctx.round));
+        if (ctx.stop_requested)() {
+            return Err(RunError::Interrupted);
+        }
+        if self.panic_in_round == Some(ctx.round) {
+            panic!("engine bug in round {}", ctx.round);
+        }
+        if self.fail_in_round == Some(ctx.round) {
+            return Err(RunError::failed("fake round", "boom"));
+        }
+        let mut m = Measurement::default();
+        m.metric("p50_us", self.p50 + ctx.round as f64);
+        let mut samples: Vec<f64> = (0..100).map(|i| self.p50 + f64::from(i)).collect();
+        m.series.push(Series::cdf("latency_us", &mut samples));
+        m.notes.push(format!("{} ran", self.name));
+        Ok(m)
+    }
+
+    fn describe(&self) -> String {
+        "fake path".into()
+    }
+}
+
+fn prepared(p50: [f64; 3], fail: Option<(&str, usize)>, log: &Log) -> Prepared {
+    let experiment = Experiment::parse(FILE, "fake.toml").expect("parses");
+    let names: Vec<&str> = experiment.variants.iter().map(|v| v.name.as_str()).collect();
+    let rules = experiment.rules.iter().map(|r| Rule::compile(r, &names).expect("compiles"));
+    let rules = rules.collect();
+    let variants = experiment
+        .variants
+        .iter()
+        .zip(p50)
+        .map(|(spec, p50)| PreparedVariant {
+            spec: spec.clone(),
+            plan: Box::new(Fake {
+                name: spec.name.clone(),
+                p50,
+                log: Arc::clone(log),
+                fail_in_round: fail.filter(|(n, _)| *n == spec.name).map(|(_, r)| r),
+                panic_in_round: None,
+            }),
+            config: BTreeMap::new(),
+        })
+        .collect();
+    Prepared { rounds: experiment.mode(Mode::Quick).rounds, experiment, variants, rules }
+}
+
+fn options(dir: &Path) -> RunOptions {
+    RunOptions {
+        mode: Mode::Quick,
+        out: dir.to_owned(),
+        seed: 7,
+        command: "test".into(),
+        environment: Environment::default(),
+    }
+}
+
+#[test]
+fn rounds_interleave_with_the_start_rotated() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    run(&[prepared([10.0, 1.0, 1.0], None, &log)], &options(dir.path()), &Silent, &|| false)
+        .unwrap();
+    let order: Vec<String> = log.lock().unwrap().iter().map(|(n, r)| format!("{n}{r}")).collect();
+    assert_eq!(order, ["a0", "b0", "c0", "b1", "c1", "a1", "c2", "a2", "b2"]);
+}
+
+#[test]
+fn rounds_fold_into_medians_with_spread_and_a_verdict() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let results =
+        run(&[prepared([10.0, 1.0, 1.0], None, &log)], &options(dir.path()), &Silent, &|| false)
+            .unwrap();
+    let e = &results.experiments[0];
+    assert_eq!(e.rounds, 3);
+    let a = &e.variants[0].metrics["p50_us"];
+    assert_eq!((a.median, a.min, a.max), (11.0, 10.0, 12.0));
+    assert_eq!(a.unit, "µs");
+    assert_eq!(e.verdict, Verdict::Reproduced);
+    assert_eq!(e.verdict_reason, "a 11 vs b 2");
+    assert!(e.error.is_none());
+    // CDFs are pooled over rounds; notes are kept once.
+    assert_eq!(e.variants[0].series[0].kind, SeriesKind::Cdf);
+    assert_eq!(e.variants[0].notes, ["a ran"]);
+    assert!(e.setup.contains("3 variants x 3 rounds") && e.setup.contains("fake path"));
+
+    let results =
+        run(&[prepared([1.0, 1.0, 1.0], None, &log)], &options(dir.path()), &Silent, &|| false)
+            .unwrap();
+    assert_eq!(results.experiments[0].verdict, Verdict::NotReproduced);
+}
+
+#[test]
+fn a_failed_round_is_recorded_and_the_rest_still_runs() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let results = run(
+        &[prepared([10.0, 1.0, 1.0], Some(("b", 1)), &log)],
+        &options(dir.path()),
+        &Silent,
+        &|| false,
+    )
+    .unwrap();
+    let e = &results.experiments[0];
+    assert_eq!(log.lock().unwrap().len(), 9);
+    assert_eq!(e.variants[1].metrics["p50_us"].values, [1.0, 3.0]);
+    let error = e.error.as_deref().expect("error recorded");
+    assert!(error.contains("b: round 2: fake round: boom"), "{error}");
+    assert!(e.variants[1].notes.iter().any(|n| n.contains("boom")));
+}
+
+/// Stops after `n` variant-rounds have started, like a Ctrl-C during the run.
+struct StopAfter {
+    started: AtomicUsize,
+    n: usize,
+}
+
+impl Observer for StopAfter {
+    fn experiment_started(&self, _: usize, _: &Prepared) {}
+    fn step_started(&self, _: &str, _: usize, _: usize) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+    }
+    fn step_progress(&self, _: f64) {}
+    fn step_finished(&self, _: &str, _: usize, _: Option<&RunError>) {}
+    fn experiment_finished(&self, _: &ExperimentResult) {}
+}
+
+#[test]
+fn a_stop_keeps_what_finished_and_skips_the_rest() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let experiments =
+        [prepared([10.0, 1.0, 1.0], None, &log), prepared([10.0, 1.0, 1.0], None, &log)];
+    let observer = StopAfter { started: AtomicUsize::new(0), n: 5 };
+    let stop = || observer.started.load(Ordering::SeqCst) >= observer.n;
+    let results = run(&experiments, &options(dir.path()), &observer, &stop).unwrap();
+    assert!(results.run.interrupted);
+    assert_eq!(results.experiments.len(), 1, "the second experiment never started");
+    let e = &results.experiments[0];
+    assert_eq!(e.rounds, 1, "one full round finished before the stop");
+    assert!(e.notes.iter().any(|n| n.starts_with("interrupted: 1 of 3 rounds")), "{:?}", e.notes);
+    // What is on disk is what was returned.
+    let on_disk = Results::read(&dir.path().join("results.json")).unwrap();
+    assert_eq!(on_disk, results);
+    assert!(dir.path().join("index.html").exists());
+}
+
+/// Checks, when each experiment ends, that its results are already on disk.
+struct FilesWritten<'a> {
+    dir: &'a Path,
+    seen: Mutex<Vec<usize>>,
+}
+
+impl Observer for FilesWritten<'_> {
+    fn experiment_started(&self, _: usize, _: &Prepared) {}
+    fn step_started(&self, _: &str, _: usize, _: usize) {}
+    fn step_progress(&self, _: f64) {}
+    fn step_finished(&self, _: &str, _: usize, _: Option<&RunError>) {}
+    fn experiment_finished(&self, _: &ExperimentResult) {
+        let results = Results::read(&self.dir.join("results.json")).unwrap();
+        self.seen.lock().unwrap().push(results.experiments.len());
+    }
+}
+
+#[test]
+fn results_are_written_after_every_experiment() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let experiments =
+        [prepared([10.0, 1.0, 1.0], None, &log), prepared([1.0, 1.0, 1.0], None, &log)];
+    let observer = FilesWritten { dir: dir.path(), seen: Mutex::new(Vec::new()) };
+    run(&experiments, &options(dir.path()), &observer, &|| false).unwrap();
+    assert_eq!(*observer.seen.lock().unwrap(), [1, 2]);
+}
+
+#[test]
+fn an_experiment_without_data_is_not_applicable() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = prepared([10.0, 1.0, 1.0], None, &log);
+    p.rounds = 1;
+    for v in &mut p.variants {
+        v.plan = Box::new(Fake {
+            name: v.spec.name.clone(),
+            p50: 0.0,
+            log: Arc::clone(&log),
+            fail_in_round: Some(0),
+            panic_in_round: None,
+        });
+    }
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    assert_eq!(e.verdict, Verdict::NotApplicable);
+    assert!(e.verdict_reason.contains("no round succeeded"), "{}", e.verdict_reason);
+}
+
+#[test]
+fn round_seeds_differ_and_repeat() {
+    let a = round_seed(1, "loss", "bbr_1", 0);
+    assert_eq!(a, round_seed(1, "loss", "bbr_1", 0));
+    assert_ne!(a, round_seed(1, "loss", "bbr_1", 1));
+    assert_ne!(a, round_seed(1, "loss", "bbr_2", 0));
+    assert_ne!(a, round_seed(2, "loss", "bbr_1", 0));
+    // The separator keeps ("ab", "c") and ("a", "bc") apart.
+    assert_ne!(round_seed(1, "ab", "c", 0), round_seed(1, "a", "bc", 0));
+}
+
+#[test]
+fn a_panicking_round_is_an_error_and_the_run_goes_on() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = prepared([10.0, 1.0, 1.0], None, &log);
+    p.variants[2].plan = Box::new(Fake {
+        name: "c".into(),
+        p50: 1.0,
+        log: Arc::clone(&log),
+        fail_in_round: None,
+        panic_in_round: Some(0),
+    });
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    assert_eq!(e.variants[2].metrics["p50_us"].values, [2.0, 3.0]);
+    let error = e.error.as_deref().expect("error");
+    assert!(error.contains("c: round 1: the round panicked: engine bug in round 0"), "{error}");
+}
+
+/// Pins its thread to one CPU, as the latency engines do, and records the CPUs it was
+/// allowed when it started.
+struct Pinner {
+    seen: Arc<Mutex<Vec<usize>>>,
+}
+
+impl VariantPlan for Pinner {
+    fn run(&self, _: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        let allowed = tcptail_bench::sys::allowed_cpus().unwrap();
+        self.seen.lock().unwrap().push(allowed.len());
+        tcptail_bench::sys::pin_current_thread(allowed[allowed.len() - 1]).unwrap();
+        let mut m = Measurement::default();
+        m.metric("p50_us", 1.0);
+        Ok(m)
+    }
+
+    fn describe(&self) -> String {
+        "pins".into()
+    }
+}
+
+#[test]
+fn cpu_pinning_does_not_leak_into_the_next_round() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut p = prepared([1.0, 1.0, 1.0], None, &log);
+    for v in &mut p.variants {
+        v.plan = Box::new(Pinner { seen: Arc::clone(&seen) });
+    }
+    let before = tcptail_bench::sys::allowed_cpus().unwrap().len();
+    run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 9);
+    assert!(seen.iter().all(|&n| n == before), "{seen:?} (expected {before} each)");
+    assert_eq!(tcptail_bench::sys::allowed_cpus().unwrap().len(), before);
+}

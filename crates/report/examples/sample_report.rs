@@ -1,0 +1,59 @@
+//! Writes a report for the browser check (`scripts/test-report-browser`).
+//!
+//! ```text
+//! sample_report OUT_DIR                 # the synthetic run: OUT_DIR/results.json + index.html
+//! sample_report OUT_DIR RESULTS_JSON    # a real run's results.json rendered to OUT_DIR/index.html
+//! ```
+//!
+//! Prints `svg_expected=N` on stdout: how many plots have data, counted from the results
+//! alone, for the check to compare with the `<svg>` elements the browser sees.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tcptail_report::results::{REPORT_FILE, RESULTS_FILE, write_atomically};
+use tcptail_report::{Results, html};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (out, from) = match &args[..] {
+        [out] => (PathBuf::from(out), None),
+        [out, from] => (PathBuf::from(out), Some(PathBuf::from(from))),
+        _ => {
+            eprintln!("usage: sample_report OUT_DIR [RESULTS_JSON]");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        eprintln!("sample_report: {}: {e}", out.display());
+        return ExitCode::FAILURE;
+    }
+    let results = match &from {
+        Some(path) => match Results::read(path) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("sample_report: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => {
+            let r = common::sample();
+            if let Err(e) = r.write(&out.join(RESULTS_FILE)) {
+                eprintln!("sample_report: {e}");
+                return ExitCode::FAILURE;
+            }
+            r
+        }
+    };
+    let report = out.join(REPORT_FILE);
+    if let Err(e) = write_atomically(&report, html::render(&results).as_bytes()) {
+        eprintln!("sample_report: {}: {e}", report.display());
+        return ExitCode::FAILURE;
+    }
+    eprintln!("sample_report: {} ({} experiments)", report.display(), results.experiments.len());
+    println!("svg_expected={}", common::plots_with_data(&results));
+    ExitCode::SUCCESS
+}

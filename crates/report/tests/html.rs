@@ -1,0 +1,282 @@
+//! The rendered report of a synthetic run: structure, escaping, self-containment, verdicts,
+//! and plots that carry real coordinates.
+
+mod common;
+
+use common::{HOSTILE, HOSTILE_ESCAPED, plots_with_data, sample};
+use proptest::prelude::*;
+use tcptail_report::svg::{self, Axis, Line};
+use tcptail_report::{Results, Series, SeriesKind, html};
+
+/// The tags of `html` in order: `(name, closing, self_closing, attributes text)`.
+fn tags(html: &str) -> Vec<(String, bool, bool, String)> {
+    let mut out = vec![];
+    let mut rest = html;
+    while let Some(start) = rest.find('<') {
+        let end = rest[start..].find('>').expect("every tag is closed") + start;
+        let inner = &rest[start + 1..end];
+        rest = &rest[end + 1..];
+        if inner.starts_with('!') {
+            continue;
+        }
+        let closing = inner.starts_with('/');
+        let inner = inner.trim_start_matches('/');
+        let name_end = inner.find(|c: char| c.is_whitespace() || c == '/').unwrap_or(inner.len());
+        let self_closing = inner.ends_with('/');
+        out.push((
+            inner[..name_end].to_owned(),
+            closing,
+            self_closing,
+            inner[name_end..].to_owned(),
+        ));
+    }
+    out
+}
+
+/// Every element is closed, in order (HTML void elements aside).
+fn assert_nested(html: &str) {
+    const VOID: [&str; 5] = ["meta", "br", "hr", "link", "input"];
+    let mut stack: Vec<String> = vec![];
+    for (name, closing, self_closing, _) in tags(html) {
+        if self_closing || (!closing && VOID.contains(&name.as_str())) {
+            continue;
+        }
+        if closing {
+            let open = stack.pop().unwrap_or_else(|| panic!("</{name}> closes nothing"));
+            assert_eq!(open, name, "<{open}> closed by </{name}>");
+        } else {
+            stack.push(name);
+        }
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+}
+
+/// The `<svg>...</svg>` pieces of `html`.
+fn svgs(html: &str) -> Vec<&str> {
+    html.match_indices("<svg")
+        .map(|(i, _)| &html[i..i + html[i..].find("</svg>").expect("svg closed") + 6])
+        .collect()
+}
+
+/// Every number inside the `d` attributes of an SVG's paths.
+fn path_numbers(svg: &str) -> Vec<String> {
+    svg.split(" d=\"")
+        .skip(1)
+        .flat_map(|s| {
+            s[..s.find('"').unwrap()]
+                .split(|c: char| c.is_ascii_alphabetic() || c == ' ')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn render_sample() -> (Results, String) {
+    let results = sample();
+    let html = html::render(&results);
+    (results, html)
+}
+
+#[test]
+fn the_document_is_well_formed() {
+    let (_, html) = render_sample();
+    assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"), "{}", &html[..80]);
+    assert!(html.trim_end().ends_with("</html>"));
+    assert_nested(&html);
+    assert_eq!(html.matches("<section").count(), 1 + sample().experiments.len());
+}
+
+#[test]
+fn one_svg_per_plot_with_data() {
+    let (results, html) = render_sample();
+    let expected = plots_with_data(&results);
+    assert_eq!(expected, 7, "the sample's own count changed");
+    assert_eq!(html.matches("<svg").count(), expected);
+    assert_eq!(html.matches("</svg>").count(), expected);
+    // The plots with no data are notes instead.
+    for missing in ["missing_us", "ghost_us", "latency_us</code> (plot “Wrong kind”)"] {
+        assert!(html.contains(&format!("No data for <code>{missing}")), "{missing}");
+    }
+    assert!(html.contains("No data for <code>goodput_mbps</code> (plot “Goodput”)"));
+}
+
+#[test]
+fn plots_have_real_coordinates() {
+    let (_, html) = render_sample();
+    for svg in svgs(&html) {
+        assert!(svg.contains("viewBox=\"0 0 640 "), "{svg}");
+        for bad in ["NaN", "inf"] {
+            assert!(!svg.contains(bad), "{bad} in {svg}");
+        }
+        let numbers = path_numbers(svg);
+        assert!(numbers.iter().all(|n| n.parse::<f64>().is_ok_and(f64::is_finite)), "{numbers:?}");
+        let lines = svg.matches(r#"<path class="line" d="M"#).count();
+        let bars = svg.matches(r#"<rect class="bar""#).count();
+        assert!(lines + bars > 0, "a plot with nothing drawn: {svg}");
+        if lines > 0 {
+            // A data line has many points, not only an axis' two.
+            let longest = svg
+                .split(r#"class="line" d="M"#)
+                .skip(1)
+                .map(|s| s.split('"').next().unwrap().matches('L').count());
+            assert!(longest.max().unwrap() > 10, "{svg}");
+        }
+    }
+}
+
+#[test]
+fn user_text_is_escaped() {
+    let (_, html) = render_sample();
+    assert!(!html.contains(HOSTILE));
+    assert!(!html.contains("<script") && !html.contains("<img"));
+    assert!(html.contains(HOSTILE_ESCAPED));
+    assert!(html.contains("a &quot;quoted&quot; &amp; &#39;single&#39; value"));
+    // In attributes too: no tag carries an event handler or a source.
+    for (name, _, _, attrs) in tags(&html) {
+        for attr in attrs.split_whitespace() {
+            let attr = attr.to_ascii_lowercase();
+            assert!(!attr.starts_with("on") && !attr.starts_with("src="), "<{name} {attrs}>");
+        }
+    }
+}
+
+#[test]
+fn nothing_is_fetched() {
+    let (_, html) = render_sample();
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert!(!html.contains("url(") && !html.contains("@import"));
+    assert!(html.contains("default-src 'none'"), "the CSP is there");
+    // Every link is to an anchor in the document.
+    for (_, _, _, attrs) in tags(&html) {
+        if let Some(i) = attrs.find("href=\"") {
+            let target = attrs[i + 6..].split('"').next().unwrap();
+            let id = target.strip_prefix('#').unwrap_or_else(|| panic!("href {target}"));
+            assert!(html.contains(&format!("id=\"{id}\"")), "dangling link {target}");
+        }
+    }
+}
+
+#[test]
+fn run_environment_and_verdicts_are_shown() {
+    let (_, html) = render_sample();
+    for v in ["reproduced", "partly", "not-reproduced", "not-applicable"] {
+        let badge = format!(r#"<span class="badge v-{v}">{v}</span>"#);
+        // In the contents, the summary and the section.
+        assert!(html.matches(&badge).count() >= 3, "{v}");
+    }
+    assert!(html.contains("2026-10-26T07:33:20Z"));
+    assert!(html.contains("1 h 02 min"));
+    assert!(html.contains("<strong>Interrupted.</strong>"));
+    assert!(html.contains("runs with too much lateness are marked"));
+    assert!(html.contains("2 of 5 paths flagged"));
+    assert!(html.contains("Synthetic CPU @ 2.0GHz") && html.contains("fq_codel"));
+    assert!(html.contains("virtualisation</dt>"));
+}
+
+#[test]
+fn experiments_show_claim_error_lateness_table_and_notes() {
+    let (results, html) = render_sample();
+    assert!(html.contains("<cite>000_trading-cc.txt</cite>"));
+    assert!(html.contains("<code>p99_us[bbr] &lt; 0.8 * p99_us[cubic]</code>"));
+    assert!(html.contains(&format!(
+        "<div class=\"error\" role=\"alert\"><strong>Error:</strong> <span class=\"text\">bench client exited with status 1: {HOSTILE_ESCAPED}"
+    )));
+    // nagle-delack's lateness is above its bound, trading-cc's is not.
+    assert_eq!(html.matches("above the bound: these results are marked").count(), 1);
+    // trading-cc's table has the chosen columns; nagle-delack (no `table`) has all four.
+    let section = |name: &str| {
+        let start = html.find(&format!("<code>{name}</code>")).unwrap();
+        &html[start..start + html[start..].find("</section>").unwrap()]
+    };
+    let cc = section("trading-cc");
+    assert_eq!(cc.matches("<th>").count(), 4, "variant + 3 metrics");
+    assert!(!cc.contains("<th>p999_us"));
+    assert_eq!(section("nagle-delack").matches("<th>").count(), 5);
+    let p99 = &results.experiments[0].variants[0].metrics["p99_us"];
+    assert!(cc.contains(&format!(
+        "{} <span class=\"unit\">µs</span> <span class=\"spread\">[{}–{}]</span>",
+        svg::fmt_num(p99.median),
+        svg::fmt_num(p99.min),
+        svg::fmt_num(p99.max)
+    )));
+    assert!(cc.contains("round 3 was lateness-flagged"));
+    assert!(html.contains("TCP_QUICKACK is not available here"));
+    assert!(section("broken").contains("No variant finished."));
+}
+
+#[test]
+fn colours_are_per_variant_and_stable_across_plots() {
+    let (_, html) = render_sample();
+    let cc = &html[html.find("id=\"exp-1-").unwrap()..html.find("id=\"exp-2-").unwrap()];
+    for (i, colour) in svg::PALETTE.iter().take(3).enumerate() {
+        // The table's swatch, and in each of the 3 plots a legend entry and a line or bars.
+        let uses = cc.matches(&format!("=\"{colour}\"")).count()
+            + cc.matches(&format!(":{colour}\"")).count();
+        assert!(uses >= 7, "variant {i}: {uses}");
+        assert!(cc.contains(&format!("background:{colour}")), "variant {i}'s table swatch");
+    }
+    assert!(!cc.contains(svg::PALETTE[3]), "only three variants");
+}
+
+#[test]
+fn the_sample_survives_results_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("results.json");
+    let results = sample();
+    results.write(&path).unwrap();
+    assert_eq!(html::render(&Results::read(&path).unwrap()), html::render(&results));
+}
+
+#[test]
+fn non_finite_data_never_reaches_the_svg() {
+    let mut results = sample();
+    let exp = &mut results.experiments[0];
+    for v in &mut exp.variants {
+        for s in &mut v.series {
+            s.points.extend([[f64::NAN, 0.5], [f64::INFINITY, 1.0], [1.0, f64::NEG_INFINITY]]);
+        }
+        let m = v.metrics.get_mut("p99_us").unwrap();
+        (m.min, m.max) = (f64::NAN, f64::INFINITY);
+    }
+    // A variant with only nonsense.
+    let mut junk = exp.variants[0].clone();
+    junk.name = "junk".into();
+    junk.series = vec![Series {
+        name: "latency_us".into(),
+        kind: SeriesKind::Cdf,
+        points: vec![[f64::NAN, f64::NAN]],
+    }];
+    exp.variants.push(junk);
+    let html = html::render(&results);
+    assert_nested(&html);
+    assert_eq!(html.matches("<svg").count(), 7);
+    for svg in svgs(&html) {
+        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_points_make_a_valid_chart_or_none(
+        points in prop::collection::vec(
+            prop::array::uniform2(prop_oneof![
+                Just(f64::NAN), Just(f64::INFINITY), Just(0.0), Just(-1.0),
+                -1e12..1e12f64, 1e-9..1e-3f64,
+            ]),
+            0..40,
+        ),
+        log in any::<bool>(),
+    ) {
+        let x = Axis { label: "x".into(), log, fixed: None };
+        let y = Axis { label: "y".into(), log: false, fixed: None };
+        let lines = [Line { label: "v", index: 9, points: &points }];
+        if let Some(svg) = svg::line_chart("t", &x, &y, &lines) {
+            prop_assert!(!svg.contains("NaN") && !svg.contains("inf"));
+            assert_nested(&svg);
+            prop_assert!(path_numbers(&svg).iter().all(|n| n.parse::<f64>().is_ok_and(f64::is_finite)));
+        } else {
+            prop_assert!(!points.iter().any(|p| p[0].is_finite() && p[1].is_finite() && (!log || p[0] > 0.0)));
+        }
+    }
+}
