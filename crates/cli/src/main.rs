@@ -13,6 +13,8 @@ mod audit;
 mod bench;
 mod exporter;
 mod lab;
+mod lab_run;
+mod run;
 mod sendq;
 mod top;
 
@@ -42,6 +44,8 @@ enum Command {
     Exporter(exporter::ExporterArgs),
     /// Live view of matched TCP connections (RTT, send-queue delay, retransmits).
     Top(top::TopArgs),
+    /// Run a program with a profile applied to its TCP sockets (LD_PRELOAD).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Tune(args) => audit::run_tune(args),
         Command::Exporter(args) => exporter::run(args),
         Command::Top(args) => top::run(args),
+        Command::Run(args) => run::run(args),
     };
     match outcome {
         Ok(code) => code,
