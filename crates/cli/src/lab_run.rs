@@ -231,27 +231,19 @@ fn print_summary(results: &Results, out: &Path) {
 
 fn default_out_dir() -> PathBuf {
     let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (date, time) = utc_date_time(secs);
-    PathBuf::from(format!("tcptail-lab-{date}-{time}"))
+    PathBuf::from(format!("tcptail-lab-{}", compact_utc(secs)))
 }
 
-/// `(YYYYMMDD, HHMMSS)` in UTC, from Howard Hinnant's days-to-civil algorithm.
-fn utc_date_time(unix_s: u64) -> (String, String) {
-    let days = (unix_s / 86_400) as i64;
-    let secs = unix_s % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (
-        format!("{year:04}{month:02}{day:02}"),
-        format!("{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60),
-    )
+/// `YYYYMMDD-HHMMSS` in UTC.
+fn compact_utc(unix_s: u64) -> String {
+    tcptail_report::html::iso_utc(unix_s.max(1))
+        .chars()
+        .filter_map(|c| match c {
+            '-' | ':' | 'Z' => None,
+            'T' => Some('-'),
+            c => Some(c),
+        })
+        .collect()
 }
 
 /// Progress on stderr: a bar per experiment on a terminal, a line per variant-round otherwise.
@@ -377,11 +369,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn utc_dates() {
-        assert_eq!(utc_date_time(0), ("19700101".into(), "000000".into()));
-        // 2026-11-23 12:34:56 UTC
-        assert_eq!(utc_date_time(1_795_437_296), ("20261123".into(), "123456".into()));
-        // 2024-02-29 (a leap day) 23:59:59
-        assert_eq!(utc_date_time(1_709_251_199), ("20240229".into(), "235959".into()));
+    fn output_directories_are_named_by_utc_time() {
+        assert_eq!(compact_utc(1_795_437_296), "20261123-123456");
+        assert_eq!(compact_utc(1_709_251_199), "20240229-235959");
     }
 }

@@ -7,132 +7,15 @@
 //! removes whatever such a namespace is left after the test looked (also when it fails). The
 //! tests take one lock so that measurements never share the two vCPUs with another lab.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-static LAB: Mutex<()> = Mutex::new(());
+mod common;
 
-fn lab_lock() -> MutexGuard<'static, ()> {
-    let guard = LAB.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Err(e) = tcptail_netns::ensure_root() {
-        panic!("the lab tests need root with CAP_NET_ADMIN + CAP_SYS_ADMIN: {e}");
-    }
-    guard
-}
-
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("tcptail")
-}
-
-/// Namespaces named after `pid`, from `/run/netns` and from `ip netns list`.
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let prefix = format!("tcptail-{pid}-");
-    let mut names: Vec<String> = std::fs::read_dir("/run/netns")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    let listed = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
-    names.extend(
-        String::from_utf8_lossy(&listed.stdout)
-            .lines()
-            .filter_map(|l| l.split_whitespace().next().map(str::to_owned)),
-    );
-    names.retain(|n| n.starts_with(&prefix));
-    names.sort();
-    names.dedup();
-    names
-}
-
-/// Kills the run if it still runs and deletes its namespaces (and their processes).
-struct Guard {
-    child: Child,
-    pid: u32,
-    /// The run's `--out` directory when the test gave none (so nothing is left in /tmp).
-    _out: Option<tempfile::TempDir>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for ns in namespaces_of(self.pid) {
-            let _ = Command::new("ip").args(["netns", "pids", &ns]).output().map(|o| {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-            });
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-    }
-}
-
-fn spawn(args: &[&str]) -> Guard {
-    let mut args: Vec<&str> = args.to_vec();
-    let out = (args.starts_with(&["lab", "path"]) && !args.contains(&"--out"))
-        .then(|| tempfile::tempdir().expect("tempdir"));
-    if let Some(dir) = &out {
-        args.splice(2..2, ["--out", dir.path().to_str().expect("utf-8 path")]);
-    }
-    let child = Command::new(bin())
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tcptail");
-    let pid = child.id();
-    Guard { child, pid, _out: out }
-}
-
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    /// Namespaces of the run that still existed right after it exited.
-    leftovers: Vec<String>,
-    /// Removes leftovers when the test is done with them.
-    _guard: Guard,
-}
-
-/// Waits for the run to end (killing it after `timeout`) and collects its output.
-fn finish(mut guard: Guard, timeout: Duration) -> Finished {
-    let mut out = guard.child.stdout.take().expect("piped");
-    let mut err = guard.child.stderr.take().expect("piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = guard.child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = guard.child.kill();
-            let stderr = err_reader.join().unwrap_or_default();
-            panic!("tcptail did not finish within {timeout:?}; stderr:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let leftovers = namespaces_of(guard.pid);
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    Finished { status, stdout, stderr, leftovers, _guard: guard }
-}
-
-fn run(args: &[&str], timeout: Duration) -> Finished {
-    finish(spawn(args), timeout)
-}
+use common::{Guard, bin, finish, lab_lock, namespaces_of, run, spawn};
 
 fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -4,109 +4,18 @@
 //! the report re-rendered from results.json alone.
 //!
 //! Runs are child processes whose namespaces are named `tcptail-<child pid>-...`; a guard
-//! removes any left after a failed test. One lock keeps runs from sharing the vCPUs.
+//! removes any left after a failed test. One lock keeps runs from sharing the vCPUs (see
+//! `common`).
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-static LAB: Mutex<()> = Mutex::new(());
+mod common;
 
-fn lab_lock() -> MutexGuard<'static, ()> {
-    let guard = LAB.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Err(e) = tcptail_netns::ensure_root() {
-        panic!("the lab run tests need root with CAP_NET_ADMIN + CAP_SYS_ADMIN: {e}");
-    }
-    guard
-}
-
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("tcptail")
-}
-
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let prefix = format!("tcptail-{pid}-");
-    let mut names: Vec<String> = std::fs::read_dir("/run/netns")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    names.retain(|n| n.starts_with(&prefix));
-    names
-}
-
-/// A running `tcptail`; dropping it kills the run and removes its namespaces.
-struct Run {
-    child: Child,
-    pid: u32,
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for ns in namespaces_of(self.pid) {
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-    }
-}
-
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    leftovers: Vec<String>,
-    _run: Run,
-}
-
-fn spawn(args: &[&str]) -> Run {
-    let child = Command::new(bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tcptail");
-    let pid = child.id();
-    Run { child, pid }
-}
-
-fn finish(mut run: Run, timeout: Duration) -> Finished {
-    let mut out = run.child.stdout.take().expect("piped");
-    let mut err = run.child.stderr.take().expect("piped");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = run.child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = run.child.kill();
-            let stderr = err_reader.join().unwrap_or_default();
-            panic!("tcptail did not finish within {timeout:?}; stderr:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let leftovers = namespaces_of(run.pid);
-    Finished {
-        status,
-        stdout: out_reader.join().unwrap_or_default(),
-        stderr: err_reader.join().unwrap_or_default(),
-        leftovers,
-        _run: run,
-    }
-}
+use common::{bin, finish, lab_lock, namespaces_of, spawn};
 
 fn results(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json");

@@ -512,7 +512,7 @@ fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 
 /// Seconds since the Unix epoch as an ISO 8601 UTC time (`2026-11-01T09:30:00Z`); `unknown`
 /// for 0 (never set).
-fn iso_utc(unix_s: u64) -> String {
+pub fn iso_utc(unix_s: u64) -> String {
     if unix_s == 0 {
         return "unknown".into();
     }

@@ -322,7 +322,13 @@ fn apply_buffer(sock: &SockRef<'_>, direction: Direction, size: &BufferSize) -> 
     if row.outcome == OptionOutcome::Applied
         && let Some(actual) = read_back
     {
-        let limit = sysctl_words(limit_name).first().and_then(|w| w.parse().ok());
+        // The limit is read only when the kernel stored less than it does for an uncapped
+        // request: applying a profile sits on every connect of a preloaded program.
+        let limit = if actual as u64 >= (bytes as u64).saturating_mul(2) {
+            None
+        } else {
+            sysctl_words(limit_name).first().and_then(|w| w.parse().ok())
+        };
         row.outcome = buffer_outcome(option, bytes as u64, actual as u64, limit_name, limit);
     }
     row
