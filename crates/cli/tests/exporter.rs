@@ -166,7 +166,14 @@ fn top_once_json_lists_matched_connections() {
 
 // ---------------------------------------------------------------- Prometheus integration
 
+/// Installs Prometheus once per test binary: the tests that need it run in parallel, and two
+/// concurrent apt-get runs fail on apt's lock.
 fn ensure_prometheus() {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *installed {
+        return;
+    }
     let out = Command::new(repo().join("deploy/prometheus/install-prometheus.sh"))
         .output()
         .expect("run deploy/prometheus/install-prometheus.sh");
@@ -175,6 +182,7 @@ fn ensure_prometheus() {
         "Prometheus is required and could not be installed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    *installed = true;
 }
 
 fn promtool(args: &[&str], dir: &Path) -> String {
