@@ -220,6 +220,9 @@ pub fn write(results: &Results, dir: &Path) -> Result<(), RunnerError> {
         .map_err(|source| RunnerError::Io { path, source })
 }
 
+/// The per-variant metric that carries the emulator's p99 release lateness of its rounds.
+pub const EMULATOR_LATENESS_METRIC: &str = "emulator_lateness_p99_us";
+
 /// Every round's measurements of one variant.
 #[derive(Default)]
 struct Rounds {
@@ -399,6 +402,10 @@ fn fold_variant(
     for m in &rounds.measurements {
         for (name, &value) in &m.metrics {
             values.entry(name).or_default().push(value);
+        }
+        // Which variants ran on a late emulator, not only that some path of the experiment did.
+        if let Some(l) = &m.lateness {
+            values.entry(EMULATOR_LATENESS_METRIC).or_default().push(l.worst_p99_us);
         }
     }
     let metrics: BTreeMap<String, Metric> = values

@@ -69,6 +69,15 @@ impl VariantPlan for Fake {
         let mut samples: Vec<f64> = (0..100).map(|i| self.p50 + f64::from(i)).collect();
         m.series.push(Series::cdf("latency_us", &mut samples));
         m.notes.push(format!("{} ran", self.name));
+        if self.name == "a" {
+            m.lateness = Some(Lateness {
+                worst_p99_us: 100.0 * (ctx.round + 1) as f64,
+                max_us: 1000.0,
+                bound_us: 500.0,
+                flagged_paths: 0,
+                paths: 1,
+            });
+        }
         Ok(m)
     }
 
@@ -140,6 +149,11 @@ fn rounds_fold_into_medians_with_spread_and_a_verdict() {
     assert_eq!(e.variants[0].series[0].kind, SeriesKind::Cdf);
     assert_eq!(e.variants[0].notes, ["a ran"]);
     assert!(e.setup.contains("3 variants x 3 rounds") && e.setup.contains("fake path"));
+    // The emulator's lateness per variant, and summed over the experiment's paths.
+    assert_eq!(e.variants[0].metrics[EMULATOR_LATENESS_METRIC].values, [100.0, 200.0, 300.0]);
+    assert!(!e.variants[1].metrics.contains_key(EMULATOR_LATENESS_METRIC));
+    let lateness = e.lateness.expect("merged");
+    assert_eq!((lateness.paths, lateness.worst_p99_us), (3, 300.0));
 
     let results =
         run(&[prepared([1.0, 1.0, 1.0], None, &log)], &options(dir.path()), &Silent, &|| false)
