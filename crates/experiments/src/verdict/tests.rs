@@ -548,3 +548,104 @@ proptest! {
         }
     }
 }
+
+/// Full-mode results for a built-in experiment: every (variant, metric) any of its rules
+/// references gets `default` (with a ±5 % spread) unless `set` gives (median, min, max).
+fn synthetic(
+    e: &Experiment,
+    rules: &[Rule],
+    default: f64,
+    set: &[(&str, &str, f64, f64, f64)],
+) -> Vec<VariantResult> {
+    let refs: Vec<Ref> = rules.iter().flat_map(Rule::references).collect();
+    e.variants
+        .iter()
+        .map(|v| {
+            let mut metrics: Vec<(&str, f64, f64, f64)> = Vec::new();
+            for r in refs.iter().filter(|r| r.variant == v.name) {
+                if metrics.iter().any(|m| m.0 == r.metric) {
+                    continue;
+                }
+                let given = set.iter().find(|s| s.0 == v.name && s.1 == r.metric);
+                metrics.push(match given {
+                    Some(&(_, m, median, min, max)) => (m, median, min, max),
+                    None => (r.metric.as_str(), default, 0.95 * default, 1.05 * default),
+                });
+            }
+            result(&v.name, &metrics)
+        })
+        .collect()
+}
+
+/// Every built-in experiment not covered above gives `reproduced` on data that shows its
+/// claim, and falls to its final `not-reproduced` rule on data where every variant measured
+/// the same (a claim about a difference must not hold without one).
+#[test]
+fn every_builtin_reproduces_on_a_difference_and_not_without_one() {
+    type Case = (&'static str, &'static [(&'static str, &'static str, f64, f64, f64)]);
+    let cases: [Case; 7] = [
+        (
+            "trading-cc",
+            &[("bbr_x", "p99_us", 200.0, 190.0, 210.0), ("cubic_x", "p99_us", 100.0, 95.0, 105.0)],
+        ),
+        (
+            "idle-restart",
+            &[
+                ("cubic_ssai1", "burst_ms", 50.0, 48.0, 52.0),
+                ("cubic_ssai0", "burst_ms", 30.0, 29.0, 31.0),
+            ],
+        ),
+        (
+            "tuning-ladder",
+            &[
+                ("baseline", "p99_us", 100.0, 80.0, 150.0),
+                ("same_cpu", "p99_us", 60.0, 55.0, 70.0),
+                ("spin", "p99_us", 50.0, 49.0, 51.0),
+            ],
+        ),
+        (
+            "sendq",
+            &[
+                ("cubic_t10", "start_p50_ms", 35.0, 34.0, 36.0),
+                ("cubic_unbounded", "start_p50_ms", 233.0, 230.0, 236.0),
+            ],
+        ),
+        (
+            "bloat",
+            &[
+                ("cubic_tail_10m", "probe_p50_ms", 1000.0, 950.0, 1050.0),
+                ("bbr_tail_10m", "probe_p50_ms", 190.0, 180.0, 200.0),
+                ("cubic_tail_128k", "probe_p50_ms", 3000.0, 2900.0, 3100.0),
+                ("bbr_tail_128k", "probe_p50_ms", 400.0, 390.0, 410.0),
+            ],
+        ),
+        (
+            "wan",
+            &[
+                ("bbr_loss", "goodput_mbps", 280.0, 270.0, 290.0),
+                ("cubic_loss", "goodput_mbps", 50.0, 45.0, 55.0),
+                ("bbr_loss", "rtt_p95_ms", 110.0, 105.0, 115.0),
+                ("cubic_loss", "rtt_p95_ms", 150.0, 140.0, 160.0),
+            ],
+        ),
+        (
+            "rwin-limited",
+            &[
+                ("rmem_8mb", "goodput_mbps", 140.0, 135.0, 145.0),
+                ("rmem_64mb", "goodput_mbps", 300.0, 295.0, 305.0),
+                ("rmem_8mb", "rwnd_limited_pct", 45.0, 40.0, 50.0),
+                ("rmem_64mb", "rwnd_limited_pct", 0.0, 0.0, 0.0),
+            ],
+        ),
+    ];
+    for (name, set) in cases {
+        let (e, rules) = builtin(name);
+        assert_eq!(rules.last().map(Rule::verdict), Some(Verdict::NotReproduced), "{name}");
+        let d = decide(&rules, &synthetic(&e, &rules, 100.0, set));
+        assert_eq!(d.verdict, Verdict::Reproduced, "{name}: {} ({})", d.reason, d.rule);
+        assert!(!d.reason.contains("n/a"), "{name}: {}", d.reason);
+        let d = decide(&rules, &synthetic(&e, &rules, 100.0, &[]));
+        assert_eq!(d.verdict, Verdict::NotReproduced, "{name}: {} ({})", d.reason, d.rule);
+        assert_eq!(d.rule, "otherwise", "{name}");
+    }
+}
