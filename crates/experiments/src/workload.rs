@@ -25,6 +25,8 @@ pub mod ladder;
 pub mod rr;
 pub mod sendq;
 pub mod split_write;
+#[cfg(test)]
+mod test_support;
 
 /// What one round of one variant measured.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -289,16 +289,10 @@ impl VariantPlan for Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload;
+    use crate::workload::{self, test_support};
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
-        let mut all = vec![
-            ("path", toml::Value::from("emulated")),
-            ("rate", "10mbit".into()),
-            ("rtt", "40ms".into()),
-        ];
-        all.extend(pairs.iter().cloned());
-        Params::from_pairs(all)
+        test_support::emulated("10mbit", "40ms", pairs)
     }
 
     #[test]
@@ -333,15 +327,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = RoundContext {
-            round: 0,
-            seed: 5,
-            scratch: dir.path(),
-            stop_requested: &|| false,
-            progress: &|_| {},
-        };
-        let m = plan.run(&ctx).expect("needs root, /dev/net/tun and iproute2");
+        let m = test_support::run_once(plan.as_ref(), 5);
         let get = |k: &str| m.metrics[k];
         assert!(get("probe_count") >= 15.0, "{m:?}");
         // Base RTT 40 ms plus a queue that CUBIC keeps largely full.

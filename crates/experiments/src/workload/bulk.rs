@@ -131,16 +131,10 @@ impl VariantPlan for Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload;
+    use crate::workload::{self, test_support};
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
-        let mut all = vec![
-            ("path", toml::Value::from("emulated")),
-            ("rate", "50mbit".into()),
-            ("rtt", "20ms".into()),
-        ];
-        all.extend(pairs.iter().cloned());
-        Params::from_pairs(all)
+        test_support::emulated("50mbit", "20ms", pairs)
     }
 
     #[test]
@@ -171,15 +165,7 @@ mod tests {
             &params(&[("cc", "cubic".into()), ("duration", "3s".into()), ("warmup", "1s".into())]),
         )
         .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = RoundContext {
-            round: 0,
-            seed: 3,
-            scratch: dir.path(),
-            stop_requested: &|| false,
-            progress: &|_| {},
-        };
-        let m = plan.run(&ctx).expect("needs root, /dev/net/tun and iproute2");
+        let m = test_support::run_once(plan.as_ref(), 3);
         let get = |k: &str| m.metrics[k];
         assert!(get("goodput_mbps") > 45.0 && get("goodput_mbps") < 50.5, "{m:?}");
         assert!(get("rtt_p50_ms") >= 19.0 && get("rtt_p95_ms") < 100.0, "{m:?}");

@@ -233,16 +233,10 @@ impl VariantPlan for Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload;
+    use crate::workload::{self, test_support};
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
-        let mut all = vec![
-            ("path", toml::Value::from("emulated")),
-            ("rate", "100mbit".into()),
-            ("rtt", "10ms".into()),
-        ];
-        all.extend(pairs.iter().cloned());
-        Params::from_pairs(all)
+        test_support::emulated("100mbit", "10ms", pairs)
     }
 
     #[test]
@@ -268,15 +262,7 @@ mod tests {
             &params(&[("idle", "500ms".into()), ("bursts", 2.into())]),
         )
         .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = RoundContext {
-            round: 0,
-            seed: 11,
-            scratch: dir.path(),
-            stop_requested: &|| false,
-            progress: &|_| {},
-        };
-        let m = plan.run(&ctx).expect("needs root, /dev/net/tun and iproute2");
+        let m = test_support::run_once(plan.as_ref(), 11);
         let get = |k: &str| m.metrics[k];
         assert!(get("burst_ms") > 0.0, "{m:?}");
         assert!(get("burst_ms") >= get("burst_floor_ms") * 0.95, "{m:?}");

@@ -132,7 +132,8 @@ impl VariantPlan for Plan {
 mod tests {
     use super::*;
     use crate::workload;
-    use crate::workload::rr::tests::{assert_sane, run_once};
+    use crate::workload::rr::tests::assert_sane;
+    use crate::workload::test_support::run_once;
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
         Params::from_pairs(pairs.iter().cloned())
@@ -178,7 +179,7 @@ mod tests {
                 ("duration", "200ms".into()),
                 ("warmup", "50ms".into()),
             ]);
-            let m = run_once(workload::plan(&TuningLadder, &p).unwrap().as_ref());
+            let m = run_once(workload::plan(&TuningLadder, &p).unwrap().as_ref(), 3);
             assert_sane(&m);
             assert!(m.metrics["min_us"] <= m.metrics["mean_us"], "{rung}: {:?}", m.metrics);
         }

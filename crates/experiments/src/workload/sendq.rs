@@ -161,16 +161,10 @@ impl VariantPlan for Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload;
+    use crate::workload::{self, test_support};
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
-        let mut all = vec![
-            ("path", toml::Value::from("emulated")),
-            ("rate", "30mbit".into()),
-            ("rtt", "10ms".into()),
-        ];
-        all.extend(pairs.iter().cloned());
-        Params::from_pairs(all)
+        test_support::emulated("30mbit", "10ms", pairs)
     }
 
     #[test]
@@ -206,15 +200,7 @@ mod tests {
             &params(&[("control", "threshold:10ms".into()), ("chunks", 30.into())]),
         )
         .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = RoundContext {
-            round: 0,
-            seed: 7,
-            scratch: dir.path(),
-            stop_requested: &|| false,
-            progress: &|_| {},
-        };
-        let m = plan.run(&ctx).expect("needs root, /dev/net/tun and iproute2");
+        let m = test_support::run_once(plan.as_ref(), 7);
         let get = |k: &str| m.metrics[k];
         assert!(get("start_p50_ms") > 0.0 && get("start_p50_ms") <= get("start_p99_ms"), "{m:?}");
         assert!(get("goodput_mbps") > 15.0 && get("goodput_mbps") < 31.0, "{m:?}");

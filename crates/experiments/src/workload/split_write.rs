@@ -319,7 +319,8 @@ fn note_cpu(cpus: &mut Vec<usize>) {
 mod tests {
     use super::*;
     use crate::workload;
-    use crate::workload::rr::tests::{assert_sane, run_once};
+    use crate::workload::rr::tests::assert_sane;
+    use crate::workload::test_support::run_once;
 
     fn refused(pairs: &[(&str, toml::Value)]) -> ParamError {
         let p = Params::from_pairs(pairs.iter().cloned());
@@ -363,7 +364,7 @@ mod tests {
                 ("duration", "500ms".into()),
                 ("warmup", "100ms".into()),
             ]);
-            run_once(workload::plan(&SplitWrite, &p).unwrap().as_ref())
+            run_once(workload::plan(&SplitWrite, &p).unwrap().as_ref(), 3)
         };
         let (nagle, nodelay) = (round(false), round(true));
         assert_sane(&nagle);

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::workload;
+use crate::workload::test_support::run_once;
 
 fn params(pairs: &[(&str, toml::Value)]) -> Params {
     Params::from_pairs(pairs.iter().cloned())
@@ -48,19 +49,6 @@ fn a_full_variant_is_accepted_and_described() {
     assert!(d.contains("1 competing bulk flow"), "{d}");
 }
 
-/// A short context for real rounds.
-pub(crate) fn run_once(plan: &dyn VariantPlan) -> Measurement {
-    let dir = tempfile::tempdir().unwrap();
-    let ctx = RoundContext {
-        round: 0,
-        seed: 3,
-        scratch: dir.path(),
-        stop_requested: &|| false,
-        progress: &|_| {},
-    };
-    plan.run(&ctx).expect("a real round needs root, namespaces, veth and tc (tbf)")
-}
-
 /// The sanity every latency round must pass.
 pub(crate) fn assert_sane(m: &Measurement) {
     let get = |k: &str| *m.metrics.get(k).unwrap_or_else(|| panic!("no {k}: {m:?}"));
@@ -86,7 +74,7 @@ fn open_loop_bbr_round_on_a_tbf_bottleneck_with_a_competing_flow() {
         ("duration", "700ms".into()),
         ("warmup", "100ms".into()),
     ]);
-    let m = run_once(workload::plan(&RequestResponse, &p).unwrap().as_ref());
+    let m = run_once(workload::plan(&RequestResponse, &p).unwrap().as_ref(), 3);
     assert_sane(&m);
     let get = |k: &str| m.metrics[k];
     // ~700 requests at 1000/s.
@@ -106,7 +94,7 @@ fn open_loop_bbr_round_on_a_tbf_bottleneck_with_a_competing_flow() {
 #[test]
 fn closed_loop_round_on_veth() {
     let p = params(&[("duration", "300ms".into()), ("warmup", "50ms".into())]);
-    let m = run_once(workload::plan(&RequestResponse, &p).unwrap().as_ref());
+    let m = run_once(workload::plan(&RequestResponse, &p).unwrap().as_ref(), 3);
     assert_sane(&m);
     assert!(!m.metrics.contains_key("sched_p99_us"));
 }
