@@ -48,7 +48,7 @@ pub fn on_socket(fd: BorrowedFd<'_>, domain: i32, ty: i32, protocol: i32) {
         return;
     }
     if let Some(settings) = config().active() {
-        apply(fd, settings, &format!("socket {}", family_name(domain)));
+        apply(fd, settings, || format!("socket {}", family_name(domain)));
     }
 }
 
@@ -70,13 +70,7 @@ pub fn on_connect(fd: BorrowedFd<'_>, family: Option<i32>) {
         return;
     }
     if let Some(settings) = config().active() {
-        let peer = SockRef::from(&fd)
-            .peer_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .map(|a| format!(" to {a}"))
-            .unwrap_or_default();
-        apply(fd, settings, &format!("connect{peer} (socket made elsewhere)"));
+        apply(fd, settings, || format!("connect{} (socket made elsewhere)", peer(fd, "to")));
     }
 }
 
@@ -87,13 +81,7 @@ pub fn on_accept(fd: BorrowedFd<'_>) {
         return;
     }
     if let Some(settings) = config().active() {
-        let peer = SockRef::from(&fd)
-            .peer_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .map(|a| format!(" from {a}"))
-            .unwrap_or_default();
-        apply(fd, settings, &format!("accept{peer}"));
+        apply(fd, settings, || format!("accept{}", peer(fd, "from")));
     }
 }
 
@@ -107,13 +95,25 @@ pub fn rearm(fd: BorrowedFd<'_>) {
     }
 }
 
-fn apply(fd: BorrowedFd<'_>, settings: &Settings, event: &str) {
+/// Applies the profile and flags the fd; `event` describes it for the log, and is built (with
+/// its extra system calls, such as the peer's address) only when logging is on.
+fn apply(fd: BorrowedFd<'_>, settings: &Settings, event: impl FnOnce() -> String) {
     let report = apply_profile(fd, &settings.profile);
     let flags = table::APPLIED | if settings.rearm() { table::REARM } else { 0 };
     table::set(fd.as_raw_fd(), flags);
     if settings.log {
-        log::emit(&log::socket_line(std::process::id(), fd.as_raw_fd(), event, &report));
+        log::emit(&log::socket_line(std::process::id(), fd.as_raw_fd(), &event(), &report));
     }
+}
+
+/// ` to 10.0.0.5:443` (with `preposition`), or nothing when the peer cannot be read.
+fn peer(fd: BorrowedFd<'_>, preposition: &str) -> String {
+    SockRef::from(&fd)
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(|a| format!(" {preposition} {a}"))
+        .unwrap_or_default()
 }
 
 /// Whether `fd` is an IPv4/IPv6 TCP socket, asked of the kernel (`SO_PROTOCOL`, `SO_DOMAIN`).
