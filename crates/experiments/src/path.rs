@@ -24,7 +24,7 @@ use tcptail_report::Lateness;
 use tcptail_units::{Bdp, BitRate};
 
 use crate::params::{ParamError, Params, required};
-use crate::workload::RunError;
+use crate::workload::{RoundContext, RunError};
 
 /// p99 emulator lateness above which a round's results are marked.
 pub const LATENESS_BOUND: Duration = Duration::from_micros(500);
@@ -176,6 +176,23 @@ impl PathPlan {
             let s: Vec<String> = self.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect();
             format!("{base}; {}", s.join(", "))
         }
+    }
+
+    /// One round on this path: unless a stop was asked for, builds the path, runs `measure`
+    /// on it, and removes it whatever `measure` returned, giving back the result with the
+    /// emulator's lateness (for emulated paths).
+    pub fn round<T>(
+        &self,
+        ctx: &RoundContext<'_>,
+        measure: impl FnOnce(&LivePath) -> Result<T, RunError>,
+    ) -> Result<(T, Option<Lateness>), RunError> {
+        if (ctx.stop_requested)() {
+            return Err(RunError::Interrupted);
+        }
+        let live = self.build(ctx.seed)?;
+        let outcome = measure(&live);
+        let lateness = live.finish();
+        Ok((outcome?, lateness))
     }
 
     /// Builds the path for one round; `seed` drives the emulator's loss draws.

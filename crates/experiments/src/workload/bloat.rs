@@ -204,16 +204,12 @@ impl Probe {
 
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.path.build(ctx.seed)?;
-        let outcome = (|| {
-            let listener = flows::listen(&live)?;
+        let ((samples, (sent, records)), lateness) = self.path.round(ctx, |live| {
+            let listener = flows::listen(live)?;
             // The probe uses CUBIC whatever the bulk flows use: its requests are far below
             // one window, so its own congestion control never limits them.
-            let (pc, ps) = flows::connect(&live, &listener, "cubic", true)?;
-            let bulk = BulkFlows::start(&live, self.flows, &self.cc)?;
+            let (pc, ps) = flows::connect(live, &listener, "cubic", true)?;
+            let bulk = BulkFlows::start(live, self.flows, &self.cc)?;
             let mut probe = Probe::start(pc, ps, bulk.start, self.probe_interval, self.probe_size)?;
             let samples = flows::sample_for(
                 &bulk,
@@ -229,9 +225,7 @@ impl VariantPlan for Plan {
             let probed = probed?;
             stopped?;
             Ok::<_, RunError>((samples, probed))
-        })();
-        let lateness = live.finish();
-        let (samples, (sent, records)) = outcome?;
+        })?;
         let w = self.warmup.as_secs_f64();
         let end = self.duration.as_secs_f64();
         let mut latencies: Vec<f64> =

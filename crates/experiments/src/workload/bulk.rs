@@ -77,12 +77,8 @@ impl Workload for Bulk {
 
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.path.build(ctx.seed)?;
-        let outcome = (|| {
-            let flows = BulkFlows::start(&live, self.flows, &self.cc)?;
+        let (samples, lateness) = self.path.round(ctx, |live| {
+            let flows = BulkFlows::start(live, self.flows, &self.cc)?;
             let samples = flows::sample_for(
                 &flows,
                 self.duration,
@@ -94,10 +90,7 @@ impl VariantPlan for Plan {
             let samples = samples?;
             stopped?;
             Ok::<_, RunError>(samples)
-        })();
-        // Always removed, also when the round failed.
-        let lateness = live.finish();
-        let samples = outcome?;
+        })?;
         let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100));
         let mut m = Measurement { lateness, ..Measurement::default() };
         m.metric("goodput_mbps", s.goodput_mbps)

@@ -174,13 +174,9 @@ impl Plan {
 
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.path.build(ctx.seed)?;
-        let outcome = (|| {
-            let listener = flows::listen(&live)?;
-            let (mut client, server) = flows::connect(&live, &listener, &self.cc, true)?;
+        let (records, lateness) = self.path.round(ctx, |live| {
+            let listener = flows::listen(live)?;
+            let (mut client, server) = flows::connect(live, &listener, &self.cc, true)?;
             let (tx, rx) = mpsc::channel();
             let (warmup, burst, bursts) = (self.warmup_bytes, self.burst, self.bursts);
             let unblock =
@@ -195,9 +191,7 @@ impl VariantPlan for Plan {
                 .map_err(|_| RunError::failed("receiver", "panicked"))?
                 .map_err(|e| RunError::failed("receive the bursts", e))?;
             Ok::<_, RunError>(records)
-        })();
-        let lateness = live.finish();
-        let records = outcome?;
+        })?;
         let sorted = |f: &dyn Fn(&BurstRecord) -> f64| {
             let mut v: Vec<f64> = records.iter().map(f).collect();
             v.sort_by(f64::total_cmp);

@@ -113,15 +113,12 @@ impl Workload for SendQueue {
 
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.path.build(ctx.seed)?;
         let mut config = self.config.clone();
         config.seed = ctx.seed;
-        let outcome = run_variant(live.topo(), &config, &self.variant);
-        let lateness = live.finish();
-        let r = outcome.map_err(|e| RunError::failed(format!("sendq {}", self.variant.name), e))?;
+        let (r, lateness) = self.path.round(ctx, |live| {
+            run_variant(live.topo(), &config, &self.variant)
+                .map_err(|e| RunError::failed(format!("sendq {}", self.variant.name), e))
+        })?;
 
         let mut m = Measurement { lateness, ..Measurement::default() };
         let (s, d) = (r.from_start_ms, r.from_schedule_ms);

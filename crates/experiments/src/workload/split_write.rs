@@ -110,13 +110,7 @@ impl Workload for SplitWrite {
 
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.path.build(ctx.seed)?;
-        let outcome = self.run_on(&live, ctx);
-        let lateness = live.finish();
-        let mut m = outcome?;
+        let (mut m, lateness) = self.path.round(ctx, |live| self.run_on(live, ctx))?;
         m.lateness = lateness;
         Ok(m)
     }

@@ -77,13 +77,7 @@ impl RoundSpec {
 
     /// Builds the path, runs one round on it, removes it and returns the measurement.
     pub fn measure(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.path.build(ctx.seed)?;
-        let outcome = self.run_on(&live, ctx);
-        let lateness = live.finish();
-        let mut m = outcome?;
+        let (mut m, lateness) = self.path.round(ctx, |live| self.run_on(live, ctx))?;
         m.lateness = lateness;
         Ok(m)
     }
