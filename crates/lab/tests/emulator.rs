@@ -219,8 +219,13 @@ fn request_response_rtt_is_the_path_delay_plus_small_error() {
     let (min, p50, p90) = (rtts[0], rtts[rtts.len() / 2], rtts[rtts.len() * 9 / 10]);
     let path = 2 * one_way;
     assert!(min >= path, "a round trip took {min:?}, less than the path's {path:?}");
-    assert!(p50 - path < Duration::from_micros(500), "median RTT {p50:?} (path {path:?})");
-    assert!(p90 - path < Duration::from_millis(2), "p90 RTT {p90:?} (path {path:?})");
+    // The bounds catch a wrong delay (a direction delayed twice, or not at all), not the
+    // emulator's accuracy: every round trip also pays four thread wake-ups on vCPUs that halt
+    // when idle, which cost from tens to hundreds of µs with the host's load (the same build
+    // passed a 500 µs bound in one CI run and measured 530-930 µs of median error an hour
+    // later on an idle guest). Accuracy is measured by scripts/bench-emulator, a benchmark.
+    assert!(p50 - path < Duration::from_millis(1), "median RTT {p50:?} (path {path:?})");
+    assert!(p90 - path < Duration::from_millis(3), "p90 RTT {p90:?} (path {path:?})");
     assert_no_emulator_errors(&report);
     for (name, d) in [("up", &report.up), ("down", &report.down)] {
         assert!(d.forwarded.packets >= 300, "{name}: {:?}", d.forwarded);

@@ -104,6 +104,7 @@ table{border-collapse:collapse;margin:.5em 0;font-variant-numeric:tabular-nums}\
 th,td{padding:.3em .7em;border-bottom:1px solid #e3e3e0;text-align:right;vertical-align:top;white-space:nowrap}\
 th:first-child,td:first-child{text-align:left;white-space:normal}th{font-weight:600;background:#f3f3f0}\
 .unit,.spread{color:#666;font-size:.85em}\
+.vlabel{display:block;font-size:.85em;color:#555;font-weight:normal}\
 .swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em}\
 figure{margin:1em 0}svg.plot{display:block;max-width:100%;height:auto}\
 .nodata{color:#666;font-style:italic}\
@@ -321,7 +322,14 @@ fn metrics_table(h: &mut String, exp: &ExperimentResult) {
     }
     h.push_str("</tr></thead>\n<tbody>\n");
     for (vi, v) in exp.variants.iter().enumerate() {
-        let _ = write!(h, "<tr><td>{}{}</td>", swatch(vi), escape(&v.name));
+        // The experiment file's label says what the variant is; the name is what rules use.
+        let label = match v.config.get("label") {
+            Some(serde_json::Value::String(l)) if *l != v.name => {
+                format!("<span class=\"vlabel\">{}</span>", escape(l))
+            }
+            _ => String::new(),
+        };
+        let _ = write!(h, "<tr><td>{}{}{label}</td>", swatch(vi), escape(&v.name));
         for col in &columns {
             match v.metrics.get(*col) {
                 None => h.push_str("<td>—</td>"),
@@ -602,5 +610,24 @@ mod tests {
         };
         assert_eq!(anchor(0, &exp("a\"b <c>")), "exp-1-a-b--c-");
         assert_ne!(anchor(0, &exp("x")), anchor(1, &exp("x")));
+
+        // Variant labels from the experiment file stand under the name, escaped.
+        let variant = |name: &str, label: &str| crate::VariantResult {
+            name: name.into(),
+            config: [("label".to_string(), serde_json::Value::from(label))].into(),
+            metrics: [(
+                "p99_us".to_string(),
+                crate::Metric::from_rounds("p99_us", &[1.0]).unwrap(),
+            )]
+            .into(),
+            series: vec![],
+            notes: vec![],
+        };
+        let mut e = exp("x");
+        e.variants = vec![variant("cubic_x", "CUBIC <1 Gbit/s>"), variant("plain", "plain")];
+        let mut h = String::new();
+        metrics_table(&mut h, &e);
+        assert!(h.contains(r#"cubic_x<span class="vlabel">CUBIC &lt;1 Gbit/s&gt;</span>"#), "{h}");
+        assert!(!h.contains(r#"plain<span class="vlabel">"#), "{h}");
     }
 }
