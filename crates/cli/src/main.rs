@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod audit;
 mod bench;
 mod exporter;
+mod keys;
 mod lab;
 mod lab_run;
 mod run;

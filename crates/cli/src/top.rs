@@ -1,8 +1,8 @@
 //! `tcptail top`: a refreshing terminal table of the matched TCP connections, sorted by RTT,
 //! estimated send-queue delay or retransmits; `--once --json` prints one snapshot for scripts.
 //!
-//! In the live view, typing `r`, `d` or `t` and Enter re-sorts by RTT, delay or retransmits;
-//! `q` quits.
+//! In the live view, the keys `r`, `d` and `t` re-sort by RTT, delay or retransmits; `q` (or
+//! Ctrl-C) quits and restores the terminal.
 //!
 //! Connections are chosen by a selector file and/or `--port`/`--dport`/`--sport`/`--dst`,
 //! compiled into a kernel-side filter, so only matching sockets are read. Without any, all
@@ -120,20 +120,11 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     let mut dumper = open_dumper(args.netns.as_deref())?;
     let tty = std::io::stdout().is_terminal();
     let mut key = args.sort;
-    // The live view reads commands from stdin, one per line: r (RTT), d (queue delay),
-    // t (retransmits), q (quit). No raw terminal mode: type the letter and Enter.
-    let (tx, commands) = std::sync::mpsc::channel::<String>();
-    // Kept for the whole loop so `recv_timeout` waits even when no reader thread runs.
+    // The live view takes single keys: r (RTT), d (queue delay), t (retransmits), q (quit).
+    let (tx, commands) = std::sync::mpsc::channel::<char>();
+    // Kept for the whole loop so `recv_timeout` waits even when no key is ever read.
     let _keep = tx.clone();
-    if !args.once && std::io::stdin().is_terminal() {
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-    }
+    let _keys = if args.once { None } else { Some(crate::keys::Keys::start(tx)?) };
     loop {
         let mut conns = dumper.collect(&req)?;
         sort(&mut conns, key);
@@ -150,7 +141,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             }
             write!(out, "{}", table(&conns, key))?;
             if !args.once {
-                writeln!(out, "[r]tt [d]elay re[t]rans [q]uit + Enter")?;
+                writeln!(out, "[r]tt [d]elay re[t]rans [q]uit")?;
             }
         }
         out.flush()?;
@@ -159,11 +150,11 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         }
         let wait = Duration::from_millis(args.interval_ms.max(50));
         if let Ok(cmd) = commands.recv_timeout(wait) {
-            match cmd.trim() {
-                "r" => key = SortKey::Rtt,
-                "d" => key = SortKey::Delay,
-                "t" => key = SortKey::Retrans,
-                "q" => return Ok(ExitCode::SUCCESS),
+            match cmd {
+                'r' => key = SortKey::Rtt,
+                'd' => key = SortKey::Delay,
+                't' => key = SortKey::Retrans,
+                crate::keys::QUIT => return Ok(ExitCode::SUCCESS),
                 _ => {}
             }
         }

@@ -164,6 +164,40 @@ fn top_once_json_lists_matched_connections() {
     assert!(text.contains("SQDELAY_MS") && text.matches(&port).count() == 2, "{text}");
 }
 
+/// The live view on a real terminal (a pty from script(1)): single keys act without Enter,
+/// and the terminal is back in canonical, echoing mode after `q` and after Ctrl-C.
+#[test]
+fn top_takes_single_keys_and_restores_the_terminal() {
+    let (_l, _a, _b) = conn(1);
+    let bin = assert_cmd::cargo::cargo_bin("tcptail");
+    for quit in ["q", "\u{3}"] {
+        let command = format!("{} top --interval-ms 100; stty -a", bin.display());
+        let mut child = Command::new("script")
+            .args(["-qfec", &command, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script(1) (bsdutils) runs tcptail on a pty");
+        let mut stdin = child.stdin.take().expect("piped");
+        std::thread::sleep(Duration::from_millis(800));
+        stdin.write_all(b"r").unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        stdin.write_all(quit.as_bytes()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "top did not quit on {quit:?} without Enter");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert!(out.contains("sorted by Rtt"), "the r key did not re-sort: {out}");
+        // stty -a ran after tcptail on the same terminal: canonical mode and echo are back.
+        let modes: Vec<&str> = out.split_whitespace().collect();
+        assert!(modes.contains(&"icanon") && modes.contains(&"echo"), "{quit:?}: {out}");
+    }
+}
+
 // ---------------------------------------------------------------- Prometheus integration
 
 /// Installs Prometheus once per test binary: the tests that need it run in parallel, and two
