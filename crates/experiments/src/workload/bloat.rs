@@ -208,8 +208,8 @@ impl VariantPlan for Plan {
             let listener = flows::listen(live)?;
             // The probe uses CUBIC whatever the bulk flows use: its requests are far below
             // one window, so its own congestion control never limits them.
-            let (pc, ps) = flows::connect(live, &listener, "cubic", true)?;
-            let bulk = BulkFlows::start(live, self.flows, &self.cc)?;
+            let (pc, ps) = flows::connect(live, &listener, Some("cubic"), true)?;
+            let bulk = BulkFlows::start(live, self.flows, Some(&self.cc), None)?;
             let mut probe = Probe::start(pc, ps, bulk.start, self.probe_interval, self.probe_size)?;
             let samples = flows::sample_for(
                 &bulk,

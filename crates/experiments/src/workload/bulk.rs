@@ -78,7 +78,7 @@ impl Workload for Bulk {
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (samples, lateness) = self.path.round(ctx, |live| {
-            let flows = BulkFlows::start(live, self.flows, &self.cc)?;
+            let flows = BulkFlows::start(live, self.flows, Some(&self.cc), None)?;
             let samples = flows::sample_for(
                 &flows,
                 self.duration,

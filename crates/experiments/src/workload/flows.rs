@@ -43,12 +43,12 @@ pub fn listen(live: &LivePath) -> Result<TcpListener, RunError> {
         .map_err(|e| RunError::failed("listen in the server namespace", e))
 }
 
-/// Connects from the client namespace to `listener` with congestion control `cc` and returns
-/// both ends: (client/sender, server/receiver).
+/// Connects from the client namespace to `listener` with congestion control `cc` (the
+/// namespace's default when `None`) and returns both ends: (client/sender, server/receiver).
 pub fn connect(
     live: &LivePath,
     listener: &TcpListener,
-    cc: &str,
+    cc: Option<&str>,
     nodelay: bool,
 ) -> Result<(TcpStream, TcpStream), RunError> {
     let port = listener.local_addr().map_err(|e| RunError::failed("listener address", e))?.port();
@@ -57,12 +57,16 @@ pub fn connect(
         .client()
         .run(|| -> std::io::Result<Socket> {
             let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
-            s.set_tcp_congestion(cc.as_bytes())?;
+            if let Some(cc) = cc {
+                s.set_tcp_congestion(cc.as_bytes())?;
+            }
             s.set_tcp_nodelay(nodelay)?;
             s.connect_timeout(&target.into(), Duration::from_secs(5))?;
             Ok(s)
         })?
-        .map_err(|e| RunError::failed(format!("connect to {target} with {cc}"), e))?;
+        .map_err(|e| {
+            RunError::failed(format!("connect to {target} with {}", cc.unwrap_or("default cc")), e)
+        })?;
     let (server, _) = listener.accept().map_err(|e| RunError::failed("accept", e))?;
     server.set_nodelay(nodelay).map_err(|e| RunError::failed("TCP_NODELAY", e))?;
     Ok((socket.into(), server))
@@ -108,8 +112,15 @@ pub struct BulkFlows {
 }
 
 impl BulkFlows {
-    /// Opens `n` connections with `cc` and starts sending on all of them.
-    pub fn start(live: &LivePath, n: usize, cc: &str) -> Result<BulkFlows, RunError> {
+    /// Opens `n` connections with `cc` (the namespace's default when `None`) and starts
+    /// sending on all of them, their threads pinned to `cpu` when given (so that flows which
+    /// only compete for a bottleneck do not also compete for the measured pair's CPUs).
+    pub fn start(
+        live: &LivePath,
+        n: usize,
+        cc: Option<&str>,
+        cpu: Option<usize>,
+    ) -> Result<BulkFlows, RunError> {
         let listener = listen(live)?;
         let received = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -133,9 +144,9 @@ impl BulkFlows {
                 server.try_clone().map_err(|e| RunError::failed("clone the receiver socket", e))?,
             );
             let (received, stop) = (received.clone(), stop.clone());
-            flows.threads.push(std::thread::spawn(move || receive(server, &received, &stop)));
+            flows.threads.push(spawn(cpu, move || receive(server, &received, &stop))?);
             let stop = flows.stop.clone();
-            flows.threads.push(std::thread::spawn(move || send(writer, &stop)));
+            flows.threads.push(spawn(cpu, move || send(writer, &stop))?);
         }
         Ok(flows)
     }
@@ -208,6 +219,22 @@ impl Drop for BulkFlows {
             let _ = t.join();
         }
     }
+}
+
+/// A flow thread, pinned to `cpu` when given.
+fn spawn(
+    cpu: Option<usize>,
+    f: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+) -> Result<JoinHandle<std::io::Result<()>>, RunError> {
+    std::thread::Builder::new()
+        .name("tcptail-bulk".into())
+        .spawn(move || {
+            if let Some(cpu) = cpu {
+                tcptail_bench::sys::pin_current_thread(cpu)?;
+            }
+            f()
+        })
+        .map_err(|e| RunError::failed("start a bulk-flow thread", e))
 }
 
 fn send(mut s: TcpStream, stop: &AtomicBool) -> std::io::Result<()> {

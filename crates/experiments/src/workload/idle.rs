@@ -176,7 +176,7 @@ impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (records, lateness) = self.path.round(ctx, |live| {
             let listener = flows::listen(live)?;
-            let (mut client, server) = flows::connect(live, &listener, &self.cc, true)?;
+            let (mut client, server) = flows::connect(live, &listener, Some(&self.cc), true)?;
             let (tx, rx) = mpsc::channel();
             let (warmup, burst, bursts) = (self.warmup_bytes, self.burst, self.bursts);
             let unblock =

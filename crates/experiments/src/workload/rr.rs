@@ -22,7 +22,6 @@
 //! `competing_mbps`; BBR adds `slow_<phase>_pct` and `all_<phase>_pct`. Series: `latency_us`
 //! (and `sched_latency_us` in open loop).
 
-pub mod competing;
 pub mod placement;
 pub mod round;
 

@@ -23,9 +23,9 @@ use tcptail_bench::stats::LatencySummary;
 use tcptail_report::Series;
 use tcptail_sock::{BbrPhase, Profile};
 
-use super::competing::Competing;
 use super::placement::{Placement, cpus_phrase};
 use crate::path::{LivePath, PathPlan};
+use crate::workload::flows::BulkFlows;
 use crate::workload::{Measurement, RoundContext, RunError};
 
 /// How long competing flows run before the measurement starts, so that they are past slow
@@ -89,18 +89,18 @@ impl RoundSpec {
             .run(|| Server::bind(ServerConfig::new(listen)))?
             .map_err(|e| RunError::failed("bench server: bind", e))?
             .spawn();
-        let mut competing = match self.competing_flows {
+        // The flows share the path's bottleneck with the requests; their bytes received while
+        // the measurement runs become `competing_mbps`, which shows it really was saturated.
+        let competing = match self.competing_flows {
             0 => None,
             n => {
                 let cc = self.profile.congestion.as_deref();
-                let c = Competing::start(live, n, cc, self.placement.spare_cpu())?;
+                let flows = BulkFlows::start(live, n, cc, self.placement.spare_cpu())?;
                 std::thread::sleep(COMPETING_LEAD);
-                Some(c)
+                let mark = (Instant::now(), flows.received());
+                Some((flows, mark))
             }
         };
-        if let Some(c) = competing.as_mut() {
-            c.mark();
-        }
         let config = self.bench_config(server.addr(), ctx.seed);
         let control = RunControl::new();
         let total = (self.warmup + self.duration).as_secs_f64();
@@ -122,7 +122,15 @@ impl RoundSpec {
             r
         })?
         .map_err(|e| RunError::failed("bench client", e))?;
-        let competing_mbps = competing.map(Competing::stop).transpose()?.flatten();
+        let competing_mbps = match competing {
+            None => None,
+            Some((flows, (since, bytes))) => {
+                let delta = flows.received().saturating_sub(bytes);
+                let mbps = delta as f64 * 8.0 / since.elapsed().as_secs_f64() / 1e6;
+                flows.stop()?;
+                Some(mbps)
+            }
+        };
         server.stop();
         if (ctx.stop_requested)() {
             return Err(RunError::Interrupted);
