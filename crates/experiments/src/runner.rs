@@ -192,10 +192,7 @@ pub fn run(
         observer.experiment_started(index, prepared);
         let (result, interrupted) = run_experiment(prepared, options, observer, stop_requested);
         if let Some(lateness) = &result.lateness {
-            match &mut results.environment.emulator_lateness {
-                Some(total) => total.merge(lateness),
-                slot @ None => *slot = Some(*lateness),
-            }
+            lateness.add_to(&mut results.environment.emulator_lateness);
         }
         results.experiments.push(result);
         results.run.duration_s = started.elapsed().as_secs_f64();
@@ -289,13 +286,8 @@ fn run_experiment(
         .map(|(v, r)| fold_variant(&v.spec, v.config.clone(), r))
         .collect();
     let mut lateness: Option<Lateness> = None;
-    for m in rounds.iter().flat_map(|r| &r.measurements) {
-        if let Some(l) = &m.lateness {
-            match &mut lateness {
-                Some(total) => total.merge(l),
-                slot @ None => *slot = Some(*l),
-            }
-        }
+    for l in rounds.iter().flat_map(|r| &r.measurements).filter_map(|m| m.lateness.as_ref()) {
+        l.add_to(&mut lateness);
     }
     let failures: Vec<String> = prepared
         .variants

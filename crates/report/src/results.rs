@@ -92,6 +92,14 @@ pub struct Lateness {
 }
 
 impl Lateness {
+    /// Folds this path's figures into `total`, which starts empty.
+    pub fn add_to(&self, total: &mut Option<Lateness>) {
+        match total {
+            Some(t) => t.merge(self),
+            None => *total = Some(*self),
+        }
+    }
+
     /// Folds another path's figures into this summary.
     pub fn merge(&mut self, other: &Lateness) {
         self.worst_p99_us = self.worst_p99_us.max(other.worst_p99_us);
