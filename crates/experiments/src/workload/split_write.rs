@@ -273,7 +273,7 @@ impl Plan {
         }
         us.sort_by(f64::total_cmp);
         let n = us.len();
-        let q = |p: f64| us[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        let q = |p: f64| super::flows::percentile(&us, p);
         let mut m = Measurement::default();
         m.metric("min_us", us[0])
             .metric("mean_us", us.iter().sum::<f64>() / n as f64)
