@@ -305,18 +305,9 @@ pub fn format_value(x: f64) -> String {
         let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
         return format!("{sign}{mantissa}e{exp}");
     }
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let text = if exp >= 2 {
-        format!("{digits}{}", "0".repeat(exp as usize - 2))
-    } else if exp >= 0 {
-        let (int, frac) = digits.split_at(exp as usize + 1);
-        format!("{int}.{frac}")
-    } else {
-        format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
-    };
-    let text =
-        if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
-    format!("{sign}{text}")
+    // Inside the plain range the report's own formatter gives the same three digits, so the
+    // reason and the report's tables print a value alike.
+    tcptail_report::svg::fmt_num(x)
 }
 
 fn dedup<T: PartialEq>(items: Vec<T>) -> Vec<T> {
