@@ -202,10 +202,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
             ssize_t
         )
     };
-    if n > 0 {
-        after_receive(fd);
-    }
-    n
+    after_receive(fd, n)
 }
 
 /// `recvfrom(2)`: as [`recv`].
@@ -232,10 +229,7 @@ pub unsafe extern "C" fn recvfrom(
             ssize_t
         )
     };
-    if n > 0 {
-        after_receive(fd);
-    }
-    n
+    after_receive(fd, n)
 }
 
 /// `recvmsg(2)`: as [`recv`].
@@ -255,10 +249,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
             ssize_t
         )
     };
-    if n > 0 {
-        after_receive(fd);
-    }
-    n
+    after_receive(fd, n)
 }
 
 /// `read(2)`: as [`recv`]; on anything but a tracked TCP socket the added work is one atomic
@@ -272,8 +263,5 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
     let n = unsafe {
         real_call!(READ, ReadFn, (fd, buf, count), libc::SYS_read, (fd, buf, count), ssize_t)
     };
-    if n > 0 {
-        after_receive(fd);
-    }
-    n
+    after_receive(fd, n)
 }

@@ -19,6 +19,8 @@ use std::os::fd::BorrowedFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use libc::ssize_t;
+
 use crate::{engine, table};
 
 // Not in this crate's unit tests, where the hooks would replace the test harness's libc calls.
@@ -118,13 +120,15 @@ pub fn borrow(fd: c_int) -> Option<BorrowedFd<'static>> {
     Some(unsafe { BorrowedFd::borrow_raw(fd) })
 }
 
-/// After a receive that returned bytes: re-arm `TCP_QUICKACK` if `fd` is tracked for it.
-/// The untracked case is one atomic load.
+/// After a receive on `fd` that returned `n`: when it returned bytes, re-arm `TCP_QUICKACK`
+/// if `fd` is tracked for it. Returns `n`, the receive's own result. The untracked case is
+/// one atomic load.
 #[inline]
-pub fn after_receive(fd: c_int) {
-    if table::get(fd) & table::REARM != 0 {
+pub fn after_receive(fd: c_int, n: ssize_t) -> ssize_t {
+    if n > 0 && table::get(fd) & table::REARM != 0 {
         rearm(fd);
     }
+    n
 }
 
 fn rearm(fd: c_int) {
