@@ -165,15 +165,19 @@ fn top_once_json_lists_matched_connections() {
 }
 
 /// The live view on a real terminal (a pty from script(1)): single keys act without Enter,
-/// and the terminal is back in canonical, echoing mode after `q` and after Ctrl-C.
+/// and the terminal is back in canonical, echoing mode after `q` and after Ctrl-C. script(1)
+/// runs the command with `$SHELL`: both bash and dash are tried, because a Ctrl-C that
+/// reached the terminal driver as SIGINT would kill dash before `stty -a` ran.
 #[test]
 fn top_takes_single_keys_and_restores_the_terminal() {
     let (_l, _a, _b) = conn(1);
     let bin = assert_cmd::cargo::cargo_bin("tcptail");
-    for quit in ["q", "\u{3}"] {
+    let cases = ["/bin/sh", "/bin/bash"].into_iter().flat_map(|sh| [(sh, "q"), (sh, "\u{3}")]);
+    for (shell, quit) in cases {
         let command = format!("{} top --interval-ms 100; stty -a", bin.display());
         let mut child = Command::new("script")
             .args(["-qfec", &command, "/dev/null"])
+            .env("SHELL", shell)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -186,15 +190,19 @@ fn top_takes_single_keys_and_restores_the_terminal() {
         stdin.write_all(quit.as_bytes()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "top did not quit on {quit:?} without Enter");
+            assert!(
+                Instant::now() < deadline,
+                "{shell}: top did not quit on {quit:?} without Enter"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut out = String::new();
         child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        assert!(out.contains("sorted by Rtt"), "the r key did not re-sort: {out}");
+        assert!(out.contains("sorted by Rtt"), "{shell}: the r key did not re-sort: {out}");
         // stty -a ran after tcptail on the same terminal: canonical mode and echo are back.
         let modes: Vec<&str> = out.split_whitespace().collect();
-        assert!(modes.contains(&"icanon") && modes.contains(&"echo"), "{quit:?}: {out}");
+        let restored = ["icanon", "echo", "isig"].iter().all(|mode| modes.contains(mode));
+        assert!(restored, "{shell}, {quit:?}: terminal modes not restored: {out}");
     }
 }
 
