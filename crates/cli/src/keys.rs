@@ -15,7 +15,7 @@ use rustix::termios::{LocalModes, OptionalActions, Termios, tcgetattr, tcsetattr
 /// The key a Ctrl-C (typed, or SIGINT sent from elsewhere) turns into.
 pub const QUIT: char = 'q';
 
-/// What the terminal delivers for Ctrl-C and Ctrl-\\ once ISIG is off.
+/// What the terminal delivers for Ctrl-C and `Ctrl-\` once ISIG is off.
 const INTERRUPT_BYTES: [u8; 2] = [0x03, 0x1c];
 
 /// Keys typed on the terminal, while this lives.
