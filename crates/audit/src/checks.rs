@@ -8,9 +8,17 @@
 //! evidence, the per-socket ones pointing to `tcptail bench` and the `tcptail-sock` checks),
 //! CPU governor, irqbalance, isolated CPUs, transparent huge pages and NIC coalescing.
 //!
-//! Invariants: no check reads the host or the clock; inside a child network namespace every
-//! host-scope setting is N/A ("host scope: not visible here"), never FAIL; a missing key or
-//! an unavailable tool is N/A, never FAIL.
+//! Every audit reports the whole read-list, whatever the profile asks: the settings in
+//! [`READ_LIST`] (congestion control, default qdisc, busy polling, NUMA balancing, buffer
+//! limits), CPU governor, irqbalance, isolated CPUs, transparent huge pages and each
+//! interface's offloads and coalescing. A row the profile has no recommendation for is
+//! informational: OK with the current value, or N/A when it cannot be read.
+//!
+//! Invariants: no check reads the host or the clock; inside a child network namespace or a
+//! container every host-scope setting is N/A, never WARN or FAIL: "host scope: not changeable
+//! here" with the value when it can be read (a child namespace still sees `rmem_max` and
+//! `kernel.numa_balancing`, read-only or the host's), "host scope: not visible here" when it
+//! cannot; a missing key or an unavailable tool is N/A, never FAIL.
 
 use serde::Serialize;
 
@@ -114,6 +122,8 @@ pub struct Report {
     pub child_netns: bool,
     /// Why we think we run in a container, if we do.
     pub container: Option<String>,
+    /// Whether we ran in a PID namespace of our own (processes outside it are invisible).
+    pub own_pid_namespace: bool,
     /// One finding per check.
     pub findings: Vec<Finding>,
 }
@@ -135,7 +145,10 @@ impl Report {
     }
 }
 
-const HOST_HIDDEN: &str = "host scope: not visible here";
+/// Evidence prefix of a host-scope row whose value cannot be read here.
+pub const HOST_NOT_VISIBLE: &str = "host scope: not visible here";
+/// Evidence prefix of a host-scope row whose value is read but is not ours to change here.
+pub const HOST_NOT_CHANGEABLE: &str = "host scope: not changeable here";
 const PER_SOCKET: &str = "per socket: not visible host-wide";
 /// The kernel's default `rmem_max`/`wmem_max` (208 KiB).
 const DEFAULT_MEM_MAX: u64 = 212_992;
@@ -144,6 +157,7 @@ const DEFAULT_MEM_MAX: u64 = 212_992;
 pub fn audit(profile: &Profile, snap: &Snapshot) -> Report {
     let mut findings: Vec<Finding> = Vec::new();
     findings.extend(profile.settings.iter().map(|s| check_setting(s, snap)));
+    findings.extend(read_list(profile, snap));
     findings.extend(profile.known_bad.iter().map(|k| check_known_bad(k, snap)));
     findings.extend(check_congestion(profile, snap));
     findings.extend(failure_modes(profile, snap));
@@ -152,6 +166,7 @@ pub fn audit(profile: &Profile, snap: &Snapshot) -> Report {
         profile: profile.name.clone(),
         child_netns: snap.child_netns,
         container: snap.container.clone(),
+        own_pid_namespace: snap.own_pid_namespace,
         findings,
     }
 }
@@ -163,8 +178,10 @@ pub fn check_setting(s: &Setting, snap: &Snapshot) -> Finding {
     let f = |status, cur: &str| {
         finding(id.clone(), status, cur).rec(s.want.to_string()).why(&s.rationale).source(&s.source)
     };
-    if s.scope == Scope::Host && snap.host_hidden() {
-        return f(Status::NotApplicable, current.unwrap_or("-")).evidence(HOST_HIDDEN);
+    if s.scope == Scope::Host
+        && let Some(hidden) = host_scope_evidence(snap, current, Some(&s.want))
+    {
+        return f(Status::NotApplicable, current.unwrap_or("-")).evidence(hidden);
     }
     let Some(cur) = current else {
         return f(Status::NotApplicable, "(no such key)")
@@ -175,6 +192,73 @@ pub fn check_setting(s: &Setting, snap: &Snapshot) -> Finding {
         Some(false) => f(Status::of(s.severity), cur),
         None => f(Status::of(s.severity), cur).evidence("current value is not a number"),
     }
+}
+
+/// The N/A evidence of a host-scope row when we do not run on the host itself (`None` on the
+/// host): "not changeable here" with whether the value read meets `want`, or "not visible
+/// here" when there is no value.
+fn host_scope_evidence(
+    snap: &Snapshot,
+    current: Option<&str>,
+    want: Option<&Want>,
+) -> Option<String> {
+    let place = snap.confinement()?;
+    Some(match (current, want) {
+        (None, _) => format!("{HOST_NOT_VISIBLE} ({place})"),
+        (Some(_), None) => {
+            format!("{HOST_NOT_CHANGEABLE} ({place}); the host's value, for information")
+        }
+        (Some(cur), Some(want)) => {
+            let verdict = match want.satisfied_by(cur) {
+                Some(true) => "meets the recommendation",
+                Some(false) => "misses the recommendation: change it on the host",
+                None => "is not a number",
+            };
+            format!("{HOST_NOT_CHANGEABLE} ({place}); the host's value {verdict}")
+        }
+    })
+}
+
+/// Settings every audit reads and reports, with what each one does: informational rows
+/// (`sysctl:KEY`) for those the profile makes no recommendation about.
+pub const READ_LIST: [(&str, &str); 9] = [
+    ("net.ipv4.tcp_congestion_control", "default congestion control of new sockets"),
+    ("net.core.default_qdisc", "qdisc new interfaces get; fq paces BBR flows"),
+    ("net.core.busy_read", "busy-poll microseconds on blocking reads (0: off)"),
+    ("net.core.busy_poll", "busy-poll microseconds in poll/select/epoll (0: off)"),
+    ("kernel.numa_balancing", "automatic NUMA page migration (faults under a busy thread)"),
+    ("net.core.rmem_max", "ceiling of an explicit SO_RCVBUF"),
+    ("net.core.wmem_max", "ceiling of an explicit SO_SNDBUF"),
+    ("net.ipv4.tcp_rmem", "receive buffer autotuning: min, default, max"),
+    ("net.ipv4.tcp_wmem", "send buffer autotuning: min, default, max"),
+];
+
+/// Informational rows for the [`READ_LIST`] settings `profile` does not recommend a value for.
+pub fn read_list(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+    READ_LIST
+        .iter()
+        .filter(|(key, _)| profile.setting(key).is_none())
+        .map(|(key, what)| {
+            let current = snap.sysctl(key);
+            let base = finding(format!("sysctl:{key}"), Status::Ok, current.unwrap_or("-"))
+                .rec(format!("(no recommendation in {})", profile.name))
+                .why(*what);
+            let host_scope = crate::profile::inherent_scope(key) == Some(Scope::Host);
+            match current {
+                _ if host_scope && snap.host_hidden() => {
+                    let ev = host_scope_evidence(snap, current, None).unwrap_or_default();
+                    Finding { status: Status::NotApplicable, ..base }.evidence(ev)
+                }
+                None => Finding {
+                    status: Status::NotApplicable,
+                    current: "(no such key)".into(),
+                    ..base
+                }
+                .evidence("not present on this kernel or in this namespace"),
+                Some(_) => base,
+            }
+        })
+        .collect()
 }
 
 /// One known-bad entry against the live value and the sysctl configuration files.
@@ -240,8 +324,15 @@ pub fn check_congestion(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
         ));
     out.push(match wanted {
         _ if available.is_empty() => Finding { status: Status::NotApplicable, ..f },
-        Some(want) if !available.contains(&want) => Finding { status: Status::Fail, ..f }
-            .evidence(format!("{want} is not loaded: modprobe tcp_{want}")),
+        // Kernel modules are the host's: a container cannot load one.
+        Some(want) if !available.contains(&want) => match snap.container.as_deref() {
+            Some(c) => Finding { status: Status::NotApplicable, ..f }.evidence(format!(
+                "{HOST_NOT_CHANGEABLE} (container: {c}); {want} is not loaded: modprobe \
+                 tcp_{want} on the host"
+            )),
+            None => Finding { status: Status::Fail, ..f }
+                .evidence(format!("{want} is not loaded: modprobe tcp_{want}")),
+        },
         _ => f,
     });
     let pacing = finding("bbr-pacing", Status::Ok, current.unwrap_or("-"))
@@ -342,8 +433,14 @@ fn check_rmem_cap(snap: &Snapshot) -> Finding {
             "> {DEFAULT_MEM_MAX} and >= every SO_RCVBUF requested; verify with getsockopt"
         ))
         .why("SO_RCVBUF above net.core.rmem_max is capped without an error");
-    if snap.host_hidden() {
-        return Finding { status: Status::NotApplicable, ..base }.evidence(HOST_HIDDEN);
+    if let Some(hidden) = host_scope_evidence(snap, max, None) {
+        // The value still caps every SO_RCVBUF here: say what it means, change it on the host.
+        let effect = match max.and_then(|m| m.parse::<u64>().ok()) {
+            Some(m) => format!("; SO_RCVBUF above {m} bytes is silently capped"),
+            None => String::new(),
+        };
+        return Finding { status: Status::NotApplicable, ..base }
+            .evidence(format!("{hidden}{effect}"));
     }
     match max.and_then(|m| m.parse::<u64>().ok()) {
         None => Finding { status: Status::NotApplicable, ..base },
@@ -396,122 +493,14 @@ fn check_time_wait(snap: &Snapshot) -> Finding {
     base(status, format!("{tw} TIME_WAIT / {ports} ports")).evidence(evidence)
 }
 
-/// CPU governor, irqbalance, isolated CPUs, transparent huge pages, NIC coalescing.
-pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
-    let h = &profile.host;
-    let mut out = Vec::new();
-    if let Some(want) = &h.governor {
-        let f = finding("cpu-governor", Status::Ok, snap.governors.join(","))
-            .rec(want)
-            .why("frequency ramps add microseconds to the first packets of a burst")
-            .source("seed 001 (tuning ladder); tuned latency-performance");
-        out.push(if snap.governors.is_empty() {
-            Finding { current: "-".into(), status: Status::NotApplicable, ..f }
-                .evidence("no cpufreq in /sys (VM or no driver)")
-        } else if snap.governors.iter().all(|g| g == want) {
-            f
-        } else {
-            Finding { status: Status::Warn, ..f }
-        });
-    }
-    if let Some(want) = h.irqbalance {
-        let cur = snap.irqbalance.map_or("-", |r| if r { "running" } else { "not running" });
-        let status = match snap.irqbalance {
-            None => Status::NotApplicable,
-            Some(r) if r == want => Status::Ok,
-            Some(_) => Status::Warn,
-        };
-        out.push(
-            finding("irqbalance", status, cur)
-                .rec(if want { "running" } else { "not running (pin NIC IRQs by hand)" })
-                .why("irqbalance moves NIC interrupts onto the cores the latency thread uses")
-                .source("seed 001 (IRQ affinity)"),
-        );
-    }
-    if let Some(want) = h.isolated_cpus {
-        let cmdline = snap.cmdline.as_deref().unwrap_or("");
-        let found: Vec<&str> = cmdline
-            .split_whitespace()
-            .filter(|w| w.starts_with("isolcpus=") || w.starts_with("nohz_full="))
-            .collect();
-        let status = match (&snap.cmdline, found.is_empty() != want) {
-            (None, _) => Status::NotApplicable,
-            (Some(_), true) => Status::Ok,
-            (Some(_), false) => Status::Warn,
-        };
-        let cur = if found.is_empty() { "none".to_owned() } else { found.join(" ") };
-        out.push(
-            finding("isolated-cpus", status, cur)
-                .rec(if want { "isolcpus= and nohz_full= for the latency cores" } else { "none" })
-                .why("the scheduler tick and other tasks preempt the latency thread")
-                .evidence("/proc/cmdline")
-                .source("seed 001 (CPU isolation)"),
-        );
-    }
-    if let Some(want) = &h.thp {
-        let status = match &snap.thp {
-            None => Status::NotApplicable,
-            Some(m) if m == want => Status::Ok,
-            Some(_) => Status::Warn,
-        };
-        out.push(
-            finding("transparent-hugepages", status, snap.thp.as_deref().unwrap_or("-"))
-                .rec(want)
-                .why("khugepaged compaction stalls show up as latency spikes")
-                .source("tuned network-latency"),
-        );
-    }
-    out.extend(nic_checks(h.nic_rx_usecs_max, snap));
-    out
-}
-
-fn nic_checks(max_usecs: Option<u64>, snap: &Snapshot) -> Vec<Finding> {
-    let Some(nics) = &snap.nics else {
-        return vec![
-            finding("nic", Status::NotApplicable, "-")
-                .rec("offloads and interrupt coalescing reviewed")
-                .why("coalescing delays interrupts; TSO/GRO batch packets")
-                .evidence("ethtool not available"),
-        ];
-    };
-    nics.iter()
-        .map(|(ifname, info)| {
-            let pick = |m: &std::collections::BTreeMap<String, String>, keys: &[&str]| {
-                keys.iter()
-                    .filter_map(|k| m.get(*k).map(|v| format!("{k} {v}")))
-                    .collect::<Vec<_>>()
-            };
-            let mut cur = pick(
-                &info.offloads,
-                &["tcp-segmentation-offload", "generic-receive-offload", "large-receive-offload"],
-            );
-            cur.extend(pick(&info.coalesce, &["rx-usecs", "adaptive-rx"]));
-            let usecs = info.coalesce.get("rx-usecs").and_then(|v| v.parse::<u64>().ok());
-            let adaptive = info.coalesce.get("adaptive-rx").is_some_and(|v| v == "on");
-            let status = match max_usecs {
-                Some(max) if adaptive || usecs.is_some_and(|u| u > max) => Status::Warn,
-                _ => Status::Ok,
-            };
-            finding(format!("nic:{ifname}"), status, cur.join(", "))
-                .rec(
-                    max_usecs.map_or("reported".to_owned(), |m| {
-                        format!("rx-usecs <= {m}, adaptive-rx off")
-                    }),
-                )
-                .why("interrupt coalescing holds received packets back; TSO hides RTT samples")
-                .source("seed 002 (hardware offload); seed 001")
-        })
-        .collect()
-}
-
 /// The audit as a text table: status, check, current, recommended, rationale; evidence below.
 pub fn render_table(report: &Report) -> String {
     let mut out = format!("tcptail audit: profile {}", report.profile);
     if report.child_netns {
-        out.push_str(" (child network namespace: host-scope settings not visible)");
+        out.push_str(" (child network namespace: host-scope settings not changeable here)");
     }
     if let Some(c) = &report.container {
-        out.push_str(&format!(" (container: {c})"));
+        out.push_str(&format!(" (container: {c}; host-scope settings not changeable here)"));
     }
     out.push('\n');
     let w_id = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(5).max(5);
@@ -552,6 +541,10 @@ pub fn render_table(report: &Report) -> String {
     ));
     out
 }
+
+#[path = "checks_hardware.rs"]
+mod hardware;
+pub use hardware::host_checks;
 
 #[cfg(test)]
 #[path = "checks_tests.rs"]

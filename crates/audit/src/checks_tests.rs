@@ -193,19 +193,170 @@ fn host_scope_in_a_child_namespace_is_not_a_failure() {
     f.child_netns();
     let r = run("trading-latency", &f);
     assert!(r.child_netns);
-    for key in
-        ["net.core.busy_read", "net.core.busy_poll", "net.core.rmem_max", "kernel.numa_balancing"]
-    {
+    // Absent in a child namespace: not visible.
+    for key in ["net.core.busy_read", "net.core.busy_poll"] {
         let id = format!("sysctl:{key}");
         assert_eq!(status(&r, &id), Status::NotApplicable, "{key}");
-        assert_eq!(evidence(&r, &id), "host scope: not visible here");
+        assert_eq!(evidence(&r, &id), "host scope: not visible here (child network namespace)");
     }
-    assert_eq!(status(&r, "fm4-rcvbuf-silently-capped"), Status::NotApplicable);
+    // Readable there (rmem_max read-only, numa_balancing the host's): the value is reported,
+    // only the changeability is marked.
+    for (key, value, verdict) in [
+        ("net.core.rmem_max", "212992", "misses the recommendation"),
+        ("kernel.numa_balancing", "1", "misses the recommendation"),
+    ] {
+        let id = format!("sysctl:{key}");
+        let x = r.get(&id).unwrap();
+        assert_eq!((x.status, x.current.as_str()), (Status::NotApplicable, value), "{key}");
+        let ev = evidence(&r, &id);
+        assert!(
+            ev.starts_with("host scope: not changeable here (child network namespace)"),
+            "{ev}"
+        );
+        assert!(ev.contains(verdict), "{ev}");
+    }
+    let fm4 = r.get("fm4-rcvbuf-silently-capped").unwrap();
+    assert_eq!((fm4.status, fm4.current.as_str()), (Status::NotApplicable, "212992"));
+    assert!(evidence(&r, "fm4-rcvbuf-silently-capped").contains("SO_RCVBUF above 212992"));
     // Per-namespace keys are still checked.
     assert_eq!(status(&r, "sysctl:net.ipv4.tcp_slow_start_after_idle"), Status::Fail);
     let r = run("bulk-throughput", &f);
     assert_eq!(status(&r, "sysctl:net.core.default_qdisc"), Status::NotApplicable);
     assert!(render_table(&r).contains("child network namespace"));
+}
+
+#[test]
+fn in_a_container_host_scope_is_not_changeable_and_irqbalance_not_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.container();
+    // irqbalance runs on the host; inside the container's PID namespace nobody could tell.
+    f.process(812, "irqbalance");
+    let r = run("trading-latency", &f);
+    let place = "container: /.dockerenv exists; PID 1 is sh, not an init system";
+    assert_eq!(r.container.as_deref(), Some(&place["container: ".len()..]));
+    assert!(r.own_pid_namespace && !r.child_netns);
+    for key in [
+        "net.core.busy_read",
+        "net.core.busy_poll",
+        "net.core.rmem_max",
+        "net.core.wmem_max",
+        "kernel.numa_balancing",
+    ] {
+        let id = format!("sysctl:{key}");
+        let x = r.get(&id).unwrap();
+        assert_eq!(x.status, Status::NotApplicable, "{key} must not WARN in a container");
+        assert_ne!(x.current, "-", "{key}: the value is readable and reported");
+        let ev = evidence(&r, &id);
+        assert!(ev.starts_with(&format!("host scope: not changeable here ({place})")), "{ev}");
+    }
+    let irq = r.get("irqbalance").unwrap();
+    assert_eq!(irq.status, Status::NotApplicable);
+    assert!(irq.evidence.as_deref().unwrap().contains("PID namespace are not visible"), "{irq:?}");
+    for id in
+        ["cpu-governor", "isolated-cpus", "transparent-hugepages", "fm4-rcvbuf-silently-capped"]
+    {
+        assert_eq!(status(&r, id), Status::NotApplicable, "{id}");
+    }
+    assert_eq!(r.get("transparent-hugepages").unwrap().current, "madvise");
+    // Per-namespace settings are still judged.
+    assert_eq!(status(&r, "sysctl:net.ipv4.tcp_slow_start_after_idle"), Status::Fail);
+    assert!(
+        r.findings
+            .iter()
+            .filter(|x| matches!(x.status, Status::Warn | Status::Fail))
+            .all(|x| !x.id.contains("net.core") && !x.id.contains("kernel.")),
+        "{:#?}",
+        r.findings
+    );
+    assert!(render_table(&r).contains("(container: /.dockerenv exists"));
+    // A missing module cannot be loaded from a container either.
+    f.sysctl("net.ipv4.tcp_available_congestion_control", "reno cubic");
+    let r = run("bulk-throughput", &f);
+    assert_eq!(status(&r, "cc-available"), Status::NotApplicable);
+    assert!(evidence(&r, "cc-available").contains("modprobe tcp_bbr on the host"));
+}
+
+#[test]
+fn a_pid_namespace_of_our_own_hides_irqbalance() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    std::fs::remove_dir_all(f.path().join("proc/2")).unwrap();
+    let r = run("trading-latency", &f);
+    assert!(r.own_pid_namespace && r.container.is_none());
+    assert_eq!(status(&r, "irqbalance"), Status::NotApplicable);
+    assert!(evidence(&r, "irqbalance").contains("kthreadd is not visible"));
+    // The host view with kthreadd: irqbalance is judged.
+    f.process(2, "kthreadd");
+    assert_eq!(status(&run("trading-latency", &f), "irqbalance"), Status::Ok);
+}
+
+#[test]
+fn every_container_signal_is_recognised() {
+    use crate::host::detect_container;
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    assert_eq!(detect_container(&HostView::at(f.path())), None, "a stock host");
+    let cases: [(&str, &str, &str); 5] = [
+        (".dockerenv", "", "/.dockerenv exists"),
+        ("run/.containerenv", "engine=\"podman\"\n", "/run/.containerenv exists"),
+        ("proc/1/environ", "PATH=/bin\0container=lxc\0", "PID 1 has container=lxc"),
+        ("proc/1/cgroup", "0::/kubepods/burstable/pod1/abc\n", "PID 1's cgroup names kubepods"),
+        ("proc/1/comm", "tini\n", "PID 1 is tini, not an init system"),
+    ];
+    for (file, text, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let f = FakeRoot::linux_6_18(dir.path());
+        f.file(file, text);
+        let found = detect_container(&HostView::at(f.path()));
+        assert_eq!(found.as_deref(), Some(want), "{file}");
+    }
+    for init in crate::host::INIT_NAMES {
+        f.file("proc/1/comm", &format!("{init}\n"));
+        assert_eq!(detect_container(&HostView::at(f.path())), None, "{init}");
+    }
+}
+
+#[test]
+fn the_baseline_audit_reports_the_whole_read_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.file(".commands/ethtool-k-eth0.txt", "Features for eth0:\ntcp-segmentation-offload: on\n");
+    f.file(".commands/ethtool-c-eth0.txt", "Coalesce parameters for eth0:\nrx-usecs: 50\n");
+    let r = run("baseline", &f);
+    let no_rec = "(no recommendation in baseline)";
+    for (id, current) in [
+        ("cpu-governor", "schedutil"),
+        ("irqbalance", "not running"),
+        ("isolated-cpus", "none"),
+        ("transparent-hugepages", "madvise"),
+        ("sysctl:net.core.busy_read", "0"),
+        ("sysctl:net.core.busy_poll", "0"),
+        ("sysctl:kernel.numa_balancing", "1"),
+        ("sysctl:net.core.default_qdisc", "fq_codel"),
+        ("sysctl:net.ipv4.tcp_congestion_control", "cubic"),
+        ("sysctl:net.core.rmem_max", "212992"),
+        ("sysctl:net.ipv4.tcp_rmem", "4096 131072 33554432"),
+    ] {
+        let x = r.get(id).unwrap_or_else(|| panic!("no row {id}: {:#?}", r.findings));
+        assert_eq!((x.status, x.current.as_str()), (Status::Ok, current), "{id}");
+        assert_eq!(x.recommended, no_rec, "{id}");
+        assert!(!x.rationale.is_empty(), "{id}");
+    }
+    let nic = r.get("nic:eth0").unwrap();
+    assert_eq!(nic.status, Status::Ok);
+    assert_eq!(nic.current, "tcp-segmentation-offload on, rx-usecs 50");
+    // A row the profile recommends appears once, as the profile's.
+    let r = run("trading-latency", &f);
+    let busy: Vec<_> = r.findings.iter().filter(|x| x.id == "sysctl:net.core.busy_read").collect();
+    assert_eq!(busy.len(), 1);
+    assert_eq!((busy[0].status, busy[0].recommended.as_str()), (Status::Warn, "50"));
+    // What cannot be read is N/A, still listed.
+    f.remove_sysctl("net.core.busy_poll");
+    std::fs::remove_file(f.path().join("sys/kernel/mm/transparent_hugepage/enabled")).unwrap();
+    let r = run("baseline", &f);
+    assert_eq!(status(&r, "sysctl:net.core.busy_poll"), Status::NotApplicable);
+    assert_eq!(status(&r, "transparent-hugepages"), Status::NotApplicable);
 }
 
 #[test]

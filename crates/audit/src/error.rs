@@ -83,13 +83,37 @@ pub enum Error {
         /// Where.
         context: String,
     },
-    /// Applying failed half-way; what had been applied was rolled back.
-    #[error("applying failed, {restored} value(s) rolled back: {cause}")]
+    /// Applying failed half-way; what had been applied was rolled back. When a value could
+    /// not be restored, the saved state (the only record of the previous values) is kept so
+    /// that `tcptail tune --revert` can retry.
+    #[error(
+        "applying failed, {restored} value(s) rolled back: {cause}{}",
+        not_restored_suffix(not_restored, kept_state.as_deref())
+    )]
     RolledBack {
-        /// How many values were restored.
+        /// How many values were restored (or found already at their previous value).
         restored: usize,
+        /// `(key, previous value, why the restore failed)` for every value left changed.
+        not_restored: Vec<(String, String, String)>,
+        /// The state file kept because of `not_restored` (`None` when everything was
+        /// restored and the state removed).
+        kept_state: Option<PathBuf>,
         /// The first failure.
         cause: Box<Error>,
+    },
+    /// A configuration file applied after ours at boot sets the same keys to other values:
+    /// ours would silently lose. Nothing was written.
+    #[error(
+        "{} would be overridden at boot by later configuration: {}; remove those lines or \
+         give them the profile's values (nothing was written)",
+        file.display(),
+        lines.join("; ")
+    )]
+    Overridden {
+        /// The file tune would write.
+        file: PathBuf,
+        /// The winning lines (`file:line: key = value (profile: value)`).
+        lines: Vec<String>,
     },
     /// `tune --revert` without a saved state.
     #[error("nothing to revert: no state file {}", path.display())]
@@ -120,6 +144,23 @@ pub enum Error {
     /// A throwaway namespace could not be created or used.
     #[error("validation namespace: {0}")]
     Netns(#[from] tcptail_netns::Error),
+}
+
+fn not_restored_suffix(
+    not_restored: &[(String, String, String)],
+    state: Option<&std::path::Path>,
+) -> String {
+    if not_restored.is_empty() {
+        return String::new();
+    }
+    let keys: Vec<String> = not_restored
+        .iter()
+        .map(|(key, before, why)| format!("{key} (previous value {before:?}): {why}"))
+        .collect();
+    let state = state.map_or(String::new(), |s| {
+        format!("; previous values kept in {}: retry with `tcptail tune --revert`", s.display())
+    });
+    format!("; NOT restored: {}{state}", keys.join("; "))
 }
 
 fn context_suffix(context: &str) -> String {

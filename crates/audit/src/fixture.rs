@@ -48,6 +48,15 @@ pub const LINUX_6_18: [(&str, &str); 30] = [
     ("net.ipv4.tcp_rto_min_us", "200000"),
 ];
 
+/// Host-scope `net.core` keys a child network namespace does not have (Linux 6.18).
+pub const ABSENT_IN_CHILD_NETNS: [&str; 5] = [
+    "net.core.default_qdisc",
+    "net.core.netdev_max_backlog",
+    "net.core.netdev_budget",
+    "net.core.busy_read",
+    "net.core.busy_poll",
+];
+
 impl FakeRoot {
     /// An empty fake root at `dir` (created if needed).
     pub fn new(dir: impl AsRef<Path>) -> Self {
@@ -57,8 +66,8 @@ impl FakeRoot {
     }
 
     /// A fake stock Linux 6.18 host: [`LINUX_6_18`] sysctls, 2 CPUs with the `schedutil`
-    /// governor, irqbalance not running, no isolated CPUs, THP `madvise`, interfaces `lo` and
-    /// `eth0`, 3 TIME_WAIT sockets, no sysctl.d files.
+    /// governor, PID 1 `init` and PID 2 `kthreadd`, irqbalance not running, no isolated CPUs,
+    /// THP `madvise`, interfaces `lo` and `eth0`, 3 TIME_WAIT sockets, no sysctl.d files.
     pub fn linux_6_18(dir: impl AsRef<Path>) -> Self {
         let f = FakeRoot::new(dir);
         for (k, v) in LINUX_6_18 {
@@ -71,6 +80,7 @@ impl FakeRoot {
             );
         }
         f.file("proc/1/comm", "init\n");
+        f.file("proc/2/comm", "kthreadd\n");
         f.file("proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/vda1 quiet\n");
         f.file("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
         f.file("sys/class/net/lo/mtu", "65536\n");
@@ -103,11 +113,23 @@ impl FakeRoot {
         self
     }
 
-    /// Makes the tree look like a child network namespace: host-scope `net.core` keys gone.
+    /// Makes the tree look like a child network namespace as Linux 6.18 shows one: the
+    /// [`ABSENT_IN_CHILD_NETNS`] keys are gone; `rmem_max`, `wmem_max` and the defaults stay
+    /// (read-only there), and so does `kernel.numa_balancing` (the host's).
     pub fn child_netns(&self) -> &Self {
-        for k in crate::profile::HOST_SCOPE_NET_KEYS {
+        for k in ABSENT_IN_CHILD_NETNS {
             self.remove_sysctl(k);
         }
+        self
+    }
+
+    /// Makes the tree look like a Docker container sharing the host's kernel: `/.dockerenv`,
+    /// PID 1 a shell instead of an init system, and a PID namespace of its own (no
+    /// `kthreadd`). Host-scope sysctls stay readable, as they are in a container.
+    pub fn container(&self) -> &Self {
+        self.file(".dockerenv", "");
+        self.file("proc/1/comm", "sh\n");
+        let _ = fs::remove_dir_all(self.root.join("proc/2"));
         self
     }
 

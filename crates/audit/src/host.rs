@@ -8,6 +8,23 @@
 //! fixture view reads the same commands' output from `<root>/.commands/tc-qdisc.json` and
 //! `<root>/.commands/ethtool-{k,c}-<ifname>.txt`, so no test runs a command. What cannot be
 //! read is `None` (reported N/A), never an error.
+//!
+//! # Where we run
+//!
+//! Host-wide settings are only ours to judge on the host itself. [`Snapshot::collect`] records
+//! three facts about the place it reads from, each from files only (so fixture trees exercise
+//! them):
+//!
+//! - **child network namespace**: `proc/sys/net/core` exists but `net.core.default_qdisc`
+//!   (which only the initial namespace has) does not;
+//! - **container** ([`detect_container`]), any of: `/.dockerenv` (Docker), `/run/.containerenv`
+//!   (Podman, Buildah), `container=` in PID 1's environment (systemd-nspawn, LXC, Podman), a
+//!   container runtime in PID 1's cgroup path (`docker`, `kubepods`, `containerd`, `lxc`,
+//!   `libpod`, `crio`), or PID 1 not being an init system (its `comm` is none of
+//!   [`INIT_NAMES`]: a container's PID 1 is its application or a shim such as `tini`);
+//! - **own PID namespace**: processes are listed in `proc` but the kernel's `kthreadd` (PID 2
+//!   on every host) is not among them, so processes outside this namespace (irqbalance) are
+//!   invisible.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -125,8 +142,11 @@ pub struct Snapshot {
     pub nics: Option<BTreeMap<String, NicInfo>>,
     /// True in a child network namespace (host-scope `net.core` keys do not exist there).
     pub child_netns: bool,
-    /// Why we think we are in a container, if we do.
+    /// Why we think we are in a container, if we do (the signals found, `; `-separated).
     pub container: Option<String>,
+    /// True when `/proc` lists processes but not the kernel's `kthreadd`: a PID namespace of
+    /// our own, where processes outside it (irqbalance) cannot be seen.
+    pub own_pid_namespace: bool,
 }
 
 /// Keys every audit reads, whatever the profile.
@@ -221,17 +241,50 @@ fn read_thp(view: &HostView) -> Option<String> {
     Some(text[start + 1..end].to_owned())
 }
 
-fn detect_container(view: &HostView) -> Option<String> {
+/// `comm` names of init systems: a PID 1 with any other name is a container's entry point.
+pub const INIT_NAMES: [&str; 11] = [
+    "systemd",
+    "init",
+    "upstart",
+    "runit",
+    "runit-init",
+    "s6-svscan",
+    "openrc-init",
+    "busybox",
+    "dinit",
+    "shepherd",
+    "launchd",
+];
+
+/// Container runtimes as they appear in a cgroup path.
+const CGROUP_RUNTIMES: [&str; 6] = ["docker", "kubepods", "containerd", "lxc", "libpod", "crio"];
+
+/// The signals (module docs, "Where we run") that say we run in a container, joined with
+/// `; `; `None` when there is none.
+pub fn detect_container(view: &HostView) -> Option<String> {
+    let mut found = Vec::new();
     for marker in [".dockerenv", "run/.containerenv"] {
         if view.path(marker).exists() {
-            return Some(format!("/{marker} exists"));
+            found.push(format!("/{marker} exists"));
         }
     }
-    let environ = view.read("proc/1/environ")?;
-    environ
-        .split('\0')
-        .find_map(|kv| kv.strip_prefix("container="))
-        .map(|c| format!("PID 1 has container={c}"))
+    if let Some(environ) = view.read("proc/1/environ")
+        && let Some(c) = environ.split('\0').find_map(|kv| kv.strip_prefix("container="))
+    {
+        found.push(format!("PID 1 has container={c}"));
+    }
+    if let Some(cgroup) = view.read("proc/1/cgroup")
+        && let Some(runtime) = CGROUP_RUNTIMES.iter().find(|r| cgroup.contains(*r))
+    {
+        found.push(format!("PID 1's cgroup names {runtime}"));
+    }
+    if let Some(comm) = view.read("proc/1/comm").map(|c| c.trim().to_owned())
+        && !comm.is_empty()
+        && !INIT_NAMES.contains(&comm.as_str())
+    {
+        found.push(format!("PID 1 is {comm}, not an init system"));
+    }
+    (!found.is_empty()).then(|| found.join("; "))
 }
 
 impl Snapshot {
@@ -267,6 +320,8 @@ impl Snapshot {
             .into_iter()
             .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
             .collect();
+        let own_pid_namespace =
+            !pids.is_empty() && view.read("proc/2/comm").is_none_or(|c| c.trim() != "kthreadd");
         let irqbalance = (!pids.is_empty()).then(|| {
             pids.iter().any(|p| {
                 view.read(&format!("proc/{p}/comm")).is_some_and(|c| c.trim() == "irqbalance")
@@ -315,6 +370,7 @@ impl Snapshot {
             nics,
             child_netns,
             container: detect_container(view),
+            own_pid_namespace,
         }
     }
 
@@ -328,9 +384,32 @@ impl Snapshot {
         self.config.iter().filter(move |c| c.key == key)
     }
 
-    /// Whether host-scope settings are out of sight (child namespace or container).
+    /// Whether host-scope settings are not ours to judge or change here (child network
+    /// namespace or container): they may be invisible, read-only, or the host's.
     pub fn host_hidden(&self) -> bool {
-        self.child_netns
+        self.child_netns || self.container.is_some()
+    }
+
+    /// Where we run when it is not the host itself: `child network namespace`,
+    /// `container: <signals>`, or both; `None` on the host.
+    pub fn confinement(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.child_netns {
+            parts.push("child network namespace".to_owned());
+        }
+        if let Some(c) = &self.container {
+            parts.push(format!("container: {c}"));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// Why processes outside this PID namespace cannot be seen, when they cannot.
+    pub fn processes_hidden(&self) -> Option<String> {
+        match (&self.container, self.own_pid_namespace) {
+            (_, true) => Some("own PID namespace: kthreadd is not visible in /proc".to_owned()),
+            (Some(c), false) => Some(format!("container: {c}")),
+            (None, false) => None,
+        }
     }
 }
 

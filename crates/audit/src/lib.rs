@@ -22,15 +22,21 @@
 //! - Checks never read the host: they take a [`Snapshot`]. Only [`HostView`] reads, and only
 //!   files under its root; it runs commands (`tc`, `ethtool`) only when built for the real
 //!   host ([`HostView::live`]), so fixture trees test everything deterministically.
-//! - Inside a child network namespace or container, host-scope settings are reported as
-//!   "host scope: not visible here" (N/A), never as failures, and `tune` never writes them.
+//! - Inside a child network namespace or container (the signals are listed in [`host`]),
+//!   host-scope settings are N/A, never failures: "host scope: not changeable here" with the
+//!   value when it can be read, "host scope: not visible here" when it cannot; irqbalance is
+//!   N/A when processes outside our PID namespace are invisible; `tune` never writes
+//!   host-scope keys there and says why.
+//! - Every audit reports the whole read-list (governor, irqbalance, isolated CPUs, THP, busy
+//!   polling, NUMA balancing, buffer limits, qdiscs, NIC offloads and coalescing), judged only
+//!   where the profile recommends something.
 //! - `tune` writes nothing unless asked to apply; everything it applies it has read back, and
 //!   everything it changed it can restore exactly.
 //!
 //! # What it never does
 //!
 //! It never changes a setting during an audit, never writes outside its root, and never
-//! writes a host-scope key from inside a child namespace.
+//! writes a host-scope key from inside a child namespace or a container.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -3,22 +3,28 @@
 //! [`plan`] turns a profile and the current values into [`Entry`]s (the value to write, and
 //! whether it differs from today's). [`apply`] then:
 //!
-//! 1. checks every key exists under the view's root, and runs the caller's validator (the CLI
-//!    validates per-namespace keys in a throwaway network namespace: [`validate_in_netns`]);
-//! 2. saves the previous values to `var/lib/tcptail/tune-NAME.json` and writes
-//!    `etc/sysctl.d/99-tcptail-NAME.conf` (both temp file + rename, under the config root).
-//!    `99-tcptail-` sorts after `99-sysctl.conf`, so no stock file overrides it; files that
-//!    sort later and set the same keys are reported;
-//! 3. writes each changed value and reads it back; a failure half-way restores what was
-//!    written (in reverse order) and removes both files ([`Error::RolledBack`]);
-//! 4. re-reads every key from `/proc/sys` to verify.
+//! 1. checks every key exists under the view's root;
+//! 2. refuses ([`Error::Overridden`], nothing written) when a configuration file applied
+//!    after ours at boot sets one of our keys to another value: `99-tcptail-` sorts after the
+//!    stock `99-sysctl.conf`, but a local `99-z*.conf` or `/etc/sysctl.conf` (read last by
+//!    procps) would still win, so such a conflict is a failure, not a warning; then runs the
+//!    caller's validator (the CLI validates per-namespace keys in a throwaway network
+//!    namespace: [`validate_in_netns`]);
+//! 3. saves the previous values to `var/lib/tcptail/tune-NAME.json` and writes
+//!    `etc/sysctl.d/99-tcptail-NAME.conf` (both temp file + rename, under the config root);
+//! 4. writes each changed value and reads it back; a failure half-way restores what was
+//!    written (in reverse order) and removes the file ([`Error::RolledBack`]). The state is
+//!    removed too when every value is back; when a restore fails it is kept (the only record
+//!    of the previous values) and the error names each key left changed;
+//! 5. re-reads every key from `/proc/sys` to verify.
 //!
 //! [`revert`] writes the saved previous values back exactly, verifies them, and removes the
 //! file and the state.
 //!
 //! Invariants: nothing is written outside the view's root and the config root; host-scope
-//! keys are skipped (not written) inside a child network namespace; a key's file is opened
-//! for writing without `O_CREAT`, so a missing key is an error, never a new file.
+//! keys are skipped (not written, with the reason) inside a child network namespace or a
+//! container; a key's file is opened for writing without `O_CREAT`, so a missing key is an
+//! error, never a new file.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -27,6 +33,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::checks::{HOST_NOT_CHANGEABLE, HOST_NOT_VISIBLE};
 use crate::host::{HostView, Snapshot, config_files, parse_config};
 use crate::profile::{Profile, Scope, normalize};
 
@@ -76,8 +83,17 @@ pub fn plan(profile: &Profile, snap: &Snapshot) -> Plan {
     let mut entries = Vec::new();
     let mut skipped = Vec::new();
     for s in &profile.settings {
-        if s.scope == Scope::Host && snap.host_hidden() {
-            skipped.push((s.key.clone(), "host scope: not visible here".to_owned()));
+        if s.scope == Scope::Host
+            && let Some(place) = snap.confinement()
+        {
+            let why = match snap.sysctl(&s.key) {
+                Some(_) => format!(
+                    "{HOST_NOT_CHANGEABLE} ({place}): it is the host's, set it with tcptail \
+                     tune on the host"
+                ),
+                None => format!("{HOST_NOT_VISIBLE} ({place})"),
+            };
+            skipped.push((s.key.clone(), why));
             continue;
         }
         let current = snap.sysctl(&s.key).map(str::to_owned);
@@ -144,9 +160,6 @@ pub struct Applied {
     pub state: PathBuf,
     /// `(key, before, after)` for every changed key, all verified by re-reading.
     pub changed: Vec<(String, String, String)>,
-    /// Later configuration files that set the same keys (`file:line: key`): they would win at
-    /// boot.
-    pub overridden_by: Vec<String>,
 }
 
 /// The state file of `profile` under `config_root`.
@@ -246,13 +259,28 @@ pub fn render_file(plan: &Plan) -> String {
 /// A check run on the plan before anything is written (e.g. [`validate_in_netns`]).
 pub type Validator<'a> = &'a dyn Fn(&Plan) -> Result<(), Error>;
 
+/// Writes one sysctl under a view and verifies it ([`write_sysctl`]; tests substitute a
+/// kernel that refuses chosen writes).
+pub type SysctlWriter<'a> = &'a dyn Fn(&HostView, &str, &str) -> Result<(), Error>;
+
 /// Applies `plan` under `view` (the `/proc/sys` root) with files under `config_root`.
-/// `validate` runs after the existence check and before anything is written.
+/// `validate` runs after the existence and override checks and before anything is written.
 pub fn apply(
     plan: &Plan,
     view: &HostView,
     config_root: &Path,
     validate: Option<Validator<'_>>,
+) -> Result<Applied, Error> {
+    apply_with(plan, view, config_root, validate, &write_sysctl)
+}
+
+/// [`apply`] with the sysctl writes going through `write`.
+pub fn apply_with(
+    plan: &Plan,
+    view: &HostView,
+    config_root: &Path,
+    validate: Option<Validator<'_>>,
+    write: SysctlWriter<'_>,
 ) -> Result<Applied, Error> {
     for e in &plan.entries {
         let path = view.sysctl_path(&e.key);
@@ -264,10 +292,14 @@ pub fn apply(
     if state_file.exists() {
         return Err(Error::AlreadyApplied { state: state_file });
     }
+    let file = conf_path(config_root, &plan.profile);
+    let lines = overridden_by(config_root, plan);
+    if !lines.is_empty() {
+        return Err(Error::Overridden { file, lines });
+    }
     if let Some(validate) = validate {
         validate(plan)?;
     }
-    let file = conf_path(config_root, &plan.profile);
     let mut changed = Vec::new();
     for e in plan.changes() {
         let before = view.sysctl(&e.key).unwrap_or_default();
@@ -276,58 +308,71 @@ pub fn apply(
     let state = State { profile: plan.profile.clone(), file: file.clone(), changed };
     let json = serde_json::to_string_pretty(&state).expect("state serialises");
     write_atomic(&state_file, &json)?;
-    let cleanup_files = || {
+    if let Err(e) = write_atomic(&file, &render_file(plan)) {
         let _ = fs::remove_file(&file);
         let _ = fs::remove_file(&state_file);
-    };
-    if let Err(e) = write_atomic(&file, &render_file(plan)) {
-        cleanup_files();
         return Err(e);
     }
     let mut done: Vec<&(String, String, String)> = Vec::new();
     let mut failure = None;
     for c in &state.changed {
-        match write_sysctl(view, &c.0, &c.2) {
-            Ok(()) => done.push(c),
-            Err(e) => {
-                // The failed write may have half-applied (e.g. a partial multi-value write).
-                done.push(c);
-                failure = Some(e);
-                break;
-            }
+        // A failed write stays in `done`: a multi-value write can fail after storing its
+        // first values, so it is checked (and restored) like the others.
+        done.push(c);
+        if let Err(e) = write(view, &c.0, &c.2) {
+            failure = Some(e);
+            break;
         }
     }
     if failure.is_none() {
         failure = state.changed.iter().find_map(|c| verify(view, &c.0, &c.2).err());
     }
     if let Some(cause) = failure {
-        let restored = done.iter().rev().filter(|c| write_sysctl(view, &c.0, &c.1).is_ok()).count();
-        cleanup_files();
-        return Err(Error::RolledBack { restored, cause: Box::new(cause) });
+        return Err(roll_back(&done, view, &file, &state_file, write, cause));
     }
-    Ok(Applied {
-        overridden_by: overridden_by(
-            config_root,
-            &plan.profile,
-            state.changed.iter().map(|c| c.0.as_str()),
-        ),
-        file,
-        state: state_file,
-        changed: state.changed,
-    })
+    Ok(Applied { file, state: state_file, changed: state.changed })
 }
 
-/// Lines in configuration files under `config_root` that are applied after `profile`'s own
-/// file and set one of `keys` (`file:line: key`): they would override it at boot. systemd-sysctl
-/// orders files by name across directories; `/etc/sysctl.conf` is read last by procps.
-pub fn overridden_by<'a>(
-    config_root: &Path,
-    profile: &str,
-    keys: impl IntoIterator<Item = &'a str>,
-) -> Vec<String> {
-    let keys: Vec<&str> = keys.into_iter().collect();
+/// Restores `done` in reverse order. The sysctl.d file always goes (it must not apply the
+/// half-failed profile at boot); the state goes only when every value is back, since it is
+/// then the only record of the previous values.
+fn roll_back(
+    done: &[&(String, String, String)],
+    view: &HostView,
+    file: &Path,
+    state_file: &Path,
+    write: SysctlWriter<'_>,
+    cause: Error,
+) -> Error {
+    let mut restored = 0;
+    let mut not_restored = Vec::new();
+    for (key, before, _) in done.iter().rev().copied() {
+        if view.sysctl(key).as_deref() == Some(before.as_str()) {
+            restored += 1;
+            continue;
+        }
+        match write(view, key, before) {
+            Ok(()) => restored += 1,
+            Err(e) => not_restored.push((key.clone(), before.clone(), e.to_string())),
+        }
+    }
+    let _ = fs::remove_file(file);
+    let kept_state = if not_restored.is_empty() {
+        let _ = fs::remove_file(state_file);
+        None
+    } else {
+        Some(state_file.to_owned())
+    };
+    Error::RolledBack { restored, not_restored, kept_state, cause: Box::new(cause) }
+}
+
+/// Lines in configuration files under `config_root` that are applied after `plan`'s own file
+/// and set one of its keys to a different value (`file:line: key = value (profile: value)`):
+/// they would win at boot. systemd-sysctl orders files by name across directories; procps'
+/// `sysctl --system` reads `/etc/sysctl.conf` last, so no file name of ours can come after it.
+pub fn overridden_by(config_root: &Path, plan: &Plan) -> Vec<String> {
     let cfg = HostView::at(config_root);
-    let ours = file_name(profile);
+    let ours = file_name(&plan.profile);
     config_files(&cfg)
         .into_iter()
         .filter(|f| {
@@ -336,8 +381,13 @@ pub fn overridden_by<'a>(
         })
         .filter_map(|f| Some((cfg.read(&f)?, f)))
         .flat_map(|(text, f)| parse_config(&f, &text))
-        .filter(|l| keys.contains(&l.key.as_str()))
-        .map(|l| format!("{}:{}: {}", l.file, l.line, l.key))
+        .filter_map(|l| {
+            let e = plan.entries.iter().find(|e| e.key == l.key)?;
+            let value = normalize(&e.value);
+            (l.value != value).then(|| {
+                format!("{}:{}: {} = {} (profile: {value})", l.file, l.line, l.key, l.value)
+            })
+        })
         .collect()
 }
 

@@ -47,10 +47,17 @@ fn child_namespace_plan_skips_host_keys() {
     f.remove_sysctl("net.ipv4.tcp_keepalive_probes");
     let plan = plan_for(&load("trading-latency").unwrap(), &f);
     assert!(plan.entries.iter().all(|e| e.scope == Scope::Netns));
+    let skipped = |key: &str| plan.skipped.iter().find(|(k, _)| k == key).map(|(_, w)| w.clone());
+    // Readable in a child namespace but the host's: not ours to write, and the plan says so.
+    let numa = skipped("kernel.numa_balancing").unwrap();
     assert!(
-        plan.skipped
-            .contains(&("kernel.numa_balancing".into(), "host scope: not visible here".into()))
+        numa.starts_with("host scope: not changeable here (child network namespace)"),
+        "{numa}"
     );
+    assert!(numa.contains("on the host"), "{numa}");
+    let busy = skipped("net.core.busy_read").unwrap();
+    assert_eq!(busy, "host scope: not visible here (child network namespace)");
+    assert!(plan.diff().contains("# skipped kernel.numa_balancing: host scope: not changeable"));
     assert!(
         plan.skipped.contains(&(
             "net.ipv4.tcp_keepalive_probes".into(),
@@ -105,14 +112,7 @@ fn apply_verify_revert_round_trip() {
     assert!(matches!(revert(&view, f.path(), "trading-latency"), Err(Error::NoState { .. })));
 }
 
-#[test]
-fn a_failing_key_rolls_back_what_was_applied() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = FakeRoot::linux_6_18(dir.path());
-    // A key the "kernel" refuses to write: its file is a directory.
-    std::fs::remove_file(f.path().join("proc/sys/net/ipv4/tcp_keepalive_time")).unwrap();
-    std::fs::create_dir(f.path().join("proc/sys/net/ipv4/tcp_keepalive_time")).unwrap();
-    let text = r#"name = "broken"
+const BROKEN: &str = r#"name = "broken"
 [[setting]]
 key = "net.ipv4.tcp_slow_start_after_idle"
 value = 0
@@ -129,29 +129,85 @@ value = 30
 scope = "netns"
 rationale = "r"
 "#;
-    let p = parse_str("broken.toml", text).unwrap();
-    let mut plan = plan_for(&p, &f);
-    // The plan skipped the unreadable key; force it in as an entry that changes.
-    assert_eq!(plan.skipped.len(), 1);
-    plan.entries.push(Entry {
-        key: "net.ipv4.tcp_keepalive_time".into(),
-        scope: Scope::Netns,
-        current: Some("7200".into()),
-        value: "30".into(),
-        changes: true,
-        rationale: "r".into(),
-        source: String::new(),
-    });
+
+/// A kernel that refuses `key = value` (without changing it) and writes everything else.
+fn refusing<'a>(
+    refuse: &'a [(&'a str, &'a str)],
+) -> impl Fn(&HostView, &str, &str) -> Result<(), Error> + 'a {
+    move |view, key, value| {
+        if refuse.contains(&(key, value)) {
+            return Err(Error::Rejected {
+                key: key.to_owned(),
+                value: value.to_owned(),
+                context: String::new(),
+                source: std::io::Error::from_raw_os_error(libc_einval()),
+            });
+        }
+        write_sysctl(view, key, value)
+    }
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+#[test]
+fn a_failing_key_rolls_back_what_was_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let plan = plan_for(&parse_str("broken.toml", BROKEN).unwrap(), &f);
+    assert_eq!(plan.changes().count(), 3);
     let view = HostView::at(f.path());
-    let err = apply(&plan, &view, f.path(), None).unwrap_err();
-    let Error::RolledBack { restored, cause } = &err else { panic!("{err:?}") };
-    assert_eq!(*restored, 2, "{err}");
-    assert!(matches!(**cause, Error::Rejected { .. } | Error::NotApplied { .. }), "{cause:?}");
+    let refuse = [("net.ipv4.tcp_keepalive_time", "30")];
+    let err = apply_with(&plan, &view, f.path(), None, &refusing(&refuse)).unwrap_err();
+    let Error::RolledBack { restored, not_restored, kept_state, cause } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*restored, 3, "two written and restored, the refused one unchanged: {err}");
+    assert!(not_restored.is_empty() && kept_state.is_none(), "{err}");
+    assert!(matches!(**cause, Error::Rejected { .. }), "{cause:?}");
     assert!(err.to_string().contains("net.ipv4.tcp_keepalive_time"), "{err}");
     assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
     assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("2"));
+    assert_eq!(view.sysctl("net.ipv4.tcp_keepalive_time").as_deref(), Some("7200"));
     assert!(!conf_path(f.path(), "broken").exists());
     assert!(!state_path(f.path(), "broken").exists());
+}
+
+#[test]
+fn a_restore_that_fails_keeps_the_previous_values_and_names_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let plan = plan_for(&parse_str("broken.toml", BROKEN).unwrap(), &f);
+    let view = HostView::at(f.path());
+    // keepalive_time = 30 fails the apply; restoring tcp_tw_reuse to its previous 2 fails too.
+    let refuse = [("net.ipv4.tcp_keepalive_time", "30"), ("net.ipv4.tcp_tw_reuse", "2")];
+    let err = apply_with(&plan, &view, f.path(), None, &refusing(&refuse)).unwrap_err();
+    let Error::RolledBack { restored, not_restored, kept_state, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*restored, 2, "{err}");
+    assert_eq!(not_restored.len(), 1, "{err}");
+    assert_eq!(
+        (not_restored[0].0.as_str(), not_restored[0].1.as_str()),
+        ("net.ipv4.tcp_tw_reuse", "2")
+    );
+    let state_file = state_path(f.path(), "broken");
+    assert_eq!(kept_state.as_deref(), Some(state_file.as_path()));
+    let msg = err.to_string();
+    assert!(msg.contains("NOT restored: net.ipv4.tcp_tw_reuse (previous value \"2\")"), "{msg}");
+    assert!(msg.contains("tcptail tune --revert"), "{msg}");
+    // The only record of the previous values survives; the boot file does not.
+    let state: State =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert!(state.changed.contains(&("net.ipv4.tcp_tw_reuse".into(), "2".into(), "1".into())));
+    assert!(!conf_path(f.path(), "broken").exists());
+    assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("1"), "left changed");
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
+    // A later revert (the kernel accepting it now) restores the rest and removes the state.
+    revert(&view, f.path(), "broken").unwrap();
+    assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("2"));
+    assert!(!state_file.exists());
 }
 
 #[test]
@@ -179,21 +235,52 @@ fn missing_key_is_refused_before_anything_is_written() {
 }
 
 #[test]
-fn later_files_that_override_are_reported() {
+fn later_files_that_override_refuse_the_apply() {
     let dir = tempfile::tempdir().unwrap();
     let f = FakeRoot::linux_6_18(dir.path());
     f.file("etc/sysctl.d/99-zzz-local.conf", "net.ipv4.tcp_slow_start_after_idle = 1\n");
     f.file("etc/sysctl.d/10-early.conf", "net.ipv4.tcp_tw_reuse = 0\n");
+    // A later file that agrees with the profile is no conflict.
+    f.file("run/sysctl.d/99-zzz-same.conf", "net.ipv4.tcp_keepalive_intvl = 5\n");
     f.file("etc/sysctl.conf", "# stock\nnet.ipv4.tcp_keepalive_time = 600\n");
     let plan = plan_for(&load("trading-latency").unwrap(), &f);
-    let applied = apply(&plan, &HostView::at(f.path()), f.path(), None).unwrap();
     let expected = [
-        "/etc/sysctl.d/99-zzz-local.conf:1: net.ipv4.tcp_slow_start_after_idle",
-        "/etc/sysctl.conf:2: net.ipv4.tcp_keepalive_time",
+        "/etc/sysctl.d/99-zzz-local.conf:1: net.ipv4.tcp_slow_start_after_idle = 1 (profile: 0)",
+        "/etc/sysctl.conf:2: net.ipv4.tcp_keepalive_time = 600 (profile: 30)",
     ];
-    assert_eq!(applied.overridden_by, expected);
-    let keys = plan.entries.iter().map(|e| e.key.as_str());
-    assert_eq!(overridden_by(f.path(), "trading-latency", keys), expected, "also before applying");
+    assert_eq!(overridden_by(f.path(), &plan), expected);
+    let view = HostView::at(f.path());
+    let err = apply(&plan, &view, f.path(), None).unwrap_err();
+    let Error::Overridden { file, lines } = &err else { panic!("{err:?}") };
+    assert_eq!(file, &conf_path(f.path(), "trading-latency"));
+    assert_eq!(lines, &expected);
+    assert!(err.to_string().contains("99-zzz-local.conf:1"), "{err}");
+    assert!(!file.exists() && !state_path(f.path(), "trading-latency").exists());
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
+    // Without the conflicts it applies.
+    std::fs::remove_file(f.path().join("etc/sysctl.d/99-zzz-local.conf")).unwrap();
+    std::fs::remove_file(f.path().join("etc/sysctl.conf")).unwrap();
+    apply(&plan, &view, f.path(), None).unwrap();
+}
+
+#[test]
+fn in_a_container_the_plan_never_writes_host_scope_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.container();
+    let plan = plan_for(&load("trading-latency").unwrap(), &f);
+    assert!(plan.entries.iter().all(|e| e.scope == Scope::Netns), "{:?}", plan.entries);
+    for key in ["net.core.busy_read", "net.core.rmem_max", "kernel.numa_balancing"] {
+        let (_, why) = plan.skipped.iter().find(|(k, _)| k == key).unwrap();
+        assert!(
+            why.starts_with("host scope: not changeable here (container: /.dockerenv"),
+            "{why}"
+        );
+    }
+    let file = render_file(&plan);
+    for key in ["busy_read", "busy_poll", "rmem_max", "wmem_max", "numa_balancing"] {
+        assert!(!file.contains(key), "{key} in {file}");
+    }
 }
 
 #[test]

@@ -69,8 +69,11 @@ fn a_rejected_value_half_way_rolls_back_for_real() {
     // No validator: the kernel itself refuses tcp_ecn = 9 on the third write.
     let result = ns.run(|| tune::apply(&plan, &HostView::at("/"), &cfg_path, None)).unwrap();
     let err = result.unwrap_err();
-    let Error::RolledBack { restored, cause } = &err else { panic!("{err:?}") };
-    assert!(*restored >= 2, "{err}");
+    let Error::RolledBack { restored, not_restored, kept_state, cause } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*restored, 3, "two restored, the refused one unchanged: {err}");
+    assert!(not_restored.is_empty() && kept_state.is_none(), "{err}");
     assert!(
         matches!(**cause, Error::Rejected { ref key, .. } if key == "net.ipv4.tcp_ecn"),
         "{cause:?}"

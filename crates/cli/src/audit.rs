@@ -182,7 +182,7 @@ pub fn run_tune(args: TuneArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match args.emit {
         Some(EmitFormat::Sysctl) => out.write_all(emit::sysctl(&plan).as_bytes())?,
-        Some(EmitFormat::Ansible) => out.write_all(emit::ansible(&plan).as_bytes())?,
+        Some(EmitFormat::Ansible) => out.write_all(emit::ansible(&p).as_bytes())?,
         None if args.apply => apply(&plan, &view, &config_root, args.root.is_none(), &mut out)?,
         None => dry_run(&plan, &config_root, &mut out)?,
     }
@@ -196,9 +196,8 @@ fn dry_run(plan: &Plan, config_root: &Path, out: &mut impl Write) -> Result<()> 
     out.write_all(tune::render_file(plan).as_bytes())?;
     writeln!(out, "\n# diff against current values ({} change(s)):", plan.changes().count())?;
     out.write_all(plan.diff().as_bytes())?;
-    let keys = plan.entries.iter().map(|e| e.key.as_str());
-    for o in tune::overridden_by(config_root, &plan.profile, keys) {
-        writeln!(out, "# warning: {o} is applied later at boot and would override this file")?;
+    for o in tune::overridden_by(config_root, plan) {
+        writeln!(out, "# conflict: {o} is applied later at boot and wins; --apply refuses")?;
     }
     writeln!(out, "\n# apply with: tcptail tune --profile {} --apply", plan.profile)?;
     Ok(())
@@ -229,9 +228,6 @@ fn apply(
     }
     writeln!(out, "wrote {}", applied.file.display())?;
     writeln!(out, "previous values saved in {}", applied.state.display())?;
-    for o in &applied.overridden_by {
-        writeln!(out, "warning: {o} is applied later at boot and overrides this profile")?;
-    }
     Ok(())
 }
 

@@ -86,6 +86,60 @@ fn audit_reads_this_host_without_error() {
     for id in ["fm1-bbr-probe-in-burst", "fm5-time-wait-exhaustion", "bbr-pacing", "cpu-governor"] {
         assert!(ids.contains(&id), "{id}: {ids:?}");
     }
+    // This project's machines are containers: the audit must know it and judge no host-scope
+    // setting there.
+    if Path::new("/.dockerenv").exists() {
+        assert!(v["container"].as_str().unwrap_or("").contains("/.dockerenv exists"), "{v:#}");
+        for x in v["findings"].as_array().unwrap() {
+            let id = x["id"].as_str().unwrap();
+            if id.starts_with("sysctl:net.core.busy") || id.starts_with("sysctl:net.core.rmem") {
+                assert_eq!(x["status"], "N/A", "{x}");
+                let ev = x["evidence"].as_str().unwrap();
+                assert!(ev.starts_with("host scope: not changeable here (container:"), "{x}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_default_audit_lists_the_whole_read_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let out = tcptail(&["audit", "--root", root_arg(&f)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for row in [
+        "cpu-governor",
+        "irqbalance",
+        "isolated-cpus",
+        "transparent-hugepages",
+        "sysctl:net.core.busy_read",
+        "sysctl:net.core.busy_poll",
+        "sysctl:kernel.numa_balancing",
+        "nic ",
+    ] {
+        assert!(table.lines().any(|l| l.contains(row)), "{row} missing:\n{table}");
+    }
+}
+
+#[test]
+fn a_container_fixture_skips_host_scope_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.container();
+    let out = tcptail(&["audit", "--root", root_arg(&f), "--profile", "trading-latency"]);
+    let table = text(&out.stdout);
+    let busy = table.lines().find(|l| l.contains("sysctl:net.core.busy_read")).unwrap();
+    assert!(busy.starts_with("N/A "), "{table}");
+    assert!(table.contains("evidence: host scope: not changeable here (container:"), "{table}");
+    let out = tcptail(&["tune", "--root", root_arg(&f), "--profile", "trading-latency"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dry = text(&out.stdout);
+    assert!(!dry.contains("+net.core.busy_read"), "{dry}");
+    assert!(
+        dry.contains("# skipped net.core.busy_read: host scope: not changeable here (container:"),
+        "{dry}"
+    );
 }
 
 #[test]
@@ -101,7 +155,12 @@ fn audit_json_and_host_scope() {
     let findings = v["findings"].as_array().unwrap();
     let get = |id: &str| findings.iter().find(|x| x["id"] == id).unwrap_or_else(|| panic!("{id}"));
     assert_eq!(get("sysctl:net.core.busy_poll")["status"], "N/A");
-    assert_eq!(get("sysctl:net.core.busy_poll")["evidence"], "host scope: not visible here");
+    assert_eq!(
+        get("sysctl:net.core.busy_poll")["evidence"],
+        "host scope: not visible here (child network namespace)"
+    );
+    let rmem = get("sysctl:net.core.rmem_max");
+    assert_eq!((rmem["status"].as_str(), rmem["current"].as_str()), (Some("N/A"), Some("212992")));
     assert_eq!(get("sysctl:net.ipv4.tcp_slow_start_after_idle")["status"], "FAIL");
     for x in findings {
         for field in ["id", "status", "current", "recommended", "rationale"] {
@@ -145,8 +204,31 @@ fn tune_dry_run_and_emit() {
     assert_eq!(tree(f.path()), before);
 }
 
+/// Renders the emitted tasks as Ansible would for two fleet hosts (Jinja2: the file content
+/// from each host's current values, and the verify task's `failed_when`), printing JSON.
+const ANSIBLE_CHECK: &str = r#"
+import json, sys, yaml, jinja2
+tasks = yaml.safe_load(open(sys.argv[1]))
+hosts = json.loads(sys.argv[2])
+env = jinja2.Environment()
+read = tasks[0]
+copy = next(t for t in tasks if "ansible.builtin.copy" in t)
+verify = tasks[-1]
+out = {"tasks": tasks, "files": [], "verdicts": []}
+for host in hosts:
+    current = {"results": [{"item": k, "stdout": host[k]} for k in read["loop"]]}
+    out["files"].append(env.from_string(copy["ansible.builtin.copy"]["content"]).render(
+        tcptail_sysctl_current=current))
+    failed = env.compile_expression(verify["failed_when"])
+    out["verdicts"].append([
+        bool(failed(item=item, tcptail_sysctl_verify={"stdout": host.get(item["key"], "")}))
+        for item in verify["loop"]
+    ])
+print(json.dumps(out))
+"#;
+
 #[test]
-fn tune_emit_ansible_is_yaml() {
+fn tune_emit_ansible_is_yaml_and_resolves_bounds_per_host() {
     let dir = tempfile::tempdir().unwrap();
     let f = FakeRoot::linux_6_18(dir.path());
     let out = tcptail(&[
@@ -161,40 +243,80 @@ fn tune_emit_ansible_is_yaml() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let yaml = dir.path().join("tasks.yml");
     std::fs::write(&yaml, &out.stdout).unwrap();
-    let script = "import json, sys, yaml\nprint(json.dumps(yaml.safe_load(open(sys.argv[1]))))";
-    let py = Command::new("python3").args(["-c", script, yaml.to_str().unwrap()]).output();
-    let py = py.expect("python3 with PyYAML is needed to check the Ansible output");
-    assert!(py.status.success(), "not YAML: {}\n{}", text(&py.stderr), text(&out.stdout));
-    let tasks: Value = serde_json::from_slice(&py.stdout).unwrap();
-    let tasks = tasks.as_array().expect("a task list");
-    assert_eq!(tasks.len(), 3);
-    let copy = &tasks[0]["ansible.builtin.copy"];
+    // Two fleet hosts: one below every bound, one above (it must keep its larger values).
+    let low = r#"{"net.ipv4.tcp_rmem": "4096 131072 6291456", "net.ipv4.tcp_wmem": "4096 16384 4194304",
+        "net.core.rmem_max": "212992", "net.core.wmem_max": "212992"}"#;
+    let high = r#"{"net.ipv4.tcp_rmem": "8192\t262144\t134217728", "net.ipv4.tcp_wmem": "4096 65536 134217728",
+        "net.core.rmem_max": "268435456", "net.core.wmem_max": "268435456",
+        "net.ipv4.tcp_congestion_control": "bbr", "net.core.default_qdisc": "fq",
+        "net.ipv4.tcp_slow_start_after_idle": "0", "net.ipv4.tcp_no_metrics_save": "1",
+        "net.ipv4.tcp_timestamps": "1"}"#;
+    let hosts = format!("[{low}, {high}]");
+    let py = Command::new("python3")
+        .args(["-c", ANSIBLE_CHECK, yaml.to_str().unwrap(), &hosts])
+        .output()
+        .expect("python3 with PyYAML and Jinja2 (Ansible's template engine) checks the output");
+    assert!(py.status.success(), "not YAML/Jinja: {}\n{}", text(&py.stderr), text(&out.stdout));
+    let v: Value = serde_json::from_slice(&py.stdout).unwrap();
+    let tasks = v["tasks"].as_array().expect("a task list");
+    assert_eq!(tasks.len(), 4, "read bounded keys, copy, load, verify");
+    let read: Vec<&str> =
+        tasks[0]["loop"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    assert_eq!(
+        read,
+        ["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.core.rmem_max", "net.core.wmem_max"]
+    );
+    let copy = &tasks[1]["ansible.builtin.copy"];
     assert_eq!(copy["dest"], "/etc/sysctl.d/99-tcptail-bulk-throughput.conf");
     assert_eq!(copy["mode"], "0644");
-    let conf = tcptail(&[
-        "tune",
-        "--root",
-        root_arg(&f),
-        "--profile",
-        "bulk-throughput",
-        "--emit",
-        "sysctl",
-    ]);
-    assert_eq!(copy["content"].as_str().unwrap(), text(&conf.stdout));
-    assert_eq!(tasks[1]["ansible.builtin.command"]["argv"][1], "-p");
-    assert_eq!(tasks[1]["when"], "tcptail_sysctl_file.changed");
-    let items = tasks[2]["loop"].as_array().unwrap();
-    let conf_keys: Vec<String> = text(&conf.stdout)
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| l.split(" = ").next().unwrap().to_owned())
-        .collect();
-    let loop_keys: Vec<String> =
-        items.iter().map(|i| i["key"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(loop_keys, conf_keys);
-    let qdisc = items.iter().find(|i| i["key"] == "net.core.default_qdisc").unwrap();
-    assert_eq!(qdisc["value"], "fq");
-    assert!(tasks[2]["failed_when"].as_str().unwrap().contains("item.value"));
+    assert_eq!(tasks[2]["ansible.builtin.command"]["argv"][1], "-p");
+    assert_eq!(tasks[2]["when"], "tcptail_sysctl_file.changed");
+    let line = |file: &str, key: &str| -> String {
+        file.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("{key} not in {file}"))
+            .to_owned()
+    };
+    let (low_file, high_file) = (v["files"][0].as_str().unwrap(), v["files"][1].as_str().unwrap());
+    // Exact values are the profile's, on every host.
+    assert_eq!(line(low_file, "net.ipv4.tcp_congestion_control"), "bbr");
+    assert_eq!(line(low_file, "net.core.default_qdisc"), "fq");
+    // Bounds: raised where below, a larger value kept, other fields the host's own.
+    assert_eq!(line(low_file, "net.ipv4.tcp_rmem"), "4096 131072 67108864");
+    assert_eq!(line(low_file, "net.core.rmem_max"), "67108864");
+    assert_eq!(line(high_file, "net.ipv4.tcp_rmem"), "8192 262144 134217728");
+    assert_eq!(line(high_file, "net.core.rmem_max"), "268435456");
+    // Nothing of the machine that generated it (the fixture's 33554432 tcp_rmem cap).
+    assert!(!text(&out.stdout).contains("33554432"));
+    // Verify: the low host (still at its old values) fails every key, the high one none.
+    let keys: Vec<&str> =
+        tasks[3]["loop"].as_array().unwrap().iter().map(|i| i["key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), 9, "the baseline's tcp_timestamps and bulk-throughput's eight");
+    let low_v: Vec<bool> = serde_json::from_value(v["verdicts"][0].clone()).unwrap();
+    let high_v: Vec<bool> = serde_json::from_value(v["verdicts"][1].clone()).unwrap();
+    assert!(high_v.iter().all(|failed| !failed), "{keys:?} {high_v:?}");
+    assert!(low_v.iter().all(|failed| *failed), "{keys:?} {low_v:?}");
+}
+
+#[test]
+fn tune_apply_refuses_when_a_later_file_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.file("etc/sysctl.d/99-zzz-local.conf", "net.ipv4.tcp_slow_start_after_idle = 1\n");
+    let before = tree(f.path());
+    let r = root_arg(&f);
+    let out = tcptail(&["tune", "--root", r, "--profile", "trading-latency"]);
+    assert!(out.status.success());
+    let dry = text(&out.stdout);
+    assert!(dry.contains("# conflict: /etc/sysctl.d/99-zzz-local.conf:1:"), "{dry}");
+    let out = tcptail(&["tune", "--root", r, "--profile", "trading-latency", "--apply"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("/etc/sysctl.d/99-zzz-local.conf:1: net.ipv4.tcp_slow_start_after_idle = 1"),
+        "{err}"
+    );
+    assert_eq!(tree(f.path()), before, "nothing written");
 }
 
 #[test]
