@@ -19,6 +19,7 @@ const NETLINK_SOCK_DIAG: libc::c_int = 4;
 #[derive(Debug)]
 pub struct NetlinkSocket {
     fd: OwnedFd,
+    portid: u32,
 }
 
 impl NetlinkSocket {
@@ -33,7 +34,25 @@ impl NetlinkSocket {
         }
         // SAFETY: `fd` is a fresh descriptor we own exclusively.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let sock = NetlinkSocket { fd };
+        // Bind with port id 0: the kernel picks a unique one, which replies carry in
+        // `nlmsg_pid`; reading it back lets the client ignore messages not meant for it.
+        // SAFETY: an all-zero sockaddr_nl is valid; we then set the family.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        let len = size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        // SAFETY: `addr` is a valid sockaddr_nl of `len` bytes.
+        if unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut bound_len = len;
+        // SAFETY: `addr` is writable for `bound_len` bytes, which getsockname updates.
+        let rc = unsafe {
+            libc::getsockname(fd.as_raw_fd(), (&raw mut addr).cast(), &raw mut bound_len)
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let sock = NetlinkSocket { fd, portid: addr.nl_pid };
         // A larger receive buffer lets the kernel fill bigger dump batches (fewer recv calls).
         let size: libc::c_int = 1 << 20;
         // SAFETY: `size` outlives the call and its length is passed; errors are ignored on
@@ -68,6 +87,11 @@ impl NetlinkSocket {
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("netns helper thread panicked")))
         })
+    }
+
+    /// The port id the kernel gave this socket (replies to it carry it in `nlmsg_pid`).
+    pub fn portid(&self) -> u32 {
+        self.portid
     }
 
     /// Sends one datagram to the kernel (netlink port 0).

@@ -19,12 +19,16 @@ use tcptail_sock::tcp_info::TcpInfo;
 
 /// `SOCK_DIAG_BY_FAMILY`.
 pub const SOCK_DIAG_BY_FAMILY: u16 = 20;
-/// `TCPDIAG_GETSOCK`: the original inet_diag request, which accepts `AF_UNSPEC` and so dumps
-/// IPv4 and IPv6 sockets in one walk of the kernel's hash tables.
+/// `TCPDIAG_GETSOCK`: the original (v1) inet_diag request, which accepts `AF_UNSPEC` and so
+/// dumps IPv4 and IPv6 sockets in one walk of the kernel's hash tables. Not used by
+/// [`crate::Dumper::dump`] (which speaks v2, `SOCK_DIAG_BY_FAMILY`, per family); kept so the
+/// benchmark can compare the two.
 pub const TCPDIAG_GETSOCK: u16 = 18;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
+/// `NLM_F_DUMP_INTR`: the kernel's tables changed during the dump, so it may be inconsistent.
+pub const NLM_F_DUMP_INTR: u16 = 0x10;
 const NLM_F_DUMP: u16 = 0x300;
 const NLMSG_HDRLEN: usize = 16;
 /// Size of `struct inet_diag_msg`.
@@ -149,8 +153,8 @@ pub struct Socket<'a> {
 pub enum Message<'a> {
     /// A socket.
     Socket(Socket<'a>),
-    /// End of the dump.
-    Done,
+    /// End of the dump, with the dump's status (0, or a negative errno when it failed).
+    Done(i32),
     /// A netlink error (negative errno; 0 is an ACK).
     Error(i32),
     /// Any other message type (ignored).
@@ -210,20 +214,43 @@ pub fn dump_request(family: u8, states: u32, seq: u32, bytecode: Option<&[u8]>) 
     v
 }
 
-/// Iterates over the netlink messages of one received batch.
-pub fn messages(buf: &[u8]) -> Messages<'_> {
-    Messages { buf, pos: 0 }
+/// The netlink header fields a dump client checks on every reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// `nlmsg_type`.
+    pub kind: u16,
+    /// `nlmsg_flags` (`NLM_F_MULTI`, [`NLM_F_DUMP_INTR`], ...).
+    pub flags: u16,
+    /// `nlmsg_seq`: the sequence number of the request this answers.
+    pub seq: u32,
+    /// `nlmsg_pid`: the port id of the socket the request came from.
+    pub pid: u32,
 }
 
-/// Iterator returned by [`messages`]; stops after the first error.
+/// One message of a batch: its header, and its payload parsed (or why not).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame<'a> {
+    /// The header.
+    pub header: Header,
+    /// The parsed payload; an error here leaves the framing intact (the next message parses).
+    pub message: Result<Message<'a>, ParseError>,
+}
+
+/// Iterates over the messages of one received batch with their headers; a framing error
+/// (a header or length past the received bytes) ends it.
+pub fn frames(buf: &[u8]) -> Frames<'_> {
+    Frames { buf, pos: 0 }
+}
+
+/// Iterator returned by [`frames`]; stops after the first framing error.
 #[derive(Debug)]
-pub struct Messages<'a> {
+pub struct Frames<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
-impl<'a> Iterator for Messages<'a> {
-    type Item = Result<Message<'a>, ParseError>;
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Frame<'a>, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let rest = self.buf.get(self.pos..)?;
@@ -236,19 +263,51 @@ impl<'a> Iterator for Messages<'a> {
             return Some(Err(truncated));
         }
         let len = u32_at(rest, 0) as usize;
-        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+        let header = Header {
+            kind: u16::from_ne_bytes([rest[4], rest[5]]),
+            flags: u16::from_ne_bytes([rest[6], rest[7]]),
+            seq: u32_at(rest, 8),
+            pid: u32_at(rest, 12),
+        };
         if len < NLMSG_HDRLEN || len > rest.len() {
             self.pos = self.buf.len();
             return Some(Err(truncated));
         }
         self.pos += len.next_multiple_of(4);
         let payload = &rest[NLMSG_HDRLEN..len];
-        Some(match kind {
-            NLMSG_DONE => Ok(Message::Done),
-            NLMSG_ERROR => Ok(Message::Error(payload.get(..4).map_or(0, |b| i32_at(b, 0)))),
+        let status = || payload.get(..4).map_or(0, |b| i32_at(b, 0));
+        let message = match header.kind {
+            NLMSG_DONE => Ok(Message::Done(status())),
+            NLMSG_ERROR => Ok(Message::Error(status())),
             SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK => parse_socket(payload).map(Message::Socket),
             other => Ok(Message::Other(other)),
-        })
+        };
+        Some(Ok(Frame { header, message }))
+    }
+}
+
+/// Iterates over the netlink messages of one received batch (payloads only).
+pub fn messages(buf: &[u8]) -> Messages<'_> {
+    Messages { frames: frames(buf), failed: false }
+}
+
+/// Iterator returned by [`messages`]; stops after the first error.
+#[derive(Debug)]
+pub struct Messages<'a> {
+    frames: Frames<'a>,
+    failed: bool,
+}
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = Result<Message<'a>, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = self.frames.next()?.and_then(|f| f.message);
+        self.failed = item.is_err();
+        Some(item)
     }
 }
 

@@ -2,6 +2,8 @@
 //! `tests/live.rs::capture_fixtures`), on truncated and corrupted copies of them, and property
 //! tests that parsing arbitrary bytes never panics.
 
+use std::net::IpAddr;
+
 use proptest::prelude::*;
 use tcptail_diag::filter::{Filter, Prefix, Side, run_bytecode};
 use tcptail_diag::wire::{self, Message, ParseError};
@@ -17,7 +19,7 @@ fn sockets(buf: &[u8]) -> (Vec<Connection>, bool) {
     for m in wire::messages(buf) {
         match m.expect("fixture parses") {
             Message::Socket(s) => out.push(Connection::from_socket(&s)),
-            Message::Done => done = true,
+            Message::Done(status) => done = status == 0,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -112,6 +114,18 @@ fn libc_af_inet() -> u8 {
 }
 
 #[test]
+fn fixtures_are_v2_replies_as_the_dumper_requests_them() {
+    // Captured with `Dumper::capture`, which sends the same SOCK_DIAG_BY_FAMILY requests
+    // as `Dumper::dump`: every socket message is a v2 reply.
+    for fixture in [BBR_V4, CUBIC_V6] {
+        let kinds: Vec<u16> = wire::frames(fixture).map(|f| f.unwrap().header.kind).collect();
+        assert_eq!(kinds.len(), 4);
+        assert!(kinds[..3].iter().all(|k| *k == wire::SOCK_DIAG_BY_FAMILY), "{kinds:?}");
+        assert_eq!(kinds[3], 3, "NLMSG_DONE");
+    }
+}
+
+#[test]
 fn request_layout() {
     let code = [1u8, 4, 8, 0];
     let r = wire::dump_request(10, wire::ESTABLISHED, 7, Some(&code));
@@ -138,7 +152,29 @@ fn leaf() -> impl Strategy<Value = Filter> {
             side: if l { Side::Local } else { Side::Remote },
             prefix: Prefix { addr: [10, 0, 0, x].into(), len },
         }),
+        (any::<bool>(), 0u8..4, 0u8..=128).prop_map(|(l, x, len)| Filter::Addr {
+            side: if l { Side::Local } else { Side::Remote },
+            prefix: Prefix { addr: v6(x), len },
+        }),
     ]
+}
+
+/// `fd00::x` with a bit set at 64 too, so prefixes of every length differ somewhere.
+fn v6(x: u8) -> IpAddr {
+    let mut o = [0u8; 16];
+    o[0] = 0xfd;
+    o[8] = 0x80;
+    o[15] = x;
+    IpAddr::from(o)
+}
+
+/// An address of family `kind`: IPv4 `10.0.0.x`, IPv6 `fd00::...x`, or IPv4-mapped IPv6.
+fn any_addr(kind: u8, x: u8) -> IpAddr {
+    match kind {
+        0 => IpAddr::from([10, 0, 0, x]),
+        1 => v6(x),
+        _ => IpAddr::V6(std::net::Ipv4Addr::new(10, 0, 0, x).to_ipv6_mapped()),
+    }
 }
 
 fn tree() -> impl Strategy<Value = Filter> {
@@ -167,8 +203,11 @@ proptest! {
     }
 
     #[test]
-    fn bytecode_agrees_with_user_space(f in tree(), sp in 0u16..8, dp in 0u16..8, s in 0u8..4, d in 0u8..4) {
-        let sock = id(sp, dp, [10, 0, 0, s], [10, 0, 0, d]);
+    fn bytecode_agrees_with_user_space(
+        f in tree(), sp in 0u16..8, dp in 0u16..8, s in 0u8..4, d in 0u8..4, fam in 0u8..3,
+    ) {
+        // Both ends of a socket have one family: IPv4, IPv6, or IPv4-mapped IPv6.
+        let sock = SockId { src: any_addr(fam, s), dst: any_addr(fam, d), ..id(sp, dp, [0; 4], [0; 4]) };
         let code = f.bytecode().unwrap();
         prop_assert_eq!(run_bytecode(&code, &sock), f.matches(&sock), "{:?} {:?}", f, code);
     }
