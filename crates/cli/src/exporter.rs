@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use tcptail_diag::metrics::{self, Format, Scrape, Totals};
+use tcptail_diag::metrics::{self, Format, Scrape, State};
 use tcptail_diag::{Dumper, Selectors};
 
 const AFTER_HELP: &str = "\
@@ -24,7 +24,8 @@ Selector file (TOML):
   remote_addrs = [\"10.0.0.0/8\"]  # also local_ports, local_addrs
 
 Connections matched by a selector get per-connection series labelled selector, peer (remote
-address) and conn (ordinal among the same selector and peer); all others are aggregated per
+address) and conn (a slot number the socket keeps while it lives, so a series never moves to
+another socket); the cap admits the oldest matched sockets. All others are aggregated per
 group (counts per state and congestion control, RTT and send-queue-delay histograms).";
 
 /// Flags of `tcptail exporter`.
@@ -80,7 +81,7 @@ pub fn run(args: ExporterArgs) -> Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = server.server_addr().to_ip().map_or(args.listen.clone(), |a| a.to_string());
     eprintln!("tcptail exporter: serving http://{addr}/metrics");
-    let mut totals = Totals::default();
+    let mut state = State::default();
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("").to_owned();
         let response = match path.as_str() {
@@ -94,15 +95,23 @@ pub fn run(args: ExporterArgs) -> Result<ExitCode> {
                 let start = Instant::now();
                 let mut scrape = Scrape::new(&selectors);
                 match dumper.dump(&request, |s| scrape.add(s)) {
-                    Ok(_) => {
-                        let body = scrape.render(&mut totals, format, start.elapsed());
+                    Ok(stats) => {
+                        if stats.interrupted {
+                            state.totals.incomplete += 1;
+                            eprintln!(
+                                "tcptail exporter: warning: the kernel flagged a dump as \
+                                 interrupted (NLM_F_DUMP_INTR); sockets may be missing or \
+                                 repeated in this scrape (tcptail_scrapes_incomplete_total)"
+                            );
+                        }
+                        let body = scrape.render(&mut state, format, start.elapsed());
                         let ct =
                             tiny_http::Header::from_bytes("Content-Type", format.content_type())
                                 .map_err(|()| anyhow::anyhow!("bad header"))?;
                         tiny_http::Response::from_string(body).with_header(ct).with_status_code(200)
                     }
                     Err(e) => {
-                        totals.errors += 1;
+                        state.totals.errors += 1;
                         tiny_http::Response::from_string(format!("sock_diag dump failed: {e}\n"))
                             .with_status_code(500)
                     }

@@ -2,23 +2,38 @@
 //!
 //! Cardinality is bounded by construction:
 //! - connections matched by a [`Selectors`] selector get per-connection series labelled
-//!   `selector`, `peer` (the remote address, never a port) and `conn` (the connection's ordinal
-//!   among those of the same selector and peer, oldest first by socket cookie), up to
-//!   `max_connections`; the rest are counted in `tcptail_connections_unexported_total`;
+//!   `selector`, `peer` (the remote address, never a port) and `conn`, a slot number a socket
+//!   keeps for as long as it lives ([`Slots`], kept across scrapes in [`State`]), so a label's
+//!   counters never jump to another socket. The cap (`max_connections`) admits the oldest
+//!   matched sockets (smallest cookie) whatever the dump order, so the admitted set is stable
+//!   too; the rest are counted in `tcptail_connections_unexported_total`, and the series they
+//!   would have had (exactly, per connection: [`series_of`]) in
+//!   `tcptail_series_dropped_total`;
 //! - every other socket (and every capped one) goes into per-`group` aggregates: counts per
 //!   state and congestion control, and RTT and estimated send-queue-delay histograms
 //!   (`group` is the selector's name, or `other`).
 //!
-//! Memory is the exported connections plus a fixed amount per group. Rendering supports the
+//! Memory is the exported connections (at most the cap, kept in a heap while the dump runs)
+//! plus a fixed amount per group. Rendering supports the
 //! Prometheus text format 0.0.4 and OpenMetrics 1.0 (`# EOF`, `info`, `gaugehistogram`); the
 //! histograms describe the current snapshot, so they are gauge histograms. Pure code: the
 //! caller measures the scrape's duration and passes it in.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use tcptail_sock::tcp_info::TcpState;
+use tcptail_sock::tcp_info::{TcpInfo, TcpState};
+
+#[path = "metrics_families.rs"]
+mod families;
+#[path = "metrics_slots.rs"]
+mod slots;
+
+use families::connection_families;
+pub use families::series_of;
+pub use slots::Slots;
 
 use crate::selector::Selectors;
 use crate::wire::Socket;
@@ -72,6 +87,18 @@ pub struct Totals {
     pub series_dropped: u64,
     /// Scrapes whose dump failed.
     pub errors: u64,
+    /// Scrapes whose dump the kernel flagged as interrupted (`NLM_F_DUMP_INTR`): served, but
+    /// possibly missing or repeating sockets.
+    pub incomplete: u64,
+}
+
+/// What lives across scrapes: the counters and the `conn` slot of every exported socket.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    /// Counters.
+    pub totals: Totals,
+    /// Stable `conn` labels.
+    pub slots: Slots,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -100,20 +127,44 @@ impl Hist {
     }
 }
 
+/// A matched connection admitted under the cap; ordered by cookie so the heap's top is the
+/// newest, the first to give way to an older one.
+#[derive(Debug)]
+struct Admitted {
+    selector: usize,
+    conn: Connection,
+}
+
+impl PartialEq for Admitted {
+    fn eq(&self, other: &Self) -> bool {
+        self.conn.cookie == other.conn.cookie
+    }
+}
+impl Eq for Admitted {}
+impl PartialOrd for Admitted {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Admitted {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.conn.cookie.cmp(&other.conn.cookie)
+    }
+}
+
 /// One scrape in progress: feed it every socket of a dump, then render it.
 #[derive(Debug)]
 pub struct Scrape<'s> {
     selectors: &'s Selectors,
-    exported: Vec<(usize, Connection)>,
+    exported: BinaryHeap<Admitted>,
     groups: BTreeMap<String, Group>,
     /// Sockets seen in this scrape.
     pub sockets_seen: u64,
     /// Matched connections left out by the cap in this scrape.
     pub unexported: u64,
+    /// Series those connections would have had.
+    pub series_dropped: u64,
 }
-
-/// Number of series one exported connection produces (for the dropped-series counter).
-pub const SERIES_PER_CONNECTION: u64 = 33;
 
 /// The dump a scrape needs: everything when aggregates are wanted, else only the selected
 /// sockets (kernel-filtered, cost proportional to the matches).
@@ -128,10 +179,11 @@ impl<'s> Scrape<'s> {
     pub fn new(selectors: &'s Selectors) -> Scrape<'s> {
         Scrape {
             selectors,
-            exported: Vec::new(),
+            exported: BinaryHeap::new(),
             groups: BTreeMap::new(),
             sockets_seen: 0,
             unexported: 0,
+            series_dropped: 0,
         }
     }
 
@@ -140,27 +192,52 @@ impl<'s> Scrape<'s> {
         self.sockets_seen += 1;
         let listening = TcpState::from_raw(s.state) == TcpState::Listen;
         let sel = if listening { None } else { self.selectors.classify(&s.id) };
-        if let Some(i) = sel {
-            if self.exported.len() < self.selectors.max_connections {
-                self.exported.push((i, Connection::from_socket(s)));
-                return;
-            }
+        let Some(i) = sel else {
+            let state = TcpState::from_raw(s.state).name();
+            self.aggregate("other", state, s.cong.unwrap_or(""), s.info.as_ref(), listening);
+            return;
+        };
+        let cap = self.selectors.max_connections;
+        let newest = self.exported.peek().map(|a| a.conn.cookie);
+        let left_out = if self.exported.len() < cap {
+            self.exported.push(Admitted { selector: i, conn: Connection::from_socket(s) });
+            None
+        } else if newest.is_some_and(|n| s.id.cookie < n) {
+            // Older than the newest admitted one: it takes that one's place.
+            let out = self.exported.pop().expect("the heap is full");
+            self.exported.push(Admitted { selector: i, conn: Connection::from_socket(s) });
+            Some(out)
+        } else {
+            Some(Admitted { selector: i, conn: Connection::from_socket(s) })
+        };
+        if let Some(out) = left_out {
             self.unexported += 1;
+            self.series_dropped += series_of(&out.conn);
+            let name = self.selectors.selectors[out.selector].name.as_str();
+            let c = &out.conn;
+            self.aggregate(name, c.state, c.cc.as_deref().unwrap_or(""), c.info.as_ref(), false);
         }
-        let name = sel.map_or("other", |i| self.selectors.selectors[i].name.as_str());
+    }
+
+    fn aggregate(
+        &mut self,
+        name: &str,
+        state: &'static str,
+        cc: &str,
+        info: Option<&TcpInfo>,
+        listening: bool,
+    ) {
         let group = match self.groups.get_mut(name) {
             Some(g) => g,
             None => self.groups.entry(name.to_owned()).or_default(),
         };
-        let state = TcpState::from_raw(s.state).name();
-        let cc = s.cong.unwrap_or("");
         match group.counts.iter_mut().find(|((st, c), _)| *st == state && c == cc) {
             Some((_, n)) => *n += 1,
             None => {
                 group.counts.insert((state, cc.to_owned()), 1);
             }
         }
-        if let (false, Some(info)) = (listening, s.info.as_ref()) {
+        if let (false, Some(info)) = (listening, info) {
             if info.rtt_us > 0 {
                 group.rtt.add(&RTT_BUCKETS, f64::from(info.rtt_us) / 1e6);
             }
@@ -170,32 +247,35 @@ impl<'s> Scrape<'s> {
         }
     }
 
-    /// Renders the scrape and updates `totals`.
-    pub fn render(mut self, totals: &mut Totals, format: Format, duration: Duration) -> String {
+    /// Renders the scrape, assigning `conn` slots and updating the counters in `state`.
+    pub fn render(self, state: &mut State, format: Format, duration: Duration) -> String {
+        let totals = &mut state.totals;
         totals.scrapes += 1;
         totals.unexported += self.unexported;
-        totals.series_dropped += self.unexported * SERIES_PER_CONNECTION;
+        totals.series_dropped += self.series_dropped;
         let names: Vec<&str> = self.selectors.selectors.iter().map(|s| s.name.as_str()).collect();
-        self.exported.sort_by(|(a, x), (b, y)| {
-            (a, x.remote.ip(), x.cookie).cmp(&(b, y.remote.ip(), y.cookie))
-        });
-        let mut labels = Vec::with_capacity(self.exported.len());
-        let mut prev: Option<(usize, std::net::IpAddr)> = None;
-        let mut ordinal = 0u32;
-        for (i, c) in &self.exported {
-            let key = (*i, c.remote.ip());
-            ordinal = if prev == Some(key) { ordinal + 1 } else { 0 };
-            prev = Some(key);
-            labels.push(format!(
-                "selector=\"{}\",peer=\"{}\",conn=\"{ordinal}\"",
-                escape(names[*i]),
-                c.remote.ip()
-            ));
-        }
+        let admitted = self.exported.into_vec();
+        let keys: Vec<(usize, std::net::IpAddr, u64)> =
+            admitted.iter().map(|a| (a.selector, a.conn.remote.ip(), a.conn.cookie)).collect();
+        let slots = state.slots.assign(&keys);
+        let mut rows: Vec<(usize, std::net::IpAddr, u32, Connection)> = admitted
+            .into_iter()
+            .zip(slots)
+            .map(|(a, slot)| (a.selector, a.conn.remote.ip(), slot, a.conn))
+            .collect();
+        rows.sort_by_key(|&(sel, peer, slot, _)| (sel, peer, slot));
+        let labels: Vec<String> = rows
+            .iter()
+            .map(|(i, peer, slot, _)| {
+                format!("selector=\"{}\",peer=\"{peer}\",conn=\"{slot}\"", escape(names[*i]))
+            })
+            .collect();
+        let exported: Vec<(usize, Connection)> =
+            rows.into_iter().map(|(i, _, _, c)| (i, c)).collect();
         let mut w = Writer { out: String::with_capacity(4096 + labels.len() * 2048), format };
         for (name, help, kind, get) in connection_families() {
             w.header(name, help, kind);
-            for ((_, c), l) in self.exported.iter().zip(&labels) {
+            for ((_, c), l) in exported.iter().zip(&labels) {
                 if let Some(v) = get(c) {
                     w.sample(name, kind.suffix(), l, v);
                 }
@@ -206,7 +286,7 @@ impl<'s> Scrape<'s> {
             "BBR phase inferred from its gains (1 for the current phase).",
             Kind::Gauge,
         );
-        for ((_, c), l) in self.exported.iter().zip(&labels) {
+        for ((_, c), l) in exported.iter().zip(&labels) {
             if let Some(p) = c.derived.bbr_phase {
                 w.sample("tcptail_connection_bbr_phase", "", &format!("{l},phase=\"{p}\""), 1.0);
             }
@@ -216,7 +296,7 @@ impl<'s> Scrape<'s> {
             "Congestion control of the connection.",
             Kind::Info,
         );
-        for ((_, c), l) in self.exported.iter().zip(&labels) {
+        for ((_, c), l) in exported.iter().zip(&labels) {
             let cc = escape(c.cc.as_deref().unwrap_or(""));
             w.sample(
                 "tcptail_connection_congestion",
@@ -265,7 +345,7 @@ impl<'s> Scrape<'s> {
             "Connections with their own series in this scrape.",
             Kind::Gauge,
         );
-        w.sample("tcptail_connections_exported", "", "", self.exported.len() as f64);
+        w.sample("tcptail_connections_exported", "", "", exported.len() as f64);
         w.header(
             "tcptail_connections_exported_max",
             "The hard cap on connections with their own series.",
@@ -285,6 +365,11 @@ impl<'s> Scrape<'s> {
             ),
             ("tcptail_scrapes", "Scrapes served.", totals.scrapes),
             ("tcptail_scrape_errors", "Scrapes whose sock_diag dump failed.", totals.errors),
+            (
+                "tcptail_scrapes_incomplete",
+                "Scrapes whose dump the kernel flagged as interrupted (NLM_F_DUMP_INTR).",
+                totals.incomplete,
+            ),
         ] {
             w.header(name, help, Kind::Counter);
             w.sample(name, "_total", "", v as f64);
@@ -298,7 +383,7 @@ impl<'s> Scrape<'s> {
 
 /// Metric type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Gauge,
     Counter,
     Info,
@@ -312,132 +397,6 @@ impl Kind {
             Kind::Info => "_info",
         }
     }
-}
-
-type Getter = fn(&Connection) -> Option<f64>;
-
-fn us(v: u32) -> f64 {
-    f64::from(v) / 1e6
-}
-
-fn connection_families() -> [(&'static str, &'static str, Kind, Getter); 29] {
-    use Kind::{Counter as C, Gauge as G};
-    [
-        ("tcptail_connection_rtt_seconds", "Smoothed RTT.", G, |c| {
-            c.info.as_ref().map(|i| us(i.rtt_us))
-        }),
-        ("tcptail_connection_min_rtt_seconds", "Minimum RTT seen.", G, |c| {
-            c.info.as_ref()?.min_rtt_us.map(us)
-        }),
-        ("tcptail_connection_rtt_variance_seconds", "RTT mean deviation (rttvar).", G, |c| {
-            c.info.as_ref().map(|i| us(i.rttvar_us))
-        }),
-        ("tcptail_connection_cwnd_segments", "Congestion window.", G, |c| {
-            c.info.as_ref().map(|i| f64::from(i.snd_cwnd_segs))
-        }),
-        ("tcptail_connection_ssthresh_segments", "Slow-start threshold.", G, |c| {
-            c.info.as_ref().map(|i| f64::from(i.snd_ssthresh_segs))
-        }),
-        ("tcptail_connection_mss_bytes", "Sender MSS.", G, |c| {
-            c.info.as_ref().map(|i| f64::from(i.snd_mss_bytes))
-        }),
-        (
-            "tcptail_connection_delivery_rate_bytes_per_second",
-            "Latest delivery-rate sample.",
-            G,
-            |c| c.info.as_ref()?.delivery_rate_bytes_per_sec.map(|v| v as f64),
-        ),
-        (
-            "tcptail_connection_delivery_rate_app_limited",
-            "1 when the latest delivery-rate sample was application-limited.",
-            G,
-            |c| c.info.as_ref()?.delivery_rate_app_limited.map(|v| f64::from(u8::from(v))),
-        ),
-        (
-            "tcptail_connection_pacing_rate_bytes_per_second",
-            "Pacing rate (absent when unpaced).",
-            G,
-            |c| {
-                c.info
-                    .as_ref()?
-                    .pacing_rate_bytes_per_sec
-                    .filter(|&v| v != u64::MAX)
-                    .map(|v| v as f64)
-            },
-        ),
-        (
-            "tcptail_connection_bbr_bandwidth_bytes_per_second",
-            "BBR bottleneck bandwidth estimate.",
-            G,
-            |c| c.bbr.map(|b| b.bw_bytes_per_sec as f64),
-        ),
-        ("tcptail_connection_bbr_min_rtt_seconds", "BBR windowed min RTT.", G, |c| {
-            c.bbr?.min_rtt().map(|d| d.as_secs_f64())
-        }),
-        ("tcptail_connection_bbr_pacing_gain_ratio", "BBR pacing gain.", G, |c| {
-            c.bbr.map(|b| b.pacing_gain_ratio())
-        }),
-        ("tcptail_connection_bbr_cwnd_gain_ratio", "BBR cwnd gain.", G, |c| {
-            c.bbr.map(|b| b.cwnd_gain_ratio())
-        }),
-        ("tcptail_connection_unsent_bytes", "Bytes written but not yet sent (notsent).", G, |c| {
-            c.info.as_ref()?.notsent_bytes.map(f64::from)
-        }),
-        ("tcptail_connection_send_queue_bytes", "Send queue: unacked + unsent bytes.", G, |c| {
-            Some(f64::from(c.send_queue_bytes))
-        }),
-        ("tcptail_connection_receive_queue_bytes", "Receive queue: unread bytes.", G, |c| {
-            Some(f64::from(c.recv_queue_bytes))
-        }),
-        (
-            "tcptail_connection_send_queue_delay_seconds",
-            "Estimated send-queue delay: unsent / rate.",
-            G,
-            |c| c.derived.send_queue_delay.map(|d| d.delay.as_secs_f64()),
-        ),
-        (
-            "tcptail_connection_send_queue_delay_rate_bytes_per_second",
-            "Rate the send-queue delay was computed with.",
-            G,
-            |c| c.derived.send_queue_delay.map(|d| d.rate_bytes_per_sec as f64),
-        ),
-        ("tcptail_connection_retransmitted_segments", "Segments retransmitted.", C, |c| {
-            c.info.as_ref().map(|i| f64::from(i.total_retrans_segs))
-        }),
-        ("tcptail_connection_retransmitted_bytes", "Bytes retransmitted.", C, |c| {
-            c.info.as_ref()?.bytes_retrans.map(|v| v as f64)
-        }),
-        ("tcptail_connection_sent_segments", "Segments sent.", C, |c| {
-            c.info.as_ref()?.segs_out.map(f64::from)
-        }),
-        ("tcptail_connection_sent_bytes", "Bytes sent (including retransmissions).", C, |c| {
-            c.info.as_ref()?.bytes_sent.map(|v| v as f64)
-        }),
-        ("tcptail_connection_rto", "Retransmission timeouts.", C, |c| {
-            c.info.as_ref()?.total_rto.map(f64::from)
-        }),
-        ("tcptail_connection_rto_seconds", "Time spent in RTO recovery.", C, |c| {
-            c.info.as_ref()?.total_rto_time_ms.map(|v| f64::from(v) / 1e3)
-        }),
-        ("tcptail_connection_busy_seconds", "Time with data in flight.", C, |c| {
-            c.info.as_ref()?.busy_time_us.map(|v| v as f64 / 1e6)
-        }),
-        (
-            "tcptail_connection_rwnd_limited_seconds",
-            "Time limited by the receive window.",
-            C,
-            |c| c.info.as_ref()?.rwnd_limited_us.map(|v| v as f64 / 1e6),
-        ),
-        ("tcptail_connection_sndbuf_limited_seconds", "Time limited by the send buffer.", C, |c| {
-            c.info.as_ref()?.sndbuf_limited_us.map(|v| v as f64 / 1e6)
-        }),
-        ("tcptail_connection_lost_segments", "Segments currently considered lost.", G, |c| {
-            c.info.as_ref().map(|i| f64::from(i.lost_segs))
-        }),
-        ("tcptail_connection_unacked_segments", "Segments in flight.", G, |c| {
-            c.info.as_ref().map(|i| f64::from(i.unacked_segs))
-        }),
-    ]
 }
 
 struct Writer {
@@ -457,12 +416,20 @@ impl Writer {
         let _ = writeln!(self.out, "# HELP {family} {help}\n# TYPE {family} {ty}");
     }
 
+    /// One sample line, appended piecewise: a full scrape writes about 30 per exported
+    /// connection, so the formatting machinery and a temporary string per value would be most
+    /// of its cost.
     fn sample(&mut self, name: &str, suffix: &str, labels: &str, v: f64) {
-        let _ = if labels.is_empty() {
-            writeln!(self.out, "{name}{suffix} {}", num(v))
-        } else {
-            writeln!(self.out, "{name}{suffix}{{{labels}}} {}", num(v))
-        };
+        self.out.push_str(name);
+        self.out.push_str(suffix);
+        if !labels.is_empty() {
+            self.out.push('{');
+            self.out.push_str(labels);
+            self.out.push('}');
+        }
+        self.out.push(' ');
+        write_num(&mut self.out, v);
+        self.out.push('\n');
     }
 
     fn hist<'a>(
@@ -491,6 +458,19 @@ impl Writer {
             self.sample(name, count, &format!("group=\"{g}\""), h.count as f64);
             self.sample(name, sum, &format!("group=\"{g}\""), h.sum);
         }
+    }
+}
+
+/// Appends `v` as the exposition formats spell it; integral values (most of them: counts,
+/// bytes, segments) through the integer formatter, which is several times faster.
+fn write_num(out: &mut String, v: f64) {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every integer below is exact
+    if v.fract() == 0.0 && v.abs() < EXACT {
+        let _ = write!(out, "{}", v as i64);
+    } else if v.is_finite() {
+        let _ = write!(out, "{v}");
+    } else {
+        out.push_str(&num(v));
     }
 }
 

@@ -1,13 +1,14 @@
 //! Selector-file errors, the cardinality cap, aggregates and exposition validity.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use tcptail_diag::metrics::{Format, Scrape, Totals};
+use tcptail_diag::metrics::{Format, Scrape, State, series_of};
 use tcptail_diag::selector::{SelectorError, Selectors};
-use tcptail_diag::{SockId, Socket};
+use tcptail_diag::{Connection, SockId, Socket};
+use tcptail_sock::cc_info::BbrInfo;
 use tcptail_sock::tcp_info::TcpInfo;
 
 fn sels(text: &str) -> Result<Selectors, SelectorError> {
@@ -94,7 +95,7 @@ fn selectors_classify_and_filter() {
 #[test]
 fn cap_bounds_series_and_counts_the_rest() {
     let s = sels(FILE).unwrap();
-    let mut totals = Totals::default();
+    let mut totals = State::default();
     let mut scrape = Scrape::new(&s);
     for cookie in 0..5 {
         scrape.add(&sock(443, [10, 0, 0, 1], cookie, 1000));
@@ -171,7 +172,7 @@ fn check_exposition(text: &str, om: bool) {
 fn exposition_is_valid_in_both_formats() {
     let s = sels(FILE).unwrap();
     for (format, om) in [(Format::Prometheus, false), (Format::OpenMetrics, true)] {
-        let mut totals = Totals::default();
+        let mut totals = State::default();
         let mut scrape = Scrape::new(&s);
         for cookie in 0..4 {
             scrape.add(&sock(443, [10, 0, 0, cookie as u8 % 2], cookie, 5000));
@@ -189,6 +190,105 @@ fn exposition_is_valid_in_both_formats() {
             );
         }
     }
+}
+
+/// `sock` with `retrans` retransmitted segments (the socket's counter) and a chosen peer.
+fn with_retrans(cookie: u64, retrans: u32) -> Socket<'static> {
+    let mut s = sock(443, [10, 0, 0, 1], cookie, 0);
+    s.info.as_mut().unwrap().total_retrans_segs = retrans;
+    s
+}
+
+/// `conn` label -> retransmitted-segments counter of one rendered scrape.
+fn retrans_by_conn(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| l.starts_with("tcptail_connection_retransmitted_segments_total{"))
+        .map(|l| {
+            let conn = l.split("conn=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+            (conn, l.rsplit(' ').next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+fn scrape_once(s: &Selectors, state: &mut State, socks: &[Socket<'_>]) -> String {
+    let mut scrape = Scrape::new(s);
+    for x in socks {
+        scrape.add(x);
+    }
+    scrape.render(state, Format::Prometheus, Duration::ZERO)
+}
+
+#[test]
+fn a_conn_label_stays_with_its_socket_when_an_older_one_closes() {
+    let s = sels(&FILE.replace("max_connections = 2", "max_connections = 10")).unwrap();
+    let mut state = State::default();
+    // Older sockets have sent more: cookie c has 1000 - 100 c retransmits (+1 per scrape).
+    let at = |cookie: u64, scrape: u32| with_retrans(cookie, 1000 - 100 * cookie as u32 + scrape);
+    let first = retrans_by_conn(&scrape_once(&s, &mut state, &[at(3, 0), at(1, 0), at(2, 0)]));
+    assert_eq!(first.len(), 3);
+    assert_eq!(first["0"], 900.0, "slots go oldest first: {first:?}");
+    // The oldest socket closes; a new one arrives.
+    let second = retrans_by_conn(&scrape_once(&s, &mut state, &[at(4, 1), at(2, 1), at(3, 1)]));
+    for conn in ["1", "2"] {
+        assert_eq!(second[conn], first[conn] + 1.0, "conn {conn} kept its socket: {second:?}");
+    }
+    // The freed slot went to the newcomer: a new socket, not an older one's counters.
+    assert_eq!(second["0"], 601.0);
+    assert_eq!(state.slots.len(), 3);
+}
+
+#[test]
+fn the_cap_admits_the_oldest_sockets_whatever_the_dump_order() {
+    let s = sels(FILE).unwrap();
+    let mut state = State::default();
+    let all: Vec<Socket<'_>> = (1..=5).rev().map(|c| with_retrans(c, c as u32)).collect();
+    let text = scrape_once(&s, &mut state, &all);
+    let first = retrans_by_conn(&text);
+    let mut values: Vec<f64> = first.values().copied().collect();
+    values.sort_by(f64::total_cmp);
+    assert_eq!(values, [1.0, 2.0], "cookies 1 and 2 are the oldest: {text}");
+    assert!(text.contains("tcptail_connections_unexported_total 3\n"));
+    // Cookie 1 closes: cookie 3 is admitted, cookie 2 keeps its label.
+    let rest: Vec<Socket<'_>> = (2..=5).rev().map(|c| with_retrans(c, c as u32)).collect();
+    let second = retrans_by_conn(&scrape_once(&s, &mut state, &rest));
+    let conn_of =
+        |m: &HashMap<String, f64>, v: f64| m.iter().find(|(_, x)| **x == v).unwrap().0.clone();
+    assert_eq!(conn_of(&second, 2.0), conn_of(&first, 2.0));
+    assert!(second.values().any(|v| *v == 3.0));
+}
+
+#[test]
+fn dropped_series_are_counted_exactly_per_connection() {
+    let s = sels(&FILE.replace("max_connections = 2", "max_connections = 1")).unwrap();
+    let cubic = sock(443, [10, 0, 0, 1], 1, 1000);
+    let mut bbr = sock(443, [10, 0, 0, 2], 2, 1000);
+    bbr.cong = Some("bbr");
+    bbr.bbr = Some(BbrInfo {
+        bw_bytes_per_sec: 1_000_000,
+        min_rtt_us: 900,
+        pacing_gain: 739,
+        cwnd_gain: 739,
+    });
+    // The series each one produces when it is exported, counted in the rendered text.
+    let rendered = |x: &Socket<'_>| -> u64 {
+        let text = scrape_once(&s, &mut State::default(), std::slice::from_ref(x));
+        text.lines().filter(|l| l.contains("conn=\"0\"")).count() as u64
+    };
+    let (n_cubic, n_bbr) = (rendered(&cubic), rendered(&bbr));
+    assert_eq!(n_cubic, series_of(&Connection::from_socket(&cubic)));
+    assert_eq!(n_bbr, series_of(&Connection::from_socket(&bbr)));
+    assert!(n_bbr > n_cubic, "BBR sockets have more series ({n_bbr} vs {n_cubic})");
+    assert!(n_bbr <= 31, "{n_bbr}");
+    // Cap 1: the newer BBR socket is left out, and exactly its series are counted as dropped.
+    let mut state = State::default();
+    let text = scrape_once(&s, &mut state, &[bbr.clone(), cubic.clone()]);
+    assert!(text.contains(&format!("tcptail_series_dropped_total {n_bbr}\n")), "{text}");
+    assert_eq!(state.totals.series_dropped, n_bbr);
+    let mut no_info = sock(443, [10, 0, 0, 3], 3, 0);
+    no_info.info = None;
+    let _ = scrape_once(&s, &mut state, &[cubic, no_info.clone()]);
+    assert_eq!(state.totals.series_dropped, n_bbr + series_of(&Connection::from_socket(&no_info)));
+    assert_eq!(series_of(&Connection::from_socket(&no_info)), 3, "queues and congestion info");
 }
 
 #[test]
