@@ -6,7 +6,10 @@
 //!
 //! Connections are chosen by a selector file and/or `--port`/`--dport`/`--sport`/`--dst`,
 //! compiled into a kernel-side filter, so only matching sockets are read. Without any, all
-//! established connections are shown. Exit codes: 1 when the dump fails, 2 for bad flags.
+//! established connections are shown (`--all-states` adds listeners, TIME_WAIT and the rest;
+//! the STATE column tells them apart). The table shows 40 rows unless `--limit` says
+//! otherwise and says how many it left out; `--json` lists every connection unless `--limit`
+//! is given. Exit codes: 1 when the dump fails, 2 for bad flags.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -59,9 +62,10 @@ pub struct TopArgs {
     /// Sort order.
     #[arg(long, value_enum, default_value = "delay")]
     sort: SortKey,
-    /// Rows shown (0: all).
-    #[arg(long, default_value_t = 40)]
-    limit: usize,
+    /// Rows shown (0: all). Default: 40 in the table, every connection with --json (a
+    /// truncated table says how many it left out).
+    #[arg(long)]
+    limit: Option<usize>,
     /// Refresh interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
@@ -72,6 +76,9 @@ pub struct TopArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// Rows of the table when `--limit` is not given.
+const DEFAULT_ROWS: usize = 40;
 
 fn filter(args: &TopArgs) -> Result<Option<Filter>> {
     let mut all = Vec::new();
@@ -128,8 +135,10 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     loop {
         let mut conns = dumper.collect(&req)?;
         sort(&mut conns, key);
-        if args.limit > 0 {
-            conns.truncate(args.limit);
+        let total = conns.len();
+        let limit = args.limit.unwrap_or(if args.json { 0 } else { DEFAULT_ROWS });
+        if limit > 0 {
+            conns.truncate(limit);
         }
         let mut out = std::io::stdout().lock();
         if args.json {
@@ -140,6 +149,9 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
                 write!(out, "\x1b[2J\x1b[H")?;
             }
             write!(out, "{}", table(&conns, key))?;
+            if conns.len() < total {
+                writeln!(out, "({} more not shown: --limit 0 shows all)", total - conns.len())?;
+            }
             if !args.once {
                 writeln!(out, "[r]tt [d]elay re[t]rans [q]uit")?;
             }
@@ -179,10 +191,11 @@ fn ms(v: Option<f64>) -> String {
 pub fn table(conns: &[Connection], key: SortKey) -> String {
     let mut s = format!(
         "tcptail top: {} connections, sorted by {key:?} (--sort rtt|delay|retrans)\n\
-         {:<24} {:<24} {:<6} {:>9} {:>9} {:>6} {:>9} {:>10} {:>8} {:>10} {:<15}\n",
+         {:<24} {:<24} {:<14} {:<6} {:>9} {:>9} {:>6} {:>9} {:>10} {:>8} {:>10} {:<15}\n",
         conns.len(),
         "LOCAL",
         "REMOTE",
+        "STATE",
         "CC",
         "RTT_MS",
         "MINRTT_MS",
@@ -196,9 +209,10 @@ pub fn table(conns: &[Connection], key: SortKey) -> String {
     for c in conns {
         let i = c.info.as_ref();
         s.push_str(&format!(
-            "{:<24} {:<24} {:<6} {:>9} {:>9} {:>6} {:>9} {:>10} {:>8} {:>10} {:<15}\n",
+            "{:<24} {:<24} {:<14} {:<6} {:>9} {:>9} {:>6} {:>9} {:>10} {:>8} {:>10} {:<15}\n",
             c.local.to_string(),
             c.remote.to_string(),
+            c.state,
             c.cc.as_deref().unwrap_or("-"),
             ms(i.map(|i| f64::from(i.rtt_us) / 1e6)),
             ms(i.and_then(|i| i.min_rtt_us).map(|v| f64::from(v) / 1e6)),

@@ -164,6 +164,135 @@ fn top_once_json_lists_matched_connections() {
     assert!(text.contains("SQDELAY_MS") && text.matches(&port).count() == 2, "{text}");
 }
 
+#[test]
+fn top_shows_the_state_and_json_is_not_truncated() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut held = Vec::new();
+    for _ in 0..45 {
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        held.push((c, l.accept().unwrap().0));
+    }
+    // One more connection closed by the client first: its client end is in TIME_WAIT.
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    drop(c);
+    std::thread::sleep(Duration::from_millis(50));
+    drop(s);
+    std::thread::sleep(Duration::from_millis(100));
+    let top = |args: &[&str]| {
+        let out = Command::cargo_bin("tcptail").unwrap().arg("top").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = top(&["--once", "--all-states", "--dport", &port, "--limit", "0"]);
+    let header = text.lines().nth(1).unwrap();
+    assert!(header.contains(" STATE "), "{text}");
+    let states = |state: &str| text.lines().filter(|l| l.contains(&format!(" {state} "))).count();
+    assert_eq!(states("ESTABLISHED"), 45, "{text}");
+    assert_eq!(states("TIME_WAIT"), 1, "{text}");
+    // --json lists every connection; the table says what it leaves out.
+    let json: serde_json::Value =
+        serde_json::from_str(&top(&["--once", "--json", "--dport", &port])).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 45);
+    let table = top(&["--once", "--dport", &port]);
+    assert_eq!(table.lines().filter(|l| l.contains(" ESTABLISHED ")).count(), 40);
+    assert!(table.contains("(5 more not shown: --limit 0 shows all)"), "{table}");
+    let limited: serde_json::Value =
+        serde_json::from_str(&top(&["--once", "--json", "--dport", &port, "--limit", "3"]))
+            .unwrap();
+    assert_eq!(limited.as_array().unwrap().len(), 3);
+}
+
+/// A virtualenv with the reference Python client's exposition parsers (`prometheus_client`
+/// from PyPI, pinned), made once under the target directory.
+fn parser_python() -> PathBuf {
+    static MADE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _lock = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prometheus-client-venv");
+    let python = venv.join("bin/python");
+    let ready = Command::new(&python)
+        .args(["-c", "import prometheus_client.openmetrics.parser"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        let out = Command::new("python3").args(["-m", "venv"]).arg(&venv).output().unwrap();
+        assert!(out.status.success(), "python3 -m venv: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "prometheus-client==0.26.0"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "installing prometheus-client from PyPI (needed to check the exposition): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    python
+}
+
+/// Parses both expositions with prometheus_client (the OpenMetrics parser is strict: types,
+/// suffixes, `# EOF`, label syntax) and prints `{format: {family: [type, samples...]}}`.
+const PARSE_EXPOSITION: &str = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+from prometheus_client.parser import text_string_to_metric_families as text
+out = {}
+for name, parse, path in (("openmetrics", om, sys.argv[1]), ("text", text, sys.argv[2])):
+    fams = {}
+    for f in parse(open(path).read()):
+        fams[f.name] = [f.type] + [[s.name, s.labels, s.value] for s in f.samples]
+    out[name] = fams
+print(json.dumps(out))
+"#;
+
+#[test]
+fn both_expositions_parse_with_the_reference_client() {
+    let (l, _c, _s) = conn(20_000);
+    let (_c2, _s2) = {
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (c, l.accept().unwrap().0)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sel = selector_file(dir.path(), l.local_addr().unwrap().port(), 1);
+    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    let (status, om) = http_get(addr, "/metrics", "application/openmetrics-text; version=1.0.0");
+    assert_eq!(status, 200);
+    let (_, text) = http_get(addr, "/metrics", "text/plain");
+    let (om_file, text_file) = (dir.path().join("om.txt"), dir.path().join("text.txt"));
+    std::fs::write(&om_file, &om).unwrap();
+    std::fs::write(&text_file, &text).unwrap();
+    let out = Command::new(parser_python())
+        .args(["-c", PARSE_EXPOSITION])
+        .args([&om_file, &text_file])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client rejected the exposition: {}\n{om}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let om = &v["openmetrics"];
+    for (family, ty) in [
+        ("tcptail_connection_rtt_seconds", "gauge"),
+        ("tcptail_connection_retransmitted_segments", "counter"),
+        ("tcptail_connection_congestion", "info"),
+        ("tcptail_rtt_seconds", "gaugehistogram"),
+        ("tcptail_series_dropped", "counter"),
+        ("tcptail_scrapes_incomplete", "counter"),
+    ] {
+        assert_eq!(om[family][0], ty, "{family}: {om:#}");
+    }
+    let rtt = &om["tcptail_connection_rtt_seconds"][1];
+    assert_eq!(rtt[1]["selector"], "test");
+    assert!(rtt[2].as_f64().unwrap() > 0.0);
+    // The same families arrive through the text parser.
+    let txt = &v["text"];
+    assert_eq!(txt["tcptail_connection_rtt_seconds"][0], "gauge");
+    assert_eq!(txt["tcptail_rtt_seconds"][0], "histogram");
+}
+
 /// The live view on a real terminal (a pty from script(1)): single keys act without Enter,
 /// and the terminal is back in canonical, echoing mode after `q` and after Ctrl-C. script(1)
 /// runs the command with `$SHELL`: both bash and dash are tried, because a Ctrl-C that
