@@ -11,9 +11,9 @@
 //!
 //! Why v2 per family and not the older `TCPDIAG_GETSOCK` with `AF_UNSPEC`, which walks the
 //! tables once for both families: v2 is the interface the kernel documents and extends (and
-//! the one the fixtures were captured with); `examples/bench_exporter.rs` measures both side
-//! by side and the v1 request was not faster enough to keep a second code path (see
-//! `scripts/bench-exporter`'s output, `dump_v1_us_per_socket`).
+//! the one the fixtures were captured with). `scripts/bench-exporter` measures both side by
+//! side: on Linux 6.18 (2 vCPUs, 2,000 to 60,000 loopback sockets) the v1 dump cost 1-13 %
+//! less CPU per socket (about 0.1 us), not enough to keep a second code path.
 
 use std::io;
 use std::path::PathBuf;
