@@ -23,8 +23,12 @@ use tcptail_netns::addr::SERVER_ADDR;
 use tcptail_netns::{Cleanup, Group, Topology, ensure_root, signal};
 
 const AUDIT_AFTER_HELP: &str = "\
-Profiles: baseline (default: known-bad settings and failure modes only), trading-latency,
-bulk-throughput, or a path to a TOML file with `extends = \"trading-latency\"`.
+Profiles: baseline (default: known-bad settings, failure modes, and the host's read-list
+reported without recommendations), trading-latency, bulk-throughput, or a path to a TOML file
+with `extends = \"trading-latency\"`.
+
+Inside a container or a child network namespace, host-scope settings are N/A (\"host scope:
+not changeable here\", with the value when it can be read), never WARN or FAIL.
 
 Exit codes: 0 no FAIL, 1 at least one FAIL, 2 error.";
 
@@ -56,9 +60,15 @@ const TUNE_AFTER_HELP: &str = "\
 Without --apply this is a dry run: it prints the sysctl.d file it would write (one rationale
 comment per key) and the diff against the current values.
 
---apply validates per-namespace keys in a throwaway network namespace, writes
+--apply refuses when a sysctl file applied later at boot sets one of the keys to another
+value, validates per-namespace keys in a throwaway network namespace, writes
 /etc/sysctl.d/99-tcptail-NAME.conf atomically, applies and re-reads every value, and saves the
-previous values; a failure half-way rolls back. --revert restores them exactly.
+previous values; a failure half-way rolls back (a value that cannot be restored is named and
+the saved values are kept for --revert). --revert restores them exactly. Host-scope keys are
+never written from a container or child namespace (the dry run says why).
+
+--emit ansible takes the values from the profile, not from this host: bounds are resolved on
+each fleet host.
 
 Examples:
   tcptail tune --profile trading-latency

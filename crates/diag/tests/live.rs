@@ -162,3 +162,23 @@ fn empty_selection_is_accepted_by_the_kernel_and_matches_nothing() {
     let stats = dumper.dump(&req, |_| panic!("nothing matches")).unwrap();
     assert_eq!(stats.sockets, 0);
 }
+
+#[test]
+fn a_rejected_dump_leaves_the_dumper_usable() {
+    let (_c, _s, l) = pair("127.0.0.1:0", "cubic");
+    let port = l.local_addr().unwrap().port();
+    let mut dumper = Dumper::new().unwrap();
+    // Bytecode with an unknown op: the kernel's audit of the filter answers EINVAL.
+    let bogus = [0xffu8, 4, 8, 0];
+    let err = dumper
+        .dump_raw(|seq| wire::dump_request(2, wire::ALL_STATES, seq, Some(&bogus)), &mut |_| {
+            panic!("nothing is dumped")
+        })
+        .unwrap_err();
+    assert!(matches!(err, tcptail_diag::DiagError::Kernel(_)), "{err:?}");
+    // The next dump runs on a fresh socket and sees exactly its own replies.
+    let req = DumpRequest { filter: Some(port_filter(port)), ..Default::default() };
+    let mut n = 0;
+    let stats = dumper.dump(&req, |_| n += 1).unwrap();
+    assert_eq!((n, stats.stale, stats.interrupted), (3, 0, false));
+}
