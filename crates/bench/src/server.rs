@@ -12,11 +12,15 @@
 //! # Invariants
 //!
 //! - Every header is validated ([`crate::wire`]); a peer that breaks the protocol gets an
-//!   Error frame (best effort) and loses **its own** connection, nothing else.
+//!   Error frame (best effort) and loses **its own** connection, nothing else. So does a peer
+//!   that asks for a response longer than its Hello negotiated.
 //! - Request payloads are skipped, never buffered: a connection holds a fixed
-//!   [`RECV_BUF_LEN`] receive buffer plus a response buffer as large as the largest valid
-//!   `reply_len` it was asked for (at most [`MAX_FRAME_LEN`](wire::MAX_FRAME_LEN)), whatever partial frames arrive.
-//! - A client that sends no complete Hello within [`HANDSHAKE_TIMEOUT`] is dropped.
+//!   [`RECV_BUF_LEN`] receive buffer plus a response buffer of at most
+//!   [`RESPONSE_BUF_LEN`], whatever partial frames arrive and whatever sizes it asks for.
+//! - A client that sends no complete Hello within [`HANDSHAKE_TIMEOUT`] is dropped; after the
+//!   handshake, one that sends nothing for [`ServerConfig::idle_timeout`], or does not read
+//!   its responses for [`ServerConfig::write_timeout`], is dropped too (details in
+//!   [`serve`]).
 //! - [`ShutdownHandle::shutdown`] wakes the accept loop and every connection, blocking or
 //!   spinning; [`Server::run`] returns only after every connection thread has finished.
 //!
@@ -25,21 +29,23 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tcptail_sock::Profile;
-use tcptail_sock::apply::{ApplyReport, apply_profile, congestion_control};
-use tcptail_sock::recv::recv_with_policy;
+use tcptail_sock::apply::{ApplyReport, apply_profile};
 
-use crate::sys;
-use crate::wire::{self, FrameError, FrameKind, FrameParser, HelloConfig, Welcome, WireError};
+use crate::wire::{MAX_FRAME_LEN, Welcome, WireError};
+
+pub mod serve;
+
+pub use serve::RESPONSE_BUF_LEN;
 
 /// A client must complete its Hello within this time after connecting.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,12 +68,35 @@ pub struct ServerConfig {
     pub cpu: Option<usize>,
     /// Connections served at once; more are refused with an Error frame.
     pub max_connections: usize,
+    /// After the handshake, a connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// A response the peer does not take any byte of for this long (it stopped reading)
+    /// closes the connection.
+    pub write_timeout: Duration,
+    /// The longest response a client may negotiate in its Hello (`reply_len`).
+    pub max_reply_len: u32,
 }
 
+/// Default [`ServerConfig::idle_timeout`]: longer than any gap between requests of a run
+/// at 1 request per second or more, short enough that a forgotten connection goes away.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`ServerConfig::write_timeout`]: a benchmark client reads continuously, so ten
+/// seconds without taking a byte means it stopped reading.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl ServerConfig {
-    /// Listen on `listen`, no default profile, no pinning, at most 64 connections.
+    /// Listen on `listen`, no default profile, no pinning, at most 64 connections, the
+    /// default timeouts, responses up to the protocol's [`MAX_FRAME_LEN`].
     pub fn new(listen: SocketAddr) -> ServerConfig {
-        ServerConfig { listen, default_profile: None, cpu: None, max_connections: 64 }
+        ServerConfig {
+            listen,
+            default_profile: None,
+            cpu: None,
+            max_connections: 64,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            max_reply_len: MAX_FRAME_LEN,
+        }
     }
 }
 
@@ -80,6 +109,20 @@ pub enum RejectReason {
     /// No complete Hello within the allowed time.
     #[error("no complete Hello within {0:?}")]
     HandshakeTimeout(Duration),
+    /// The Hello asks for responses longer than [`ServerConfig::max_reply_len`].
+    #[error("Hello reply_len {asked} exceeds this server's {limit}-byte response limit")]
+    ReplyLimit {
+        /// The Hello's `reply_len`.
+        asked: u32,
+        /// The server's limit.
+        limit: u32,
+    },
+    /// Nothing received for [`ServerConfig::idle_timeout`] after the handshake.
+    #[error("idle: nothing received for {0:?}")]
+    IdleTimeout(Duration),
+    /// The peer took no byte of a response for [`ServerConfig::write_timeout`].
+    #[error("write stalled: the peer read nothing for {0:?} (it stopped reading its responses)")]
+    WriteStalled(Duration),
     /// [`ServerConfig::max_connections`] connections are already being served.
     #[error("server busy: {limit} connections already being served")]
     TooManyConnections {
@@ -217,13 +260,18 @@ pub struct Server {
 
 impl Server {
     /// Creates the listening socket: applies [`ServerConfig::default_profile`] to it, then
-    /// binds and listens. Fails if the address cannot be bound or `max_connections` is 0.
+    /// binds and listens. Fails if the address cannot be bound, `max_connections` is 0, a
+    /// timeout is zero or `max_reply_len` is outside the frame limits.
     pub fn bind(config: ServerConfig) -> io::Result<Server> {
+        let invalid = |what: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
         if config.max_connections == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "max_connections must be at least 1",
-            ));
+            return invalid("max_connections must be at least 1");
+        }
+        if config.idle_timeout.is_zero() || config.write_timeout.is_zero() {
+            return invalid("the idle and write timeouts must be longer than zero");
+        }
+        if !(crate::wire::HEADER_LEN as u32..=MAX_FRAME_LEN).contains(&config.max_reply_len) {
+            return invalid("max_reply_len must lie between the header length and 16 MiB");
         }
         let socket =
             Socket::new(Domain::for_address(config.listen), Type::STREAM, Some(Protocol::TCP))?;
@@ -313,7 +361,7 @@ impl Server {
                     drop(conns);
                     let reason =
                         RejectReason::TooManyConnections { limit: self.config.max_connections };
-                    refuse_busy(&stream, &reason);
+                    serve::refuse_busy(&stream, &reason);
                     events(ServerEvent::Rejected { peer, reason, requests: 0 });
                     continue;
                 }
@@ -330,7 +378,7 @@ impl Server {
                 scope,
                 move || {
                     let registered = Registered { shared, id };
-                    let last = connection(self, stream, peer, events);
+                    let last = serve::connection(self, stream, peer, events);
                     // Deregistered first, so that when the caller hears of the end the
                     // connection no longer counts against the limit.
                     drop(registered);
@@ -427,234 +475,4 @@ impl Drop for Registered<'_> {
 
 fn reject_event(peer: SocketAddr, e: &io::Error) -> ServerEvent {
     ServerEvent::Rejected { peer, reason: RejectReason::Io(e.to_string()), requests: 0 }
-}
-
-/// How a connection ended, when not by the peer closing it.
-enum End {
-    /// The peer went away or the server is shutting down: a normal close.
-    Closed,
-    /// The server cuts the connection.
-    Reject(RejectReason),
-}
-
-impl From<WireError> for End {
-    fn from(e: WireError) -> End {
-        End::Reject(RejectReason::Wire(e))
-    }
-}
-
-impl From<io::Error> for End {
-    fn from(e: io::Error) -> End {
-        use io::ErrorKind as K;
-        match e.kind() {
-            K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => {
-                End::Closed
-            }
-            _ => End::Reject(RejectReason::Io(e.to_string())),
-        }
-    }
-}
-
-/// One connection's thread: handshake, serve, close. Returns the event that tells how it
-/// ended, for the caller to emit once the socket is closed.
-fn connection(
-    server: &Server,
-    stream: TcpStream,
-    peer: SocketAddr,
-    events: &dyn Fn(ServerEvent),
-) -> ServerEvent {
-    let shared = &*server.shared;
-    let mut requests = 0;
-    let end = handshake(server, &stream, peer, events)
-        .and_then(|hello| serve(&stream, &hello, shared, &mut requests));
-    match end {
-        Err(End::Reject(reason)) if !shared.stopping() => {
-            // Best effort: the reason, then FIN, then a short drain before closing.
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_write_timeout(Some(LINGER));
-            let _ = wire::write_error(&mut &stream, &reason.to_string());
-            let _ = stream.shutdown(Shutdown::Write);
-            linger(&stream);
-            ServerEvent::Rejected { peer, reason, requests }
-        }
-        _ => ServerEvent::Closed { peer, requests },
-    }
-}
-
-/// Reads and discards what the peer still sends, for at most [`LINGER`], so that closing
-/// does not reset the connection while the Error frame may still be unread.
-fn linger(stream: &TcpStream) {
-    let deadline = Instant::now() + LINGER;
-    let mut sink = [0u8; 4096];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return;
-        }
-        match (&*stream).read(&mut sink) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-    }
-}
-
-/// Refuses a connection from the accept thread without blocking it.
-fn refuse_busy(stream: &TcpStream, reason: &RejectReason) {
-    let _ = stream.set_nonblocking(true);
-    let _ = wire::write_error(&mut &*stream, &reason.to_string());
-    let _ = stream.shutdown(Shutdown::Write);
-    let mut sink = [0u8; 4096];
-    while let Ok(1..) = (&*stream).read(&mut sink) {}
-}
-
-/// A reader that fails with `TimedOut` once `deadline` has passed, however the bytes trickle
-/// in, so a client cannot hold a connection thread by sending its Hello slowly.
-struct DeadlineReader<'a> {
-    stream: &'a TcpStream,
-    deadline: Instant,
-}
-
-impl Read for DeadlineReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        (&*self.stream).read(buf)
-    }
-}
-
-fn handshake(
-    server: &Server,
-    stream: &TcpStream,
-    peer: SocketAddr,
-    events: &dyn Fn(ServerEvent),
-) -> Result<HelloConfig, End> {
-    // Before anything else, so that the Welcome itself is not held back by Nagle.
-    stream.set_nodelay(true)?;
-    let mut reader = DeadlineReader { stream, deadline: Instant::now() + HANDSHAKE_TIMEOUT };
-    let hello = match wire::read_hello(&mut reader) {
-        Ok(hello) => hello,
-        Err(FrameError::Wire(e)) => return Err(e.into()),
-        Err(FrameError::Io(e))
-            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
-        {
-            return Err(End::Reject(RejectReason::HandshakeTimeout(HANDSHAKE_TIMEOUT)));
-        }
-        Err(FrameError::Io(e)) => return Err(e.into()),
-        // read_hello treats an Error frame from the client as a peer message: it is a frame
-        // the client may not send.
-        Err(FrameError::Peer(_)) => {
-            return Err(WireError::UnexpectedKind {
-                found: FrameKind::Error,
-                expected: FrameKind::Hello,
-            }
-            .into());
-        }
-    };
-    stream.set_read_timeout(None)?;
-
-    let fd = stream.as_fd();
-    let apply = apply_profile(fd, &hello.profile);
-    let congestion = congestion_control(fd).ok();
-    let requested_cpu = hello.server_cpu.or(server.config.cpu);
-    let pinned = requested_cpu.and_then(|cpu| {
-        sys::pin_current_thread(cpu).err().map(|e| format!("pinning to CPU {cpu} failed: {e}"))
-    });
-    let welcome = Welcome {
-        apply,
-        congestion,
-        server_cpu: sys::current_cpu(),
-        requested_cpu,
-        pinned,
-        spin: hello.spin,
-        kernel: server.kernel.clone(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-    };
-    match wire::write_welcome(&mut &*stream, &welcome) {
-        Ok(()) => {}
-        Err(FrameError::Io(e)) => return Err(e.into()),
-        Err(e) => return Err(End::Reject(RejectReason::Io(e.to_string()))),
-    }
-    events(ServerEvent::Configured { peer, welcome: Box::new(welcome) });
-    Ok(hello)
-}
-
-/// The request loop. Returns `Ok` when the peer closes the connection.
-fn serve(
-    stream: &TcpStream,
-    hello: &HelloConfig,
-    shared: &Shared,
-    requests: &mut u64,
-) -> Result<(), End> {
-    let fd = stream.as_fd();
-    let policy = hello.profile.quickack;
-    let spin = hello.spin;
-    if spin {
-        stream.set_nonblocking(true)?;
-    }
-    let mut rbuf = vec![0u8; RECV_BUF_LEN];
-    // Invariant: resp[HEADER_LEN..] is all zeros; only the header is ever written.
-    let mut resp = vec![0u8; hello.reply_len as usize];
-    let mut parser = FrameParser::new(FrameKind::Request, hello.request_len);
-    // rbuf[start..end] holds received bytes not yet consumed by the parser.
-    let (mut start, mut end) = (0, 0);
-    loop {
-        let n = match recv_with_policy(fd, &mut rbuf[end..], policy) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if shared.stopping() {
-                    return Err(End::Closed);
-                }
-                std::hint::spin_loop();
-                continue;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
-        };
-        end += n;
-        loop {
-            let (used, request) = parser.advance(&rbuf[start..end])?;
-            start += used;
-            let Some(request) = request else { break };
-            let len = request.reply_len as usize;
-            if resp.len() < len {
-                resp.resize(len, 0);
-            }
-            wire::encode_response(&mut resp[..len], request.seq);
-            send_all(stream, &resp[..len], spin, shared)?;
-            *requests += 1;
-        }
-        // What is left is either nothing or a partial header (< HEADER_LEN bytes): move it to
-        // the front so the next receive has the whole buffer minus at most 23 bytes.
-        if start == end {
-            (start, end) = (0, 0);
-        } else if start > 0 {
-            rbuf.copy_within(start..end, 0);
-            (start, end) = (0, end - start);
-        }
-    }
-}
-
-fn send_all(stream: &TcpStream, mut buf: &[u8], spin: bool, shared: &Shared) -> Result<(), End> {
-    if !spin {
-        return Ok((&*stream).write_all(buf)?);
-    }
-    while !buf.is_empty() {
-        match (&*stream).write(buf) {
-            Ok(0) => return Err(End::Closed),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if shared.stopping() {
-                    return Err(End::Closed);
-                }
-                std::hint::spin_loop();
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }

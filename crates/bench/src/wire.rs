@@ -17,6 +17,8 @@
 //!
 //! A connection is: client `Hello` (JSON [`HelloConfig`]) → server `Welcome` (JSON [`Welcome`])
 //! → any number of `Request`s, each answered in order by one `Response` (clients may pipeline).
+//! The Hello bounds both directions: no Request may be longer than its `request_len`, nor ask
+//! for a Response longer than its `reply_len`.
 //! A server that rejects a connection sends an `Error` frame (UTF-8 reason), best effort, and
 //! closes it.
 //!
@@ -40,8 +42,11 @@ use serde::{Deserialize, Serialize};
 use tcptail_sock::Profile;
 use tcptail_sock::apply::ApplyReport;
 
+mod parser;
 #[cfg(test)]
 mod tests;
+
+pub use parser::FrameParser;
 
 /// First two bytes of every frame: "TT".
 pub const MAGIC: u16 = 0x5454;
@@ -209,6 +214,18 @@ pub enum WireError {
         /// The promised maximum.
         promised: u32,
     },
+    /// A Request asking for a larger reply than the `reply_len` its Hello negotiated: one
+    /// 24-byte request could otherwise make the server send 16 MiB.
+    #[error(
+        "Request asks for a reply_len of {reply_len} bytes, more than the {negotiated} bytes \
+         negotiated in the Hello"
+    )]
+    ReplyLargerThanNegotiated {
+        /// The Request's `reply_len`.
+        reply_len: u32,
+        /// The Hello's `reply_len`.
+        negotiated: u32,
+    },
     /// A Hello or Welcome payload that does not parse.
     #[error("{kind} payload is not valid JSON for protocol version {VERSION}: {message}")]
     BadJson {
@@ -367,8 +384,10 @@ pub struct HelloConfig {
     pub spin: bool,
     /// The largest Request `frame_len` the client will send. The server rejects a larger one.
     pub request_len: u32,
-    /// The usual Response `frame_len` the client will ask for; the server preallocates it.
-    /// Each Request's own `reply_len` decides, and may differ.
+    /// The largest Response `frame_len` the client will ask for. Each Request's own
+    /// `reply_len` decides its Response, up to this; the server rejects a Request asking for
+    /// more ([`WireError::ReplyLargerThanNegotiated`]) and may refuse a Hello asking for more
+    /// than it serves.
     pub reply_len: u32,
 }
 
@@ -402,6 +421,10 @@ pub struct Welcome {
     pub kernel: String,
     /// The server's tcptail version.
     pub version: String,
+    /// After this many seconds without a request the server closes the connection; a client
+    /// whose requests are further apart than that cannot run against it.
+    #[serde(default)]
+    pub idle_timeout_seconds: Option<f64>,
 }
 
 impl Welcome {
@@ -553,64 +576,4 @@ pub fn write_error<W: Write + ?Sized>(w: &mut W, reason: &str) -> Result<(), Fra
         end -= 1;
     }
     write_frame(w, FrameKind::Error, 0, &reason.as_bytes()[..end])
-}
-
-/// Splits a byte stream into frames of one expected kind without buffering their payloads:
-/// payload bytes are counted and skipped. Sans-IO: the caller owns the receive buffer and
-/// feeds it to [`FrameParser::advance`].
-#[derive(Debug, Clone)]
-pub struct FrameParser {
-    expected: FrameKind,
-    max_frame_len: u32,
-    pending: Option<Header>,
-    remaining: usize,
-}
-
-impl FrameParser {
-    /// A parser for frames of kind `expected` no longer than `max_frame_len`.
-    pub fn new(expected: FrameKind, max_frame_len: u32) -> FrameParser {
-        FrameParser { expected, max_frame_len, pending: None, remaining: 0 }
-    }
-
-    /// True when no frame is partly consumed.
-    pub fn is_idle(&self) -> bool {
-        self.pending.is_none()
-    }
-
-    /// Consumes bytes from the front of `input` and returns how many, plus the header of the
-    /// frame that they completed, if any. Call again with the unconsumed rest until it returns
-    /// `None`; what is left then is less than a header and must be fed again with more bytes.
-    ///
-    /// On error nothing is consumed, so the offending header is still at the front of `input`
-    /// (a client that receives an Error frame where it expected a Response can read its
-    /// reason from there).
-    pub fn advance(&mut self, input: &[u8]) -> Result<(usize, Option<Header>), WireError> {
-        let mut used = 0;
-        if self.pending.is_none() {
-            let Some(bytes) = input.first_chunk::<HEADER_LEN>() else {
-                return Ok((0, None));
-            };
-            let header = Header::decode(bytes)?;
-            if header.kind != self.expected {
-                return Err(WireError::UnexpectedKind {
-                    found: header.kind,
-                    expected: self.expected,
-                });
-            }
-            if header.frame_len > self.max_frame_len {
-                return Err(WireError::LargerThanPromised {
-                    kind: header.kind,
-                    len: header.frame_len,
-                    promised: self.max_frame_len,
-                });
-            }
-            used = HEADER_LEN;
-            self.pending = Some(header);
-            self.remaining = header.payload_len();
-        }
-        let skip = self.remaining.min(input.len() - used);
-        used += skip;
-        self.remaining -= skip;
-        if self.remaining == 0 { Ok((used, self.pending.take())) } else { Ok((used, None)) }
-    }
 }

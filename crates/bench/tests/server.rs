@@ -139,7 +139,9 @@ fn applies_each_congestion_control_and_serves_varied_replies() {
     let (server, rx) = start(config());
     for cc in ["cubic", "bbr", "reno"] {
         let asked = Profile { congestion: Some(cc.into()), ..profile() };
-        let (mut client, welcome) = Client::handshake(server.addr(), &hello(asked));
+        // Replies of up to 1 MiB, negotiated in the Hello.
+        let hello = HelloConfig { reply_len: 1 << 20, ..hello(asked) };
+        let (mut client, welcome) = Client::handshake(server.addr(), &hello);
         let row = welcome.apply.option("TCP_CONGESTION").expect("a TCP_CONGESTION row");
         assert!(welcome.apply.is_clean(), "{cc} was not applied:\n{}", welcome.apply);
         assert_eq!(row.actual.as_deref(), Some(cc));
@@ -167,8 +169,10 @@ fn applies_each_congestion_control_and_serves_varied_replies() {
 fn pipelined_requests_are_answered_in_order() {
     let (server, _rx) = start(config());
     for spin in [false, true] {
-        let (mut client, _) =
-            Client::handshake(server.addr(), &HelloConfig { spin, ..hello(profile()) });
+        let (mut client, _) = Client::handshake(
+            server.addr(),
+            &HelloConfig { spin, reply_len: 1000, ..hello(profile()) },
+        );
         for round in 0..50u64 {
             let mut batch = Vec::new();
             for i in 0..10 {
@@ -188,7 +192,8 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn spin_mode_serves_correctly() {
     let (server, rx) = start(config());
-    let big = HelloConfig { spin: true, request_len: 1 << 20, ..hello(profile()) };
+    let big =
+        HelloConfig { spin: true, request_len: 1 << 20, reply_len: 1 << 20, ..hello(profile()) };
     let (mut client, welcome) = Client::handshake(server.addr(), &big);
     assert!(welcome.spin);
     for seq in 0..1000u64 {
@@ -208,7 +213,8 @@ fn spin_mode_serves_correctly() {
 #[test]
 fn large_requests_are_skipped_across_receives() {
     let (server, _rx) = start(config());
-    let hello = HelloConfig { request_len: MAX_FRAME_LEN, ..hello(profile()) };
+    let hello =
+        HelloConfig { request_len: MAX_FRAME_LEN, reply_len: MAX_FRAME_LEN, ..hello(profile()) };
     let (mut client, _) = Client::handshake(server.addr(), &hello);
     client.round_trip(1, MAX_FRAME_LEN, 64);
     client.round_trip(2, 64, MAX_FRAME_LEN);
@@ -249,6 +255,17 @@ fn malformed_frames_cost_only_their_own_connection() {
         (request.to_vec(), false, "unexpected Request frame (expected Hello)"),
         (hello_frame.clone(), true, "unexpected Hello frame (expected Request)"),
         (raw_header(1, 3, 65, 64).to_vec(), true, "65 bytes is larger than the 64 bytes promised"),
+        // One 64-byte request may not buy a longer reply than the Hello negotiated (64).
+        (
+            raw_header(1, 3, 64, 65).to_vec(),
+            true,
+            "reply_len of 65 bytes, more than the 64 bytes negotiated in the Hello",
+        ),
+        (
+            raw_header(1, 3, 64, MAX_FRAME_LEN).to_vec(),
+            true,
+            "reply_len of 16777216 bytes, more than the 64 bytes negotiated",
+        ),
         (raw_header(1, 1, 24 + 65537, 0).to_vec(), false, "Hello payload of 65537 bytes"),
         (
             [raw_header(1, 1, 24 + 5, 0).as_slice(), b"{oops"].concat(),
@@ -439,4 +456,91 @@ fn a_welcome_is_refused_by_a_reader_expecting_one_that_gets_a_request() {
         err,
         FrameError::Wire(WireError::UnexpectedKind { found: FrameKind::Request, .. })
     ));
+}
+
+#[test]
+fn a_hello_asking_for_longer_replies_than_the_server_serves_is_refused() {
+    let (server, rx) = start(ServerConfig { max_reply_len: 4096, ..config() });
+    let mut greedy = Client::connect(server.addr());
+    wire::write_hello(&mut greedy.stream, &HelloConfig { reply_len: 4097, ..hello(profile()) })
+        .unwrap();
+    match wire::read_welcome(&mut greedy.stream) {
+        Err(FrameError::Peer(reason)) => {
+            assert!(reason.contains("reply_len 4097 exceeds this server's 4096-byte"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(
+        rejected_for(&rx, greedy.addr()),
+        RejectReason::ReplyLimit { asked: 4097, limit: 4096 }
+    );
+    let (mut fine, _) =
+        Client::handshake(server.addr(), &HelloConfig { reply_len: 4096, ..hello(profile()) });
+    fine.round_trip(1, 64, 4096);
+}
+
+/// Round trips on `good` until `rx` reports that `who` was rejected; returns the reason and
+/// how many round trips `good` made meanwhile.
+fn serve_good_until_rejected(
+    rx: &Receiver<ServerEvent>,
+    who: SocketAddr,
+    good: &mut Client,
+) -> (RejectReason, u64) {
+    let deadline = Instant::now() + WAIT;
+    let mut seq = 0;
+    loop {
+        good.round_trip(seq, 64, 64);
+        seq += 1;
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(ServerEvent::Rejected { peer, reason, .. }) if peer == who => return (reason, seq),
+            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => panic!("server events ended: {e}"),
+        }
+        assert!(Instant::now() < deadline, "{who} was never rejected");
+    }
+}
+
+#[test]
+fn an_idle_connection_is_dropped_while_others_are_served() {
+    let idle_timeout = Duration::from_millis(400);
+    let (server, rx) = start(ServerConfig { idle_timeout, ..config() });
+    for spin in [false, true] {
+        let (mut good, welcome) = Client::handshake(server.addr(), &hello(profile()));
+        assert_eq!(welcome.idle_timeout_seconds, Some(0.4), "the Welcome tells the limit");
+        let asked = HelloConfig { spin, ..hello(profile()) };
+        let (mut idle, _) = Client::handshake(server.addr(), &asked);
+        idle.round_trip(1, 64, 64);
+        // Half a header, then silence: a trickle that stops counts as idle too.
+        idle.stream.write_all(&raw_header(1, 3, 64, 64)[..10]).unwrap();
+        let quiet_since = Instant::now();
+        let (reason, served) = serve_good_until_rejected(&rx, idle.addr(), &mut good);
+        let waited = quiet_since.elapsed();
+        assert_eq!(reason, RejectReason::IdleTimeout(idle_timeout), "spin {spin}");
+        assert!(waited >= idle_timeout && waited < idle_timeout + Duration::from_secs(3));
+        assert!(served >= 5, "the good client was served {served} times meanwhile");
+        let why = idle.expect_rejection();
+        assert!(why.contains("idle: nothing received for 400ms"), "{why}");
+        good.round_trip(10_000, 64, 64);
+    }
+}
+
+#[test]
+fn a_peer_that_never_reads_is_dropped_after_the_write_timeout() {
+    let write_timeout = Duration::from_millis(500);
+    let (server, rx) = start(ServerConfig { write_timeout, ..config() });
+    for spin in [false, true] {
+        let (mut good, _) = Client::handshake(server.addr(), &hello(profile()));
+        let greedy = HelloConfig { spin, reply_len: 1 << 20, ..hello(profile()) };
+        let (mut deaf, _) = Client::handshake(server.addr(), &greedy);
+        // 64 requests for 1 MiB each, far beyond what the socket buffers hold; never read.
+        for seq in 0..64 {
+            deaf.send_request(seq, 64, 1 << 20);
+        }
+        let (reason, served) = serve_good_until_rejected(&rx, deaf.addr(), &mut good);
+        assert_eq!(reason, RejectReason::WriteStalled(write_timeout), "spin {spin}");
+        assert!(served >= 5, "the good client was served {served} times meanwhile");
+        assert!(reason.to_string().contains("stopped reading"), "{reason}");
+        good.round_trip(10_000, 64, 64);
+        drop(deaf);
+    }
 }

@@ -15,6 +15,7 @@ use tcptail_bench::matrix::{self, MatrixSpec};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::report;
 use tcptail_bench::server::{Server, ServerConfig, ServerEvent};
+use tcptail_bench::wire::{HEADER_LEN, MAX_FRAME_LEN};
 use tcptail_sock::{Profile, QuickAck};
 use tcptail_units::{ByteSize, HumanDuration, MessageRate};
 
@@ -39,6 +40,16 @@ pub struct ServerArgs {
     /// Profile applied to the listening socket (accepted sockets inherit it).
     #[arg(long)]
     profile: Option<String>,
+    /// Close a connection that sends nothing for this long after its handshake.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    idle_timeout: HumanDuration,
+    /// Close a connection whose peer takes no byte of a response for this long (it stopped
+    /// reading).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    write_timeout: HumanDuration,
+    /// Refuse clients asking for responses longer than this (header included).
+    #[arg(long, default_value = "16MiB", value_name = "BYTES")]
+    max_response_size: ByteSize,
 }
 
 #[derive(Debug, Args)]
@@ -222,11 +233,28 @@ impl MeasureArgs {
 
 fn serve(args: ServerArgs) -> Result<ExitCode> {
     let default_profile = args.profile.as_deref().map(load_profile).transpose()?;
+    let max_reply_len = u32::try_from(args.max_response_size.bytes())
+        .ok()
+        .filter(|&n| (HEADER_LEN as u32..=MAX_FRAME_LEN).contains(&n))
+        .with_context(|| {
+            format!(
+                "--max-response-size {}: must be between {HEADER_LEN} and {MAX_FRAME_LEN} bytes",
+                args.max_response_size
+            )
+        })?;
+    for (flag, d) in
+        [("--idle-timeout", args.idle_timeout), ("--write-timeout", args.write_timeout)]
+    {
+        anyhow::ensure!(!d.0.is_zero(), "{flag} {d}: must be longer than zero");
+    }
     let server = Server::bind(ServerConfig {
-        listen: args.listen,
         default_profile,
         cpu: args.cpu,
         max_connections: 1024,
+        idle_timeout: args.idle_timeout.0,
+        write_timeout: args.write_timeout.0,
+        max_reply_len,
+        ..ServerConfig::new(args.listen)
     })
     .with_context(|| format!("listening on {}", args.listen))?;
     let addr = server.local_addr();
@@ -244,10 +272,8 @@ fn print_event(event: ServerEvent) {
 fn local(opts: &MeasureArgs) -> Result<ExitCode> {
     // Bind first to learn the port; the server's CPU comes from each client's hello.
     let server = Server::bind(ServerConfig {
-        listen: "127.0.0.1:0".parse().expect("literal address"),
-        default_profile: None,
-        cpu: None,
         max_connections: 1024,
+        ..ServerConfig::new("127.0.0.1:0".parse().expect("literal address"))
     })
     .context("starting the loopback server")?;
     let addr = server.local_addr();

@@ -343,6 +343,23 @@ fn parser_refuses_what_the_hello_did_not_promise() {
 }
 
 #[test]
+fn parser_refuses_a_reply_larger_than_the_hello_negotiated() {
+    let mut parser = FrameParser::new(FrameKind::Request, 64).with_max_reply_len(100);
+    let mut frame = vec![0u8; 64];
+    encode_request(&mut frame, 1, 100);
+    assert_eq!(
+        parser.advance(&frame).map(|(n, h)| (n, h.map(|h| h.reply_len))),
+        Ok((64, Some(100)))
+    );
+    encode_request(&mut frame, 2, 101);
+    let err = parser.advance(&frame).unwrap_err();
+    assert_eq!(err, WireError::ReplyLargerThanNegotiated { reply_len: 101, negotiated: 100 });
+    assert!(err.to_string().contains("reply_len of 101 bytes, more than the 100 bytes"), "{err}");
+    // Nothing was consumed: the offending header is still at the front.
+    assert!(parser.is_idle());
+}
+
+#[test]
 fn parser_skips_large_payloads_without_holding_them() {
     let mut parser = FrameParser::new(FrameKind::Request, MAX_FRAME_LEN);
     let mut head = vec![0u8; HEADER_LEN];

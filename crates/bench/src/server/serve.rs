@@ -1,0 +1,358 @@
+//! One connection's life on the server: handshake, request loop, and the way it ends.
+//!
+//! The request loop is the server's hot path: one `recv`, then one `send` per request in the
+//! common case. Its limits against a hostile or broken peer, all enforced here:
+//!
+//! - the Hello must arrive within [`HANDSHAKE_TIMEOUT`] and may not ask for responses longer
+//!   than [`ServerConfig::max_reply_len`];
+//! - every Request must fit the `request_len` and `reply_len` its Hello negotiated, so one
+//!   24-byte request cannot buy a 16 MiB response the client never announced;
+//! - a connection that sends nothing for [`ServerConfig::idle_timeout`] is closed;
+//! - a response that makes no progress for [`ServerConfig::write_timeout`] (the peer does not
+//!   read) closes the connection, so a peer that sends requests and never reads cannot hold a
+//!   thread and a connection slot for ever.
+//!
+//! Memory per connection is bounded whatever the peer asks: a [`RECV_BUF_LEN`] receive buffer
+//! and a response buffer of at most [`RESPONSE_BUF_LEN`]; longer responses are written from
+//! that buffer's zero padding in chunks.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use tcptail_sock::apply::{apply_profile, congestion_control};
+use tcptail_sock::recv::recv_with_policy;
+
+use super::{
+    HANDSHAKE_TIMEOUT, LINGER, RECV_BUF_LEN, RejectReason, Server, ServerConfig, ServerEvent,
+    Shared,
+};
+use crate::sys;
+use crate::wire::{self, FrameError, FrameKind, FrameParser, HEADER_LEN, Header, HelloConfig};
+use crate::wire::{Welcome, WireError};
+
+/// The largest response written from one buffer; longer ones go out in chunks of it.
+pub const RESPONSE_BUF_LEN: usize = 64 * 1024;
+
+/// How a connection ended, when not by the peer closing it.
+pub(super) enum End {
+    /// The peer went away or the server is shutting down: a normal close.
+    Closed,
+    /// The server cuts the connection.
+    Reject(RejectReason),
+}
+
+impl From<WireError> for End {
+    fn from(e: WireError) -> End {
+        End::Reject(RejectReason::Wire(e))
+    }
+}
+
+impl From<io::Error> for End {
+    fn from(e: io::Error) -> End {
+        use io::ErrorKind as K;
+        match e.kind() {
+            K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => {
+                End::Closed
+            }
+            _ => End::Reject(RejectReason::Io(e.to_string())),
+        }
+    }
+}
+
+/// One connection's thread: handshake, serve, close. Returns the event that tells how it
+/// ended, for the caller to emit once the socket is closed.
+pub(super) fn connection(
+    server: &Server,
+    stream: TcpStream,
+    peer: SocketAddr,
+    events: &dyn Fn(ServerEvent),
+) -> ServerEvent {
+    let shared = &*server.shared;
+    let mut requests = 0;
+    let end = handshake(server, &stream, peer, events)
+        .and_then(|hello| serve(&stream, &hello, shared, &server.config, &mut requests));
+    match end {
+        Err(End::Reject(reason)) if !shared.stopping() => {
+            // Best effort: the reason, then FIN, then a short drain before closing.
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_write_timeout(Some(LINGER));
+            let _ = wire::write_error(&mut &stream, &reason.to_string());
+            let _ = stream.shutdown(Shutdown::Write);
+            linger(&stream);
+            ServerEvent::Rejected { peer, reason, requests }
+        }
+        _ => ServerEvent::Closed { peer, requests },
+    }
+}
+
+/// Reads and discards what the peer still sends, for at most [`LINGER`], so that closing
+/// does not reset the connection while the Error frame may still be unread.
+fn linger(stream: &TcpStream) {
+    let deadline = Instant::now() + LINGER;
+    let mut sink = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match (&*stream).read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Refuses a connection from the accept thread without blocking it.
+pub(super) fn refuse_busy(stream: &TcpStream, reason: &RejectReason) {
+    let _ = stream.set_nonblocking(true);
+    let _ = wire::write_error(&mut &*stream, &reason.to_string());
+    let _ = stream.shutdown(Shutdown::Write);
+    let mut sink = [0u8; 4096];
+    while let Ok(1..) = (&*stream).read(&mut sink) {}
+}
+
+/// A reader that fails with `TimedOut` once `deadline` has passed, however the bytes trickle
+/// in, so a client cannot hold a connection thread by sending its Hello slowly.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&*self.stream).read(buf)
+    }
+}
+
+fn handshake(
+    server: &Server,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    events: &dyn Fn(ServerEvent),
+) -> Result<HelloConfig, End> {
+    // Before anything else, so that the Welcome itself is not held back by Nagle.
+    stream.set_nodelay(true)?;
+    let mut reader = DeadlineReader { stream, deadline: Instant::now() + HANDSHAKE_TIMEOUT };
+    let hello = match wire::read_hello(&mut reader) {
+        Ok(hello) => hello,
+        Err(FrameError::Wire(e)) => return Err(e.into()),
+        Err(FrameError::Io(e))
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+        {
+            return Err(End::Reject(RejectReason::HandshakeTimeout(HANDSHAKE_TIMEOUT)));
+        }
+        Err(FrameError::Io(e)) => return Err(e.into()),
+        // read_hello treats an Error frame from the client as a peer message: it is a frame
+        // the client may not send.
+        Err(FrameError::Peer(_)) => {
+            return Err(WireError::UnexpectedKind {
+                found: FrameKind::Error,
+                expected: FrameKind::Hello,
+            }
+            .into());
+        }
+    };
+    let limit = server.config.max_reply_len;
+    if hello.reply_len > limit {
+        return Err(End::Reject(RejectReason::ReplyLimit { asked: hello.reply_len, limit }));
+    }
+    stream.set_read_timeout(None)?;
+
+    let fd = stream.as_fd();
+    let apply = apply_profile(fd, &hello.profile);
+    let congestion = congestion_control(fd).ok();
+    let requested_cpu = hello.server_cpu.or(server.config.cpu);
+    let pinned = requested_cpu.and_then(|cpu| {
+        sys::pin_current_thread(cpu).err().map(|e| format!("pinning to CPU {cpu} failed: {e}"))
+    });
+    let welcome = Welcome {
+        apply,
+        congestion,
+        server_cpu: sys::current_cpu(),
+        requested_cpu,
+        pinned,
+        spin: hello.spin,
+        kernel: server.kernel.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        idle_timeout_seconds: Some(server.config.idle_timeout.as_secs_f64()),
+    };
+    match wire::write_welcome(&mut &*stream, &welcome) {
+        Ok(()) => {}
+        Err(FrameError::Io(e)) => return Err(e.into()),
+        Err(e) => return Err(End::Reject(RejectReason::Io(e.to_string()))),
+    }
+    events(ServerEvent::Configured { peer, welcome: Box::new(welcome) });
+    Ok(hello)
+}
+
+/// Notices "no progress for `limit`" in a busy loop without reading the clock on every turn.
+struct Stall {
+    limit: Duration,
+    since: Option<Instant>,
+    turns: u32,
+}
+
+impl Stall {
+    /// Turns between clock reads: a few microseconds of spinning.
+    const CHECK_EVERY: u32 = 1024;
+
+    fn new(limit: Duration) -> Stall {
+        Stall { limit, since: None, turns: 0 }
+    }
+
+    fn progress(&mut self) {
+        self.since = None;
+        self.turns = 0;
+    }
+
+    /// Called on every turn without progress; true once none was made for `limit`.
+    fn expired(&mut self) -> bool {
+        self.turns = self.turns.wrapping_add(1);
+        if !self.turns.is_multiple_of(Self::CHECK_EVERY) {
+            return false;
+        }
+        let now = Instant::now();
+        now.duration_since(*self.since.get_or_insert(now)) >= self.limit
+    }
+}
+
+/// The request loop. Returns `Ok` when the peer closes the connection.
+fn serve(
+    stream: &TcpStream,
+    hello: &HelloConfig,
+    shared: &Shared,
+    config: &ServerConfig,
+    requests: &mut u64,
+) -> Result<(), End> {
+    let fd = stream.as_fd();
+    let policy = hello.profile.quickack;
+    let spin = hello.spin;
+    if spin {
+        stream.set_nonblocking(true)?;
+    } else {
+        // A blocking receive that waits longer than this returns EAGAIN: the peer is idle.
+        stream.set_read_timeout(Some(config.idle_timeout))?;
+        stream.set_write_timeout(Some(config.write_timeout))?;
+    }
+    let mut rbuf = vec![0u8; RECV_BUF_LEN];
+    // Invariant: resp[HEADER_LEN..] is all zeros; only the header is ever written.
+    let mut resp = vec![0u8; (hello.reply_len as usize).min(RESPONSE_BUF_LEN)];
+    let mut parser =
+        FrameParser::new(FrameKind::Request, hello.request_len).with_max_reply_len(hello.reply_len);
+    let mut idle = Stall::new(config.idle_timeout);
+    let out = Sender { stream, spin, shared, timeout: config.write_timeout };
+    // rbuf[start..end] holds received bytes not yet consumed by the parser.
+    let (mut start, mut end) = (0, 0);
+    loop {
+        let n = match recv_with_policy(fd, &mut rbuf[end..], policy) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if shared.stopping() {
+                    return Err(End::Closed);
+                }
+                // Blocking: the receive timeout passed. Spinning: count turns.
+                if !spin || idle.expired() {
+                    return Err(End::Reject(RejectReason::IdleTimeout(config.idle_timeout)));
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        idle.progress();
+        end += n;
+        loop {
+            let (used, request) = parser.advance(&rbuf[start..end])?;
+            start += used;
+            let Some(request) = request else { break };
+            out.response(&mut resp, request.reply_len as usize, request.seq)?;
+            *requests += 1;
+        }
+        // What is left is either nothing or a partial header (< HEADER_LEN bytes): move it to
+        // the front so the next receive has the whole buffer minus at most 23 bytes.
+        if start == end {
+            (start, end) = (0, 0);
+        } else if start > 0 {
+            rbuf.copy_within(start..end, 0);
+            (start, end) = (0, end - start);
+        }
+    }
+}
+
+/// Writes responses, blocking (with the socket's send timeout) or spinning.
+struct Sender<'a> {
+    stream: &'a TcpStream,
+    spin: bool,
+    shared: &'a Shared,
+    timeout: Duration,
+}
+
+impl Sender<'_> {
+    /// Sends a `len`-byte Response to `seq` from `resp` (header written in place, payload its
+    /// zeros): in one write when it fits, else the header and first chunk, then more zeros.
+    fn response(&self, resp: &mut [u8], len: usize, seq: u64) -> Result<(), End> {
+        if len <= resp.len() {
+            wire::encode_response(&mut resp[..len], seq);
+            return self.all(&resp[..len]);
+        }
+        let head: &mut [u8; HEADER_LEN] =
+            (&mut resp[..HEADER_LEN]).try_into().expect("the buffer holds a header");
+        Header::response(seq, len as u32).encode(head);
+        self.all(resp)?;
+        let zeros = &resp[HEADER_LEN..];
+        let mut left = len - resp.len();
+        while left > 0 {
+            let n = left.min(zeros.len());
+            self.all(&zeros[..n])?;
+            left -= n;
+        }
+        Ok(())
+    }
+
+    fn all(&self, mut buf: &[u8]) -> Result<(), End> {
+        let stalled = || End::Reject(RejectReason::WriteStalled(self.timeout));
+        if !self.spin {
+            return match (&*self.stream).write_all(buf) {
+                Ok(()) => Ok(()),
+                // SO_SNDTIMEO passed without the peer taking a byte.
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+                {
+                    Err(if self.shared.stopping() { End::Closed } else { stalled() })
+                }
+                Err(e) => Err(e.into()),
+            };
+        }
+        let mut stall = Stall::new(self.timeout);
+        while !buf.is_empty() {
+            match (&*self.stream).write(buf) {
+                Ok(0) => return Err(End::Closed),
+                Ok(n) => {
+                    buf = &buf[n..];
+                    stall.progress();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.shared.stopping() {
+                        return Err(End::Closed);
+                    }
+                    if stall.expired() {
+                        return Err(stalled());
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
