@@ -1,12 +1,19 @@
 //! Tail attribution: which kernel state sets the slowest requests apart from the typical ones.
 //!
-//! With `--attribute`, the client reads `TCP_INFO` (and `TCP_CC_INFO` on BBR sockets) just
-//! before each request and again after its response, outside the timed window in closed loop.
+//! With `--attribute`, the client reads `TCP_INFO`, the send queue (`SIOCOUTQ`) and, on BBR
+//! sockets, `TCP_CC_INFO` just before each request and again after its response (outside the
+//! timed window in closed loop; in open loop before the send, every request included).
 //! [`KernelSnapshot`] keeps the few fields that can explain a slow request. [`attribute`] then
 //! compares the requests above the 99th percentile with all requests, feature by feature:
-//! for each value of a categorical feature (BBR phase, congestion state, "a retransmission
-//! happened", ...) the share among slow requests against the share among all, and for numeric
-//! ones (cwnd, unacked, srtt, ...) the medians. A value that is much more common among slow
+//! for each value of a categorical feature (BBR phase and pacing gain, congestion state, "a
+//! retransmission happened", "the RTO count rose", unsent data queued, ...) the share among
+//! slow requests against the share among all, and for numeric ones (cwnd, unacked bytes,
+//! unsent bytes, srtt, RTO, ...) the medians.
+//!
+//! Unacknowledged data is measured in **bytes**, as `SIOCOUTQ - tcpi_notsent_bytes` (exactly
+//! `snd_nxt - snd_una`), not as `tcpi_unacked x mss`: a 64-byte request is one segment, and
+//! counting it as a full MSS would overstate it twenty-fold. When either number is missing
+//! (an old kernel), the segment count stands in. A value that is much more common among slow
 //! requests than overall ("of the 1 % slowest, 93 % were sent in BBR probe-bw-up, against 8 %
 //! of all") is reported as a finding; when nothing stands out, the report says so and points at
 //! the machine rather than TCP.
@@ -26,6 +33,10 @@ pub struct KernelSnapshot {
     pub cwnd: u32,
     /// Unacknowledged packets in flight.
     pub unacked: u32,
+    /// Unacknowledged bytes in flight: `SIOCOUTQ - tcpi_notsent_bytes`.
+    pub unacked_bytes: Option<u32>,
+    /// Retransmission timeout, µs.
+    pub rto_us: u32,
     /// Smoothed RTT, µs.
     pub srtt_us: u32,
     /// Delayed-ACK timeout, µs.
@@ -47,11 +58,21 @@ pub struct KernelSnapshot {
 }
 
 impl KernelSnapshot {
-    /// Builds a snapshot from a parsed `tcp_info` and optional BBR info.
-    pub fn from_kernel(info: &TcpInfo, bbr: Option<&BbrInfo>) -> KernelSnapshot {
+    /// Builds a snapshot from a parsed `tcp_info`, optional BBR info and the socket's send
+    /// queue in bytes (`SIOCOUTQ`), when it was read.
+    pub fn from_kernel(
+        info: &TcpInfo,
+        bbr: Option<&BbrInfo>,
+        send_queue_bytes: Option<u32>,
+    ) -> KernelSnapshot {
         KernelSnapshot {
             cwnd: info.snd_cwnd_segs,
             unacked: info.unacked_segs,
+            unacked_bytes: match (send_queue_bytes, info.notsent_bytes) {
+                (Some(queued), Some(notsent)) => Some(queued.saturating_sub(notsent)),
+                _ => None,
+            },
+            rto_us: info.rto_us,
             srtt_us: info.rtt_us,
             ato_us: info.ato_us,
             ca_state: info.ca_state,
@@ -133,8 +154,11 @@ pub struct NumericComparison {
 /// Categorical features: name and a function giving the sample's value (None = not applicable).
 type Categorical = (&'static str, fn(&AttributedSample) -> Option<String>);
 
-const CATEGORICAL: [Categorical; 6] = [
+const CATEGORICAL: [Categorical; 8] = [
     ("BBR phase at send", |s| s.before.bbr_phase.map(|p| p.to_string())),
+    ("BBR pacing gain at send", |s| {
+        s.before.bbr_pacing_gain.map(|g| format!("{:.2}", f64::from(g) / 256.0))
+    }),
     ("congestion state at send", |s| Some(s.before.ca_state.to_string())),
     ("retransmission during the request", |s| {
         Some(yes_no(s.after.total_retrans > s.before.total_retrans))
@@ -143,7 +167,10 @@ const CATEGORICAL: [Categorical; 6] = [
         (Some(a), Some(b)) => Some(yes_no(b > a)),
         _ => None,
     }),
-    ("data still unacknowledged at send", |s| Some(yes_no(s.before.unacked > 0))),
+    ("data still unacknowledged at send", |s| {
+        Some(yes_no(s.before.unacked_bytes.map_or(s.before.unacked > 0, |b| b > 0)))
+    }),
+    ("unsent data queued at send", |s| s.before.notsent_bytes.map(|b| yes_no(b > 0))),
     ("client sent more than 20 µs behind schedule", |s| Some(yes_no(s.send_late_ns > 20_000))),
 ];
 
@@ -154,10 +181,13 @@ fn yes_no(b: bool) -> String {
 /// Numeric features: name and value.
 type Numeric = (&'static str, fn(&AttributedSample) -> Option<f64>);
 
-const NUMERIC: [Numeric; 6] = [
+const NUMERIC: [Numeric; 9] = [
     ("cwnd at send (packets)", |s| Some(s.before.cwnd as f64)),
+    ("unacked at send (bytes)", |s| s.before.unacked_bytes.map(f64::from)),
     ("unacked at send (packets)", |s| Some(s.before.unacked as f64)),
+    ("unsent at send (bytes)", |s| s.before.notsent_bytes.map(f64::from)),
     ("srtt at send (µs)", |s| Some(s.before.srtt_us as f64)),
+    ("RTO at send (ms)", |s| Some(s.before.rto_us as f64 / 1000.0)),
     ("pacing rate at send (Mbit/s)", |s| s.before.pacing_rate.map(|r| r as f64 * 8.0 / 1e6)),
     ("delayed-ACK timeout at send (µs)", |s| Some(s.before.ato_us as f64)),
     ("send lateness (µs)", |s| Some(s.send_late_ns as f64 / 1000.0)),
@@ -319,6 +349,66 @@ mod tests {
             .find(|f| f.feature == "retransmission during the request")
             .expect("retransmission finding");
         assert_eq!((f.value.as_str(), f.share_of_slow), ("yes", 1.0));
+    }
+
+    #[test]
+    fn snapshots_count_unacknowledged_bytes_not_segments() {
+        let info = TcpInfo {
+            unacked_segs: 1,
+            snd_mss_bytes: 1448,
+            notsent_bytes: Some(100),
+            rto_us: 204_000,
+            ..TcpInfo::default()
+        };
+        let bbr = BbrInfo { bw_bytes_per_sec: 1, min_rtt_us: 10, pacing_gain: 320, cwnd_gain: 512 };
+        // 164 bytes queued, 100 of them not sent yet: 64 bytes in flight (one small request).
+        let snap = KernelSnapshot::from_kernel(&info, Some(&bbr), Some(164));
+        assert_eq!((snap.unacked, snap.unacked_bytes, snap.rto_us), (1, Some(64), 204_000));
+        assert_eq!(snap.bbr_pacing_gain, Some(320));
+        assert_eq!(KernelSnapshot::from_kernel(&info, None, None).unacked_bytes, None);
+        let old_kernel = TcpInfo { notsent_bytes: None, ..info };
+        assert_eq!(KernelSnapshot::from_kernel(&old_kernel, None, Some(164)).unacked_bytes, None);
+    }
+
+    #[test]
+    fn pacing_gain_unsent_data_and_rto_are_compared() {
+        // 500 requests; the 5 slow ones were sent at pacing gain 1.25 with 3000 bytes unsent
+        // and a 1 s RTO; the rest at gain 1.0, nothing queued, 200 ms RTO.
+        let samples: Vec<AttributedSample> = (0..500u64)
+            .map(|i| {
+                let slow = i % 100 == 0;
+                let snap = KernelSnapshot {
+                    bbr_pacing_gain: Some(if slow { 320 } else { 256 }),
+                    notsent_bytes: Some(if slow { 3000 } else { 0 }),
+                    unacked_bytes: Some(if slow { 64 } else { 0 }),
+                    rto_us: if slow { 1_000_000 } else { 200_000 },
+                    ..KernelSnapshot::default()
+                };
+                AttributedSample {
+                    latency_ns: if slow { 900_000 } else { 40_000 },
+                    send_late_ns: 0,
+                    before: snap,
+                    after: snap,
+                }
+            })
+            .collect();
+        let a = attribute(&samples, 100_000, 0.0);
+        assert_eq!(a.slow_requests, 5);
+        let has = |feature: &str, value: &str| {
+            a.findings
+                .iter()
+                .any(|f| f.feature == feature && f.value == value && f.share_of_slow == 1.0)
+        };
+        assert!(has("BBR pacing gain at send", "1.25"), "{:?}", a.findings);
+        assert!(has("unsent data queued at send", "yes"), "{:?}", a.findings);
+        assert!(has("data still unacknowledged at send", "yes"), "{:?}", a.findings);
+        let median = |feature: &str| {
+            let n = a.numeric.iter().find(|n| n.feature == feature).expect(feature);
+            (n.median_slow, n.median_all)
+        };
+        assert_eq!(median("RTO at send (ms)"), (1000.0, 200.0));
+        assert_eq!(median("unsent at send (bytes)"), (3000.0, 0.0));
+        assert_eq!(median("unacked at send (bytes)"), (64.0, 0.0));
     }
 
     #[test]

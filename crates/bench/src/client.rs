@@ -8,7 +8,9 @@
 //! still returned) and watch its progress.
 //!
 //! Invariants: nothing is measured before every connection has finished its warm-up; a result
-//! always says what was asked (rate, placement, profile) next to what happened.
+//! always says what was asked (rate, placement, profile) next to what happened; a request that
+//! never got an answer is counted ([`RawRun::unanswered`]) and kept in the percentiles as a
+//! lower bound, never dropped (see [`crate::connection`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +23,9 @@ use tcptail_units::MessageRate;
 
 use crate::attribution::{self, AttributedSample};
 use crate::connection::{self, ConnectionOutcome};
-use crate::context::{ContextProbe, describe_placement};
+use crate::context::{
+    ConnectionPlacement, ContextProbe, RunContext, common_value, describe_placement,
+};
 use crate::pacer::Spacing;
 use crate::report::{BenchResult, RateReport, SampleRecord};
 use crate::stats::LatencyHistogram;
@@ -86,7 +90,15 @@ pub struct BenchConfig {
     pub spin_window: Duration,
     /// Seed for Poisson spacing.
     pub seed: u64,
+    /// A request unanswered this long after it was sent is given up: counted as unanswered,
+    /// recorded at the time it waited, and its connection stops.
+    #[serde(with = "crate::report::duration_secs")]
+    pub response_timeout: Duration,
 }
+
+/// Default [`BenchConfig::response_timeout`]: longer than several retransmission timeouts
+/// back to back (200 ms, 400 ms, 800 ms, ...), so only a server that stopped answering hits it.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl BenchConfig {
     /// A closed-loop, 64/64-byte, 5-second configuration with the given profile.
@@ -107,6 +119,7 @@ impl BenchConfig {
             keep_samples: false,
             spin_window: Duration::from_micros(200),
             seed: 1,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         }
     }
 
@@ -139,10 +152,20 @@ impl BenchConfig {
         {
             return Err(ConfigError::Rate(rate));
         }
-        if let Some(cpu) = self.client_cpu {
+        if self.response_timeout.is_zero() {
+            return Err(ConfigError::ResponseTimeout);
+        }
+        // The server's CPU can be checked here only when it runs on this machine; a remote
+        // server reports a failed pin in its Welcome, which the result shows.
+        let local_server = self.server.ip().is_loopback();
+        for (flag, cpu) in [("--cpu", self.client_cpu), ("--server-cpu", self.server_cpu)] {
+            let Some(cpu) = cpu else { continue };
+            if flag == "--server-cpu" && !local_server {
+                continue;
+            }
             let allowed = sys::allowed_cpus().unwrap_or_default();
             if !allowed.contains(&cpu) {
-                return Err(ConfigError::Cpu { flag: "--cpu", cpu, allowed });
+                return Err(ConfigError::Cpu { flag, cpu, allowed });
             }
         }
         Ok(())
@@ -176,6 +199,9 @@ pub enum ConfigError {
     /// Rate not positive.
     #[error("--rate {0}: must be a positive number of requests per second")]
     Rate(f64),
+    /// A zero response timeout.
+    #[error("--response-timeout: must be longer than zero")]
+    ResponseTimeout,
     /// A CPU this process may not use.
     #[error("{flag} {cpu}: not one of the CPUs this process may run on ({allowed:?})")]
     Cpu {
@@ -256,8 +282,12 @@ pub struct RawRun {
     pub send_lateness: LatencyHistogram,
     /// Requests sent and answered in the measured part.
     pub requests: u64,
-    /// Requests sent in the measured part (open loop may leave some unanswered at a stop).
+    /// Requests sent in the measured part.
     pub sent: u64,
+    /// Requests of the measured part that got no response: sent and still waited for when
+    /// their connection gave up or was stopped, or (open loop) due but never sent because the
+    /// socket stayed full. Each is in `latency` at the time it had waited: a lower bound.
+    pub unanswered: u64,
     /// Wall time of the measured part.
     pub elapsed: Duration,
     /// Achieved send rate (open loop), per second.
@@ -274,6 +304,9 @@ pub struct RawRun {
     pub rounds: u32,
     /// Whether the run was stopped early.
     pub interrupted: bool,
+    /// What went wrong on the way that the numbers alone do not say (a connection that gave
+    /// up on its server, requests left unanswered at a stop).
+    pub warnings: Vec<String>,
 }
 
 /// How two sets of measurements combine.
@@ -293,6 +326,7 @@ impl RawRun {
         self.send_lateness.merge(&other.send_lateness);
         self.requests += other.requests;
         self.sent += other.sent;
+        self.unanswered += other.unanswered;
         match how {
             Combine::Parallel => {
                 self.elapsed = self.elapsed.max(other.elapsed);
@@ -318,6 +352,7 @@ impl RawRun {
         self.samples.extend(other.samples);
         self.connections.extend(other.connections);
         self.interrupted |= other.interrupted;
+        self.warnings.extend(other.warnings);
     }
 }
 
@@ -361,21 +396,9 @@ pub fn run(config: &BenchConfig, control: &RunControl) -> Result<BenchResult, Be
 /// Turns raw measurements into the reported result.
 pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> BenchResult {
     let mut context = probe.finish();
-    let mut seen: Vec<usize> =
-        raw.connections.iter().flat_map(|c| c.client_cpus_seen.iter().copied()).collect();
-    seen.sort_unstable();
-    seen.dedup();
+    let mut warnings = raw.warnings.clone();
+    place(config, raw, &mut context, &mut warnings);
     let first = raw.connections.first();
-    context.client_cpu_pinned = config.client_cpu;
-    context.client_cpus_seen = seen.clone();
-    context.server_cpu = first.and_then(|c| c.welcome.server_cpu);
-    context.placement = describe_placement(
-        &seen,
-        context.server_cpu,
-        config.client_cpu.is_some() && config.server_cpu.is_some(),
-    );
-    context.congestion_client = first.and_then(|c| c.congestion.clone());
-    context.congestion_server = first.and_then(|c| c.welcome.congestion.clone());
     let attribution = (config.attribute && !raw.attributed.is_empty()).then(|| {
         attribution::attribute(
             &raw.attributed,
@@ -384,21 +407,17 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         )
     });
     let secs = raw.elapsed.as_secs_f64();
+    let open = matches!(config.load, Load::Open { .. });
     BenchResult {
-        mode: match config.load {
-            Load::Closed => "closed".into(),
-            Load::Open { .. } => "open".into(),
-        },
+        mode: if open { "open".into() } else { "closed".into() },
         run_config: config.clone(),
         latency_us: raw.latency.summary(),
-        service_us: matches!(config.load, Load::Open { .. })
-            .then(|| raw.service.summary())
-            .flatten(),
-        send_lateness_us: matches!(config.load, Load::Open { .. })
-            .then(|| raw.send_lateness.summary())
-            .flatten(),
+        service_us: open.then(|| raw.service.summary()).flatten(),
+        send_lateness_us: open.then(|| raw.send_lateness.summary()).flatten(),
         histogram: raw.latency.buckets(10),
         requests: raw.requests,
+        sent: raw.sent,
+        unanswered: raw.unanswered,
         duration_seconds: secs,
         transactions_per_second: if secs > 0.0 { raw.requests as f64 / secs } else { 0.0 },
         rate_per_second: match config.load {
@@ -412,5 +431,166 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         server_apply: first.map(|c| c.welcome.apply.clone()),
         context,
         interrupted: raw.interrupted,
+        warnings,
+    }
+}
+
+/// Fills in where each connection's ends ran, the congestion control each socket had, and the
+/// server's kernel; warns about a server that could not pin itself where asked.
+fn place(config: &BenchConfig, raw: &RawRun, context: &mut RunContext, warnings: &mut Vec<String>) {
+    let conns = &raw.connections;
+    context.connections = conns
+        .iter()
+        .map(|c| ConnectionPlacement {
+            client_cpus_seen: c.client_cpus_seen.clone(),
+            server_cpu: c.welcome.server_cpu,
+            server_cpu_requested: c.welcome.requested_cpu,
+            server_pin_error: c.welcome.pinned.clone(),
+            server_spin: c.welcome.spin,
+            congestion_client: c.congestion.clone(),
+            congestion_server: c.welcome.congestion.clone(),
+        })
+        .collect();
+    let distinct = |cpus: &mut Vec<usize>| {
+        cpus.sort_unstable();
+        cpus.dedup();
+    };
+    let mut client_seen: Vec<usize> =
+        conns.iter().flat_map(|c| c.client_cpus_seen.iter().copied()).collect();
+    distinct(&mut client_seen);
+    let mut server_seen: Vec<usize> = conns.iter().filter_map(|c| c.welcome.server_cpu).collect();
+    distinct(&mut server_seen);
+    context.client_cpu_pinned = config.client_cpu;
+    context.client_cpus_seen = client_seen.clone();
+    context.server_cpu = match server_seen.as_slice() {
+        [one] if conns.iter().all(|c| c.welcome.server_cpu.is_some()) => Some(*one),
+        _ => None,
+    };
+    context.server_cpus_seen = server_seen.clone();
+    // The server may pin itself by its own default (`bench server --cpu`), unasked.
+    let server_pinned = !conns.is_empty()
+        && conns.iter().all(|c| c.welcome.requested_cpu.is_some() && c.welcome.pinned.is_none());
+    context.placement = describe_placement(
+        &client_seen,
+        &server_seen,
+        config.client_cpu.is_some() && server_pinned,
+    );
+    context.congestion_client = common_value(conns.iter().map(|c| c.congestion.as_deref()));
+    context.congestion_server = common_value(conns.iter().map(|c| c.welcome.congestion.as_deref()));
+    context.server_kernel = common_value(conns.iter().map(|c| Some(c.welcome.kernel.as_str())));
+    for (i, c) in conns.iter().enumerate() {
+        if let Some(error) = &c.welcome.pinned {
+            warnings.push(format!(
+                "connection {i}: the server did not run where asked: {error} (it ran on {})",
+                c.welcome.server_cpu.map_or("an unknown CPU".into(), |cpu| format!("CPU {cpu}"))
+            ));
+        }
+    }
+    if let Some(wanted) = &config.profile.congestion {
+        for (side, cc) in
+            [("client", &context.congestion_client), ("server", &context.congestion_server)]
+        {
+            if cc.as_deref() != Some(wanted.as_str()) {
+                warnings.push(format!(
+                    "congestion control {wanted} was asked for, but the {side} socket runs {}",
+                    cc.as_deref().unwrap_or("an unknown one")
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Welcome;
+    use tcptail_sock::ApplyReport;
+
+    fn outcome(client_cpu: usize, server_cpu: usize, cc: (&str, &str)) -> ConnectionOutcome {
+        let apply = ApplyReport { profile: "test".into(), options: Vec::new() };
+        ConnectionOutcome {
+            client_apply: apply.clone(),
+            welcome: Welcome {
+                apply,
+                congestion: Some(cc.1.into()),
+                server_cpu: Some(server_cpu),
+                requested_cpu: Some(server_cpu),
+                pinned: None,
+                spin: false,
+                kernel: "6.18.0-server".into(),
+                version: "test".into(),
+                idle_timeout_seconds: None,
+            },
+            congestion: Some(cc.0.into()),
+            client_cpus_seen: vec![client_cpu],
+        }
+    }
+
+    fn config() -> BenchConfig {
+        let profile = Profile { congestion: Some("bbr".into()), ..Profile::default() };
+        let mut c = BenchConfig::new("127.0.0.1:9".parse().unwrap(), profile);
+        c.connections = 2;
+        c.client_cpu = Some(0);
+        c.server_cpu = Some(1);
+        c
+    }
+
+    #[test]
+    fn every_connection_keeps_its_own_placement_and_problems_become_warnings() {
+        let mut failed = outcome(0, 0, ("bbr", "cubic"));
+        failed.welcome.requested_cpu = Some(1);
+        failed.welcome.pinned = Some("pinning to CPU 1 failed: Invalid argument".into());
+        let raw = RawRun {
+            connections: vec![outcome(0, 1, ("bbr", "bbr")), failed],
+            ..RawRun::default()
+        };
+        let result = summarise(&config(), &raw, &ContextProbe::start());
+        let ctx = &result.context;
+        assert_eq!(ctx.connections.len(), 2);
+        assert_eq!(ctx.connections[1].server_cpu, Some(0));
+        assert_eq!(ctx.connections[1].server_cpu_requested, Some(1));
+        assert!(ctx.connections[1].server_pin_error.is_some());
+        // The connections disagree: no single server CPU, both listed, no "same CPU" claim.
+        assert_eq!((ctx.server_cpu, ctx.server_cpus_seen.clone()), (None, vec![0, 1]));
+        // One server thread failed to pin, so the placement is not what was asked.
+        assert_eq!(ctx.placement, "unpinned (client seen on [0], server on [0, 1])");
+        assert_eq!(ctx.congestion_server.as_deref(), Some("bbr,cubic"));
+        assert_eq!(ctx.congestion_client.as_deref(), Some("bbr"));
+        assert_eq!(ctx.server_kernel.as_deref(), Some("6.18.0-server"));
+        let warnings = result.warnings.join("\n");
+        assert!(
+            warnings.contains("connection 1: the server did not run where asked"),
+            "{warnings}"
+        );
+        assert!(warnings.contains("it ran on CPU 0"), "{warnings}");
+        assert!(warnings.contains("the server socket runs bbr,cubic"), "{warnings}");
+        assert!(!warnings.contains("client socket"), "{warnings}");
+    }
+
+    #[test]
+    fn agreeing_connections_report_one_placement() {
+        let raw = RawRun {
+            connections: vec![outcome(1, 1, ("bbr", "bbr")), outcome(1, 1, ("bbr", "bbr"))],
+            ..RawRun::default()
+        };
+        let mut c = config();
+        c.client_cpu = Some(1);
+        let result = summarise(&c, &raw, &ContextProbe::start());
+        assert_eq!(result.context.server_cpu, Some(1));
+        assert_eq!(result.context.placement, "same CPU (1)");
+        assert!(result.warnings.is_empty(), "{:?}", result.warnings);
+    }
+
+    #[test]
+    fn server_cpu_is_validated_for_a_server_on_this_machine_only() {
+        let mut c = config();
+        c.client_cpu = None;
+        c.server_cpu = Some(100_000);
+        let err = c.validate().unwrap_err();
+        assert!(err.to_string().starts_with("--server-cpu 100000: not one of the CPUs"), "{err}");
+        c.server = "192.0.2.1:9".parse().unwrap();
+        assert_eq!(c.validate(), Ok(()), "a remote server's CPUs are not this machine's");
+        c.response_timeout = Duration::ZERO;
+        assert_eq!(c.validate(), Err(ConfigError::ResponseTimeout));
     }
 }

@@ -3,12 +3,26 @@
 //! The measuring loops are the hot path. Per request they do one `send`, normally one `recv`
 //! (plus one `setsockopt(TCP_QUICKACK)` when the profile re-arms it), two clock reads and a
 //! histogram increment; kernel snapshots for attribution are taken outside the timed window in
-//! closed loop. Nothing allocates per request unless every sample is being kept.
+//! closed loop, and before the send (its cost shows as send lateness) in open loop. Nothing
+//! allocates per request unless every sample is being kept.
+//!
+//! # Requests that get no answer
+//!
+//! A request is waited for at most [`BenchConfig::response_timeout`] after it was sent (and at
+//! most [`STOP_GRACE`] once a stop was asked for). A request still unanswered then is **not
+//! dropped**: it is counted in [`RawRun::unanswered`] and recorded in the latency histogram
+//! (and, if it was sent, the service histogram) at the time it had waited when the connection
+//! gave up: a lower bound of its real latency, so the percentiles stay honest lower bounds
+//! instead of describing only the requests that were lucky enough to be answered. In open loop
+//! the same holds for requests that were due but could not be sent at all because the socket
+//! stayed full (the server stopped reading): they are charged from their intended send time.
+//! A connection that gave up on a request stops (responses arrive in order, so nothing after
+//! it could be matched) and says so in [`RawRun::warnings`].
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,11 +32,15 @@ use tcptail_sock::{ApplyReport, QuickAck, apply_profile};
 
 use crate::attribution::{AttributedSample, KernelSnapshot};
 use crate::client::{BenchConfig, BenchError, Load, RawRun, RunControl, StopAfter};
-use crate::pacer::Schedule;
 use crate::report::SampleRecord;
 use crate::stats::{self, LatencyHistogram};
 use crate::sys;
-use crate::wire::{self, FrameKind, Header, HelloConfig, Welcome};
+use crate::wire::{self, Header, HelloConfig, Welcome};
+
+mod open_loop;
+mod reader;
+
+use reader::ResponseReader;
 
 /// What the handshake of one connection established.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,8 +57,13 @@ pub struct ConnectionOutcome {
 
 /// How long the handshake may take before the server is declared unresponsive.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long an open-loop run waits for outstanding responses after its last send.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Once a stop is asked for (Ctrl-C), requests already sent are waited for this long at most.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Longest single sleep in a wait, so that a stop or a deadline is noticed promptly; also
+/// the receive/send timeout of blocking sockets.
+const POLL_SLICE: Duration = Duration::from_millis(100);
+/// Busy-loop turns between clock reads while spinning on a socket that has nothing.
+const SPIN_TURNS_PER_CHECK: u32 = 256;
 
 pub(crate) fn run_connection(
     config: &BenchConfig,
@@ -49,7 +72,7 @@ pub(crate) fn run_connection(
     barrier: &Barrier,
     start: &OnceLock<Instant>,
 ) -> Result<RawRun, BenchError> {
-    let prepared = prepare(config, index);
+    let prepared = prepare(config, index, control);
     let mut conn = match prepared {
         Ok(conn) => conn,
         Err(e) => {
@@ -75,7 +98,11 @@ pub(crate) fn run_connection(
     Ok(conn.finish(start))
 }
 
-fn prepare(config: &BenchConfig, index: usize) -> Result<Connection, BenchError> {
+fn prepare(
+    config: &BenchConfig,
+    index: usize,
+    control: &RunControl,
+) -> Result<Connection, BenchError> {
     let connect_err = |step, source| BenchError::Connect {
         connection: index,
         server: config.server,
@@ -106,16 +133,21 @@ fn prepare(config: &BenchConfig, index: usize) -> Result<Connection, BenchError>
         .map_err(|e| connect_err("sending the hello", io::Error::other(e.to_string())))?;
     let welcome = wire::read_welcome(&mut stream)
         .map_err(|e| connect_err("reading the welcome", io::Error::other(e.to_string())))?;
-    stream.set_read_timeout(None).map_err(|e| connect_err("handshake", e))?;
+    check_idle_timeout(config, &welcome).map_err(|e| connect_err("handshake", e))?;
     let congestion = tcptail_sock::apply::congestion_control(stream.as_fd()).ok();
     let nonblocking = config.spin || matches!(config.load, Load::Open { .. });
     stream.set_nonblocking(nonblocking).map_err(|e| connect_err("setting non-blocking", e))?;
+    // A blocking socket wakes up every POLL_SLICE while waiting, to notice deadlines and stops;
+    // it changes nothing while the server answers.
+    stream.set_read_timeout(Some(POLL_SLICE)).map_err(|e| connect_err("handshake", e))?;
+    stream.set_write_timeout(Some(POLL_SLICE)).map_err(|e| connect_err("handshake", e))?;
     let is_bbr = congestion.as_deref() == Some("bbr");
     let mut conn = Connection {
         request: vec![0u8; config.request_len as usize],
         reader: ResponseReader::new(config.reply_len as usize),
         policy: config.profile.quickack,
         spin: config.spin,
+        nonblocking,
         is_bbr,
         stream,
         cpus_seen: BTreeSet::new(),
@@ -134,10 +166,33 @@ fn prepare(config: &BenchConfig, index: usize) -> Result<Connection, BenchError>
         StopAfter::Count(c) => Limit::Count(c.div_ceil(config.connections as u64)),
     };
     let warm_start = Instant::now();
-    conn.closed_loop(config, &RunControl::default(), warm_start, warmup, false, index)
+    // The run's own control: Ctrl-C during the warm-up ends it (and then the run) at once.
+    conn.closed_loop(config, control, warm_start, warmup, false, index)
         .map_err(|e| e.into_bench_error(index))?;
     conn.m = Partial::default();
     Ok(conn)
+}
+
+/// Refuses, before measuring, a run whose requests on one connection would be further apart
+/// than the server lets a connection stay idle: the server would cut it mid-run.
+fn check_idle_timeout(config: &BenchConfig, welcome: &Welcome) -> io::Result<()> {
+    let (Load::Open { rate, spacing }, Some(idle)) = (config.load, welcome.idle_timeout_seconds)
+    else {
+        return Ok(());
+    };
+    let gap = config.connections as f64 / rate;
+    // Poisson gaps exceed ten times their mean with probability e^-10 (4.5e-5) each.
+    let worst = match spacing {
+        crate::pacer::Spacing::Constant => gap,
+        crate::pacer::Spacing::Poisson => gap * 10.0,
+    };
+    if worst >= idle {
+        return Err(io::Error::other(format!(
+            "requests on each connection would be {worst:.1} s apart, but the server closes \
+             connections idle for {idle:.1} s (raise --rate, or the server's --idle-timeout)"
+        )));
+    }
+    Ok(())
 }
 
 /// When a loop ends.
@@ -152,6 +207,14 @@ impl Limit {
         match self {
             Limit::Until(t) => Instant::now() >= t,
             Limit::Count(n) => done >= n,
+        }
+    }
+
+    /// Open loop: whether the request numbered `seq`, due at `due`, belongs to the run.
+    fn includes(self, seq: u64, due: Instant) -> bool {
+        match self {
+            Limit::Until(t) => due < t,
+            Limit::Count(n) => seq < n,
         }
     }
 }
@@ -185,11 +248,14 @@ struct Partial {
     send_lateness: LatencyHistogram,
     requests: u64,
     sent: u64,
+    unanswered: u64,
     first_send: Option<Instant>,
     last_send: Option<Instant>,
-    last_done: Option<Instant>,
+    /// The last response, or the moment the connection stopped waiting for one.
+    end: Option<Instant>,
     attributed: Vec<AttributedSample>,
     samples: Vec<SampleRecord>,
+    warnings: Vec<String>,
 }
 
 struct Connection {
@@ -198,6 +264,7 @@ struct Connection {
     reader: ResponseReader,
     policy: QuickAck,
     spin: bool,
+    nonblocking: bool,
     is_bbr: bool,
     cpus_seen: BTreeSet<usize>,
     snapshot_costs: Vec<u64>,
@@ -205,12 +272,32 @@ struct Connection {
     outcome: ConnectionOutcome,
 }
 
-/// An open-loop request waiting for its response.
-struct Outstanding {
-    seq: u64,
-    intended: Instant,
-    sent: Instant,
-    before: Option<KernelSnapshot>,
+/// How long a wait for the server may last: until `deadline`, cut to [`STOP_GRACE`] from the
+/// moment a stop is noticed.
+struct Patience<'a> {
+    deadline: Instant,
+    control: &'a RunControl,
+    stop_noticed: bool,
+}
+
+impl<'a> Patience<'a> {
+    fn new(deadline: Instant, control: &'a RunControl) -> Patience<'a> {
+        Patience { deadline, control, stop_noticed: false }
+    }
+
+    /// True once the wait should end without an answer.
+    fn expired(&mut self, now: Instant) -> bool {
+        if !self.stop_noticed && self.control.stopped() {
+            self.stop_noticed = true;
+            self.deadline = self.deadline.min(now + STOP_GRACE);
+        }
+        now >= self.deadline
+    }
+
+    /// How long to sleep before looking again.
+    fn slice(&self, now: Instant) -> Duration {
+        self.deadline.saturating_duration_since(now).min(POLL_SLICE)
+    }
 }
 
 impl Connection {
@@ -220,51 +307,123 @@ impl Connection {
         }
     }
 
-    /// Reads TCP_INFO (and BBR info) and times the read; `None` if the kernel refused.
+    /// Reads TCP_INFO, the send queue (SIOCOUTQ) and, on BBR, TCP_CC_INFO, and times the
+    /// reads; `None` if the kernel refused TCP_INFO.
     fn snapshot(&mut self) -> Option<KernelSnapshot> {
         let t = Instant::now();
         let fd = self.stream.as_fd();
         let info = tcptail_sock::tcp_info::tcp_info(fd).ok()?;
         let bbr =
             if self.is_bbr { tcptail_sock::cc_info::bbr_info(fd).ok().flatten() } else { None };
-        let snap = KernelSnapshot::from_kernel(&info, bbr.as_ref());
+        let queued = sys::send_queue_bytes(fd).ok();
+        let snap = KernelSnapshot::from_kernel(&info, bbr.as_ref(), queued);
         if self.snapshot_costs.len() < 100_000 {
             self.snapshot_costs.push(t.elapsed().as_nanos() as u64);
         }
         Some(snap)
     }
 
-    fn send_request(&mut self, seq: u64, reply_len: u32) -> Result<(), LoopError> {
-        wire::encode_request(&mut self.request, seq, reply_len);
-        let mut written = 0;
+    /// Writes the next bytes of the encoded request from `written` on; returns how many are
+    /// written in all, without waiting if the socket is full (non-blocking sockets).
+    fn write_some(&mut self, mut written: usize) -> Result<usize, LoopError> {
         while written < self.request.len() {
             match self.stream.write(&self.request[written..]) {
                 Ok(0) => return Err(LoopError::Protocol("server closed the connection".into())),
                 Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !self.spin {
-                        sys::wait_writable(self.stream.as_fd(), Duration::from_millis(100))?;
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
+        Ok(written)
     }
 
-    /// Blocks (or spins) until the next response frame is complete.
-    fn await_response(&mut self) -> Result<Header, LoopError> {
+    /// Sends request `seq` whole; false if the socket stayed full until `patience` ran out.
+    fn send_request(
+        &mut self,
+        seq: u64,
+        reply_len: u32,
+        patience: &mut Patience<'_>,
+    ) -> Result<bool, LoopError> {
+        wire::encode_request(&mut self.request, seq, reply_len);
+        let mut written = 0;
+        let mut turns = 0u32;
         loop {
-            let fd = self.stream.as_fd();
-            if let Some(h) = self.reader.next(fd, self.policy)? {
-                return Ok(h);
+            written = self.write_some(written)?;
+            if written == self.request.len() {
+                return Ok(true);
             }
             if self.spin {
-                std::hint::spin_loop();
-            } else {
-                sys::wait_readable(fd, Duration::from_millis(100))?;
+                turns = turns.wrapping_add(1);
+                if !turns.is_multiple_of(SPIN_TURNS_PER_CHECK) {
+                    std::hint::spin_loop();
+                    continue;
+                }
             }
+            let now = Instant::now();
+            if patience.expired(now) {
+                return Ok(false);
+            }
+            if self.nonblocking && !self.spin {
+                sys::wait_writable(self.stream.as_fd(), patience.slice(now))?;
+            }
+        }
+    }
+
+    /// Blocks (or spins) until the next response frame is complete; `None` if `patience` ran
+    /// out first.
+    fn await_response(&mut self, patience: &mut Patience<'_>) -> Result<Option<Header>, LoopError> {
+        let mut turns = 0u32;
+        loop {
+            let fd = self.stream.as_fd();
+            // A blocking socket waits inside recv, for at most POLL_SLICE.
+            if let Some(h) = self.reader.next(fd, self.policy)? {
+                return Ok(Some(h));
+            }
+            if self.spin {
+                turns = turns.wrapping_add(1);
+                if !turns.is_multiple_of(SPIN_TURNS_PER_CHECK) {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            if patience.expired(now) {
+                return Ok(None);
+            }
+            if self.nonblocking && !self.spin {
+                sys::wait_readable(fd, patience.slice(now))?;
+            }
+        }
+    }
+
+    /// Counts and records a request that got no answer, as a lower bound: the time it had
+    /// waited at `gave_up` since it was due (latency) and since it was sent (service).
+    fn record_unanswered(
+        &mut self,
+        config: &BenchConfig,
+        start: Instant,
+        index: usize,
+        (seq, intended, sent): (u64, Instant, Option<Instant>),
+        gave_up: Instant,
+    ) {
+        let latency = gave_up.saturating_duration_since(intended).as_nanos() as u64;
+        let service = sent.map(|s| gave_up.saturating_duration_since(s).as_nanos() as u64);
+        self.m.latency.record(latency);
+        if let (Some(service), Load::Open { .. }) = (service, config.load) {
+            self.m.service.record(service);
+        }
+        self.m.unanswered += 1;
+        self.m.end = Some(self.m.end.map_or(gave_up, |e| e.max(gave_up)));
+        if config.keep_samples {
+            self.m.samples.push(SampleRecord {
+                intended_ns: intended.saturating_duration_since(start).as_nanos() as u64,
+                connection: index,
+                seq,
+                latency_ns: latency,
+                service_ns: service,
+                answered: false,
+            });
         }
     }
 
@@ -282,8 +441,36 @@ impl Connection {
         while !control.stopped() && !limit.reached(self.m.requests) {
             let before = if attribute { self.snapshot() } else { None };
             let t0 = Instant::now();
-            self.send_request(seq, config.reply_len)?;
-            let header = self.await_response()?;
+            let mut patience = Patience::new(t0 + config.response_timeout, control);
+            let whole = self.send_request(seq, config.reply_len, &mut patience)?;
+            let answer = if whole { self.await_response(&mut patience)? } else { None };
+            let Some(header) = answer else {
+                let gave_up = Instant::now();
+                if !measured {
+                    if control.stopped() {
+                        return Ok(());
+                    }
+                    return Err(LoopError::Protocol(format!(
+                        "no response within {:?} during the warm-up",
+                        config.response_timeout
+                    )));
+                }
+                self.m.sent += u64::from(whole);
+                let sent = whole.then_some(t0);
+                self.record_unanswered(config, start, index, (seq, t0, sent), gave_up);
+                let what =
+                    if whole { "got no response" } else { "could not be sent (full socket)" };
+                self.m.warnings.push(if control.stopped() {
+                    format!("connection {index}: stopped while request {seq} waited")
+                } else {
+                    format!(
+                        "connection {index}: request {seq} {what} within {:?}; the connection \
+                         stopped there",
+                        config.response_timeout
+                    )
+                });
+                break;
+            };
             let t1 = Instant::now();
             check_seq(&header, seq)?;
             let latency = (t1 - t0).as_nanos() as u64;
@@ -292,7 +479,7 @@ impl Connection {
             self.m.sent += 1;
             self.m.first_send.get_or_insert(t0);
             self.m.last_send = Some(t0);
-            self.m.last_done = Some(t1);
+            self.m.end = Some(t1);
             if measured {
                 control.add_completed(1);
                 if attribute && let (Some(before), Some(after)) = (before, self.snapshot()) {
@@ -309,7 +496,8 @@ impl Connection {
                         connection: index,
                         seq,
                         latency_ns: latency,
-                        service_ns: latency,
+                        service_ns: Some(latency),
+                        answered: true,
                     });
                 }
                 if seq.is_multiple_of(4096) {
@@ -321,131 +509,11 @@ impl Connection {
         Ok(())
     }
 
-    fn open_loop(
-        &mut self,
-        config: &BenchConfig,
-        control: &RunControl,
-        start: Instant,
-        limit: Limit,
-        rate: f64,
-        index: usize,
-    ) -> Result<(), LoopError> {
-        let Load::Open { spacing, .. } = config.load else { unreachable!("open loop config") };
-        let n = config.connections as f64;
-        let per_connection = tcptail_units::MessageRate::per_second(rate / n)
-            .ok_or_else(|| LoopError::Protocol(format!("invalid rate {rate}")))?;
-        let stagger = Duration::from_secs_f64(index as f64 / rate);
-        let mut schedule =
-            Schedule::new(per_connection, spacing, stagger, config.seed.wrapping_add(index as u64));
-        let mut next_due = start + schedule.next_offset();
-        let mut outstanding: VecDeque<Outstanding> = VecDeque::new();
-        let mut seq = 0u64;
-        let mut sending = true;
-        let mut drain_deadline: Option<Instant> = None;
-        let mut pending_snapshot: Option<KernelSnapshot> = None;
-        loop {
-            if control.stopped() {
-                break;
-            }
-            if sending && limit.reached(self.m.sent) {
-                sending = false;
-            }
-            if !sending {
-                if outstanding.is_empty() {
-                    break;
-                }
-                let deadline =
-                    *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN_TIMEOUT);
-                if Instant::now() >= deadline {
-                    break;
-                }
-            }
-            // Answer-side first: take every response that is already here.
-            let fd = self.stream.as_fd();
-            if let Some(header) = self.reader.next(fd, self.policy)? {
-                let done = Instant::now();
-                let Some(req) = outstanding.pop_front() else {
-                    return Err(LoopError::Protocol(format!(
-                        "response with sequence {} to no outstanding request",
-                        header.seq
-                    )));
-                };
-                check_seq(&header, req.seq)?;
-                let latency = (done - req.intended).as_nanos() as u64;
-                let service = (done - req.sent).as_nanos() as u64;
-                let late = req.sent.saturating_duration_since(req.intended).as_nanos() as u64;
-                self.m.latency.record(latency);
-                self.m.service.record(service);
-                self.m.requests += 1;
-                self.m.last_done = Some(done);
-                control.add_completed(1);
-                if let Some(before) = req.before
-                    && let Some(after) = self.snapshot()
-                {
-                    self.m.attributed.push(AttributedSample {
-                        latency_ns: latency,
-                        send_late_ns: late,
-                        before,
-                        after,
-                    });
-                }
-                if config.keep_samples {
-                    self.m.samples.push(SampleRecord {
-                        intended_ns: (req.intended - start).as_nanos() as u64,
-                        connection: index,
-                        seq: req.seq,
-                        latency_ns: latency,
-                        service_ns: service,
-                    });
-                }
-                continue;
-            }
-            let now = Instant::now();
-            if sending && now >= next_due {
-                let sent = Instant::now();
-                self.send_request(seq, config.reply_len)?;
-                self.m.send_lateness.record((sent - next_due).as_nanos() as u64);
-                self.m.first_send.get_or_insert(sent);
-                self.m.last_send = Some(sent);
-                self.m.sent += 1;
-                let before = pending_snapshot.take();
-                outstanding.push_back(Outstanding { seq, intended: next_due, sent, before });
-                seq += 1;
-                next_due = start + schedule.next_offset();
-                if seq.is_multiple_of(4096) {
-                    self.note_cpu();
-                }
-                continue;
-            }
-            if sending && now + config.spin_window >= next_due {
-                // Inside the spin window: take the attribution snapshot once, early, then keep
-                // polling the socket (responses are timestamped as they come) until the send.
-                if config.attribute && pending_snapshot.is_none() {
-                    pending_snapshot = self.snapshot();
-                }
-                std::hint::spin_loop();
-                continue;
-            }
-            // Nothing to do yet: sleep on the socket until a response or the spin window.
-            let wake = if sending {
-                next_due.saturating_duration_since(now + config.spin_window)
-            } else {
-                Duration::from_millis(10)
-            };
-            if self.spin {
-                std::hint::spin_loop();
-            } else if !wake.is_zero() {
-                sys::wait_readable(self.stream.as_fd(), wake)?;
-            }
-        }
-        Ok(())
-    }
-
     fn finish(mut self, start: Instant) -> RawRun {
         self.note_cpu();
         self.outcome.client_cpus_seen = self.cpus_seen.iter().copied().collect();
         let m = self.m;
-        let end = m.last_done.unwrap_or(start);
+        let end = m.end.unwrap_or(start);
         let achieved_rate = match (m.first_send, m.last_send) {
             (Some(a), Some(b)) if m.sent > 1 && b > a => {
                 Some((m.sent - 1) as f64 / (b - a).as_secs_f64())
@@ -459,6 +527,7 @@ impl Connection {
             send_lateness: m.send_lateness,
             requests: m.requests,
             sent: m.sent,
+            unanswered: m.unanswered,
             elapsed: end.saturating_duration_since(start),
             achieved_rate,
             attributed: m.attributed,
@@ -467,6 +536,7 @@ impl Connection {
             connections: vec![self.outcome],
             rounds: 1,
             interrupted: false,
+            warnings: m.warnings,
         }
     }
 }
@@ -479,82 +549,4 @@ fn check_seq(header: &Header, expected: u64) -> Result<(), LoopError> {
         )));
     }
     Ok(())
-}
-
-/// Reassembles response frames from the byte stream without keeping their payloads.
-struct ResponseReader {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    current: Option<Header>,
-    remaining: usize,
-    error_text: Vec<u8>,
-}
-
-impl ResponseReader {
-    fn new(reply_len: usize) -> ResponseReader {
-        ResponseReader {
-            buf: vec![0u8; reply_len.clamp(4096, 256 * 1024)],
-            start: 0,
-            end: 0,
-            current: None,
-            remaining: 0,
-            error_text: Vec::new(),
-        }
-    }
-
-    /// Returns the next complete response header, or `None` if the socket has nothing more
-    /// right now (non-blocking sockets only; a blocking socket waits inside `recv`).
-    fn next(&mut self, fd: BorrowedFd<'_>, policy: QuickAck) -> Result<Option<Header>, LoopError> {
-        loop {
-            if self.current.is_none() && self.end - self.start >= wire::HEADER_LEN {
-                let bytes: &[u8; wire::HEADER_LEN] =
-                    self.buf[self.start..self.start + wire::HEADER_LEN].try_into().expect("len");
-                let header = Header::decode(bytes)
-                    .map_err(|e| LoopError::Protocol(format!("bad response header: {e}")))?;
-                if !matches!(header.kind, FrameKind::Response | FrameKind::Error) {
-                    return Err(LoopError::Protocol(format!(
-                        "server sent a {:?} frame where a response was expected",
-                        header.kind
-                    )));
-                }
-                self.start += wire::HEADER_LEN;
-                self.remaining = header.frame_len as usize - wire::HEADER_LEN;
-                self.current = Some(header);
-            }
-            if let Some(header) = self.current {
-                let take = self.remaining.min(self.end - self.start);
-                if header.kind == FrameKind::Error && self.error_text.len() < 4096 {
-                    self.error_text.extend_from_slice(&self.buf[self.start..self.start + take]);
-                }
-                self.start += take;
-                self.remaining -= take;
-                if self.remaining == 0 {
-                    self.current = None;
-                    if header.kind == FrameKind::Error {
-                        let text = String::from_utf8_lossy(&self.error_text).into_owned();
-                        return Err(LoopError::Protocol(format!("server refused: {text}")));
-                    }
-                    return Ok(Some(header));
-                }
-            }
-            if self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            } else if self.buf.len() - self.end < wire::HEADER_LEN {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            match tcptail_sock::recv::recv_with_policy(fd, &mut self.buf[self.end..], policy) {
-                Ok(0) => {
-                    return Err(LoopError::Protocol("server closed the connection".into()));
-                }
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
 }

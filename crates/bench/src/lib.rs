@@ -4,9 +4,12 @@
 //!
 //! - [`wire`]: the versioned frame format and the handshake in which the client asks the
 //!   server to apply a socket profile and pin itself to a CPU. Parsing never trusts the peer.
-//! - [`server`]: serves many clients at once; a malformed or hostile peer loses its own
+//! - [`server`]: serves many clients at once; a malformed or hostile peer (a bad frame, a
+//!   reply larger than its Hello negotiated, silence, not reading its responses) loses its own
 //!   connection and nothing else.
-//! - [`connection`]: one connection's handshake, warm-up and measuring loops (the hot path).
+//! - [`connection`]: one connection's handshake, warm-up and measuring loops (the hot path),
+//!   and what happens to requests that never get an answer (counted, and kept in the
+//!   percentiles as lower bounds).
 //! - [`client`]: closed-loop (back-to-back) and open-loop (fixed rate, constant or Poisson
 //!   spacing, latency from the *intended* send time) request loops, blocking or spinning.
 //! - [`pacer`]: sleeps until shortly before a deadline, then spins, because timer wake-ups on

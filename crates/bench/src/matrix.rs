@@ -5,12 +5,18 @@
 //! so slow drift of the machine (another tenant, thermal state, a noisy neighbour) hits every
 //! row alike instead of whichever ran last. Each row's histogram is merged over its rounds,
 //! and the per-round medians are kept to show the spread. Ratios are to the first row.
+//!
+//! A row is labelled with the settings it asked for, but what it measured is what the sockets
+//! really had: each row also carries the congestion control read back from both ends and
+//! every problem the profile reports raised (a congestion control that is not available, a
+//! capped buffer, ...), and the table flags such rows, so that a row asking for `vegas` on a
+//! kernel without it is not read as Vegas's numbers.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tcptail_sock::QuickAck;
+use tcptail_sock::{OptionOutcome, QuickAck};
 
 use crate::client::{self, BenchConfig, BenchError, Combine, RawRun, RunControl, StopAfter};
 use crate::context::ContextProbe;
@@ -161,6 +167,13 @@ pub struct MatrixRow {
     pub p50_ratio: Option<f64>,
     /// This row's p99 divided by the first row's.
     pub p99_ratio: Option<f64>,
+    /// Congestion control read back from the client sockets.
+    pub congestion_client: Option<String>,
+    /// Congestion control read back from the server sockets.
+    pub congestion_server: Option<String>,
+    /// Why the row may not measure what its label says: profile options not applied as asked
+    /// (either end), the result's warnings. Empty when the row is clean.
+    pub problems: Vec<String>,
 }
 
 /// A matrix run.
@@ -197,19 +210,15 @@ pub fn run_matrix(
     let mut merged: Vec<RawRun> = configs.iter().map(|_| RawRun::default()).collect();
     let mut p50s: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
     let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-    'rounds: for _ in 0..rounds {
-        for (i, config) in configs.iter().enumerate() {
-            if control.stopped() {
-                break 'rounds;
-            }
-            let raw = client::run_raw(config, control)?;
-            if let Some(s) = raw.latency.summary() {
-                p50s[i].push(s.p50);
-                p99s[i].push(s.p99);
-            }
-            merged[i].absorb(raw, Combine::Sequential);
+    run_rounds(&configs, rounds, control, |i, config| {
+        let raw = client::run_raw(config, control)?;
+        if let Some(s) = raw.latency.summary() {
+            p50s[i].push(s.p50);
+            p99s[i].push(s.p99);
         }
-    }
+        merged[i].absorb(raw, Combine::Sequential);
+        Ok(())
+    })?;
     let results: Vec<BenchResult> =
         merged.iter().zip(&configs).map(|(raw, c)| client::summarise(c, raw, &probe)).collect();
     let first = results.first().and_then(|r| r.latency_us);
@@ -224,6 +233,9 @@ pub fn run_matrix(
             config: combos[i].iter().cloned().collect(),
             p50_ratio: ratio(&result, |s| s.p50),
             p99_ratio: ratio(&result, |s| s.p99),
+            congestion_client: result.context.congestion_client.clone(),
+            congestion_server: result.context.congestion_server.clone(),
+            problems: problems(&result),
             result,
             p50_rounds: Spread::of(&p50s[i]),
             p99_rounds: Spread::of(&p99s[i]),
@@ -232,11 +244,71 @@ pub fn run_matrix(
     Ok(MatrixResult { rounds, rows })
 }
 
+/// Runs `run(row, config)` for every row, round after round (A B C A B C ...), until done or
+/// stopped; the order is the whole point of a matrix, so it lives here, apart from the I/O.
+fn run_rounds<F>(
+    configs: &[BenchConfig],
+    rounds: usize,
+    control: &RunControl,
+    mut run: F,
+) -> Result<(), BenchError>
+where
+    F: FnMut(usize, &BenchConfig) -> Result<(), BenchError>,
+{
+    for _ in 0..rounds {
+        for (i, config) in configs.iter().enumerate() {
+            if control.stopped() {
+                return Ok(());
+            }
+            run(i, config)?;
+        }
+    }
+    Ok(())
+}
+
+/// The profile options either end did not apply as asked, and the result's warnings.
+fn problems(result: &BenchResult) -> Vec<String> {
+    let mut out = Vec::new();
+    for (side, report) in [("client", &result.client_apply), ("server", &result.server_apply)] {
+        for p in report.iter().flat_map(|r| r.problems()) {
+            out.push(format!(
+                "{side} {}: asked {}, got {} ({})",
+                p.option,
+                p.requested,
+                p.actual.as_deref().unwrap_or("?"),
+                outcome_kind(&p.outcome)
+            ));
+        }
+    }
+    out.extend(result.warnings.iter().cloned());
+    out
+}
+
+fn outcome_kind(outcome: &OptionOutcome) -> String {
+    match outcome {
+        OptionOutcome::Applied => "applied".into(),
+        OptionOutcome::Capped { limit_name, limit, .. } => {
+            format!("capped by {limit_name}={limit}")
+        }
+        OptionOutcome::NotAvailable { available } => {
+            format!("not available; available: {}", available.join(" "))
+        }
+        OptionOutcome::NotAllowed { allowed } => {
+            format!("not allowed; allowed: {}", allowed.join(" "))
+        }
+        OptionOutcome::Unsupported => "unsupported by this kernel".into(),
+        OptionOutcome::Failed { error } => format!("failed: {error}"),
+        OptionOutcome::Mismatch => "read back differs".into(),
+    }
+}
+
 /// The human table of a matrix run.
 pub fn render_matrix(m: &MatrixResult) -> String {
     let mut table = vec![
         [
             "config",
+            "cc read back",
+            "",
             "p50 µs",
             "p99 µs",
             "p99.9 µs",
@@ -253,8 +325,14 @@ pub fn render_matrix(m: &MatrixResult) -> String {
     for row in &m.rows {
         let l = row.result.latency_us;
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        let cc = match (&row.congestion_client, &row.congestion_server) {
+            (Some(c), Some(s)) if c == s => c.clone(),
+            (c, s) => format!("{}/{}", c.as_deref().unwrap_or("?"), s.as_deref().unwrap_or("?")),
+        };
         table.push(vec![
-            row.config.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+            label_of(row),
+            cc,
+            if row.problems.is_empty() { String::new() } else { "!".into() },
             f(l.map(|l| l.p50)),
             f(l.map(|l| l.p99)),
             f(l.map(|l| l.p999)),
@@ -271,6 +349,18 @@ pub fn render_matrix(m: &MatrixResult) -> String {
         m.rounds
     );
     out.push_str(&align(&table));
+    let flagged: Vec<&MatrixRow> = m.rows.iter().filter(|r| !r.problems.is_empty()).collect();
+    if !flagged.is_empty() {
+        out.push_str(
+            "\n! rows that did not run as labelled (\"cc read back\" is client/server when \
+             they differ); their numbers belong to what was read back:\n",
+        );
+        for row in flagged {
+            for p in &row.problems {
+                out.push_str(&format!("  {}: {p}\n", label_of(row)));
+            }
+        }
+    }
     if let Some(first) = m.rows.first() {
         out.push_str(&format!("\nplacement: {}\n", first.result.context.placement));
     }
@@ -314,6 +404,48 @@ mod tests {
             let e = spec.parse::<MatrixSpec>().unwrap_err().to_string();
             assert!(e.contains(needle), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn rounds_interleave_rows() {
+        let base = BenchConfig::new("127.0.0.1:1".parse().unwrap(), Profile::default());
+        let configs: Vec<BenchConfig> =
+            "cc=cubic,bbr,reno".parse::<MatrixSpec>().unwrap().configs(&base).unwrap();
+        let control = RunControl::default();
+        let mut order = Vec::new();
+        run_rounds(&configs, 3, &control, |i, c| {
+            order.push((i, c.profile.congestion.clone().unwrap()));
+            Ok(())
+        })
+        .unwrap();
+        let rows: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+        assert_eq!(rows, [0, 1, 2, 0, 1, 2, 0, 1, 2]);
+        assert_eq!(order[1].1, "bbr");
+        assert_eq!(order[5].1, "reno");
+
+        // A stop ends the rounds before the next row, and an error ends them at once.
+        let control = RunControl::default();
+        let mut ran = Vec::new();
+        run_rounds(&configs, 3, &control, |i, _| {
+            ran.push(i);
+            if ran.len() == 4 {
+                control.stop();
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ran, [0, 1, 2, 0]);
+        let control = RunControl::default();
+        let mut calls = 0;
+        let err = run_rounds(&configs, 3, &control, |i, _| {
+            calls += 1;
+            if i == 1 {
+                return Err(BenchError::Protocol { connection: 0, message: "boom".into() });
+            }
+            Ok(())
+        });
+        assert!(err.is_err());
+        assert_eq!(calls, 2);
     }
 
     #[test]

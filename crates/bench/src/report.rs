@@ -4,7 +4,10 @@
 //! The JSON keys are a contract: `latency_us` with `min`, `mean`, `stddev`, `p50`, `p90`,
 //! `p95`, `p99`, `p999`, `p9999`, `max`; `transactions_per_second`; `requests`; `mode`
 //! (`closed` or `open`); `rate_per_second` with `asked` and `achieved`; `attribution` when
-//! asked for. Rendering never fails on missing values: an absent number prints as `-`.
+//! asked for (absent otherwise). Additions: `sent` and `unanswered` (requests that never got a
+//! response, kept in the percentiles as lower bounds; `requests` counts answered ones only),
+//! `warnings`, and `latency_us.significant_digits` (the histogram's precision). Rendering
+//! never fails on missing values: an absent number prints as `-`.
 
 use std::fmt::Write as _;
 use std::io;
@@ -35,6 +38,12 @@ pub struct BenchResult {
     pub histogram: Vec<Bucket>,
     /// Requests answered in the measured part.
     pub requests: u64,
+    /// Requests sent in the measured part.
+    pub sent: u64,
+    /// Requests that never got a response (sent and given up on, or due and never sent).
+    /// They are in `latency_us` at the time they had waited when the run gave up on them: a
+    /// lower bound, so the percentiles are lower bounds too when this is not zero.
+    pub unanswered: u64,
     /// Length of the measured part, seconds.
     pub duration_seconds: f64,
     /// Requests answered per second.
@@ -42,6 +51,7 @@ pub struct BenchResult {
     /// Open loop: rate asked and achieved.
     pub rate_per_second: Option<RateReport>,
     /// Tail attribution, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
     /// The client's profile report.
     pub client_apply: Option<ApplyReport>,
@@ -51,6 +61,10 @@ pub struct BenchResult {
     pub context: RunContext,
     /// True when the run was stopped early (Ctrl-C): the numbers are partial.
     pub interrupted: bool,
+    /// What a reader must know before trusting the numbers: unanswered requests, a server
+    /// that could not pin itself, a congestion control that was not applied, ...
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// Open-loop rate, requests per second.
@@ -71,10 +85,12 @@ pub struct SampleRecord {
     pub connection: usize,
     /// Sequence number on its connection.
     pub seq: u64,
-    /// Latency, ns.
+    /// Latency, ns; for an unanswered request, the time it had waited (a lower bound).
     pub latency_ns: u64,
-    /// Service time (from the actual send), ns.
-    pub service_ns: u64,
+    /// Service time (from the actual send), ns; empty for a request never sent.
+    pub service_ns: Option<u64>,
+    /// Whether a response came.
+    pub answered: bool,
 }
 
 /// Writes samples as CSV with a header row.
@@ -117,7 +133,8 @@ pub fn render_result(r: &BenchResult) -> String {
     }
     let _ = writeln!(out, "placement: {}", r.context.placement);
     let _ = writeln!(out);
-    let header = ["", "min", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max", "stddev"];
+    let header =
+        ["", "min", "mean", "p50", "p90", "p95", "p99", "p99.9", "p99.99", "max", "stddev"];
     let rows: Vec<(&str, &Option<LatencySummary>)> = vec![
         ("latency µs", &r.latency_us),
         ("service µs", &r.service_us),
@@ -132,6 +149,7 @@ pub fn render_result(r: &BenchResult) -> String {
             num(Some(s.mean)),
             num(Some(s.p50)),
             num(Some(s.p90)),
+            num(Some(s.p95)),
             num(Some(s.p99)),
             num(Some(s.p999)),
             num(Some(s.p9999)),
@@ -148,10 +166,31 @@ pub fn render_result(r: &BenchResult) -> String {
         r.transactions_per_second,
         if r.interrupted { " (interrupted: partial result)" } else { "" }
     );
-    if let Some(a) = &r.attribution {
+    if let Some(digits) = r.latency_us.map(|l| l.significant_digits) {
+        let _ = writeln!(out, "percentiles from an HDR histogram, {digits} significant digits");
+    }
+    if r.unanswered > 0 {
         let _ = writeln!(
             out,
-            "\ntail attribution (kernel snapshot cost {:.2} µs each, outside the timed window):",
+            "\nWARNING: {} of {} requests got no response. They are in the percentiles at the \
+             time they had waited when the run gave up on them, so every percentile above is a \
+             lower bound.",
+            r.unanswered,
+            r.requests + r.unanswered
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    if let Some(a) = &r.attribution {
+        let timing = if r.rate_per_second.is_some() {
+            "taken before each send; a late one adds to that send's lateness"
+        } else {
+            "outside the timed window"
+        };
+        let _ = writeln!(
+            out,
+            "\ntail attribution (kernel snapshot cost {:.2} µs each, {timing}):",
             a.snapshot_cost_ns / 1000.0
         );
         for s in &a.statements {
@@ -173,14 +212,19 @@ pub fn render_result(r: &BenchResult) -> String {
     let ctx = &r.context;
     let _ = writeln!(
         out,
-        "\ncontext: kernel {}, {} CPUs, cpuidle {}, clocksource {}, steal {}%, other load {}%, \
-         congestion client {} / server {}",
+        "\ncontext: kernel {}{}, {} CPUs, cpuidle {}, clocksource {}, steal {}%, other load {}%, \
+         own load {}%, congestion client {} / server {}",
         ctx.kernel,
+        match &ctx.server_kernel {
+            Some(k) if *k != ctx.kernel => format!(" (server {k})"),
+            _ => String::new(),
+        },
         ctx.cpus,
         ctx.cpuidle_driver.as_deref().unwrap_or("-"),
         ctx.clocksource.as_deref().unwrap_or("-"),
         num(ctx.steal_percent),
         num(ctx.other_load_percent),
+        num(ctx.own_load_percent),
         ctx.congestion_client.as_deref().unwrap_or("-"),
         ctx.congestion_server.as_deref().unwrap_or("-"),
     );
@@ -246,12 +290,23 @@ mod tests {
 
     #[test]
     fn samples_csv_has_header() {
-        let s =
-            SampleRecord { intended_ns: 5, connection: 0, seq: 1, latency_ns: 10, service_ns: 9 };
+        let s = SampleRecord {
+            intended_ns: 5,
+            connection: 0,
+            seq: 1,
+            latency_ns: 10,
+            service_ns: Some(9),
+            answered: true,
+        };
+        let never_sent = SampleRecord { service_ns: None, answered: false, seq: 2, ..s };
         let mut out = Vec::new();
-        write_samples_csv(&[s], &mut out).unwrap();
+        write_samples_csv(&[s, never_sent], &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert_eq!(text, "intended_ns,connection,seq,latency_ns,service_ns\n5,0,1,10,9\n");
+        assert_eq!(
+            text,
+            "intended_ns,connection,seq,latency_ns,service_ns,answered\n5,0,1,10,9,true\n\
+             5,0,2,10,,false\n"
+        );
     }
 
     #[test]

@@ -68,6 +68,7 @@ impl LatencyHistogram {
         let q = |x: f64| us(self.hist.value_at_quantile(x));
         Some(LatencySummary {
             count: self.hist.len(),
+            significant_digits: self.hist.sigfig(),
             min: us(self.hist.min()),
             mean: self.hist.mean() / 1000.0,
             stddev: self.hist.stdev() / 1000.0,
@@ -119,6 +120,9 @@ pub struct Bucket {
 pub struct LatencySummary {
     /// Number of samples.
     pub count: u64,
+    /// Significant decimal digits the histogram kept: every value is exact to within
+    /// `10^-significant_digits` of itself.
+    pub significant_digits: u8,
     /// Smallest sample.
     pub min: f64,
     /// Arithmetic mean.
@@ -186,6 +190,7 @@ mod tests {
         }
         let s = h.summary().unwrap();
         assert_eq!(s.count, 10_000);
+        assert_eq!(s.significant_digits, SIGNIFICANT_DIGITS);
         assert!((s.min - 1.0).abs() < 0.01);
         assert!((s.p50 - 5000.0).abs() / 5000.0 < 0.001, "{}", s.p50);
         assert!((s.p99 - 9900.0).abs() / 9900.0 < 0.001, "{}", s.p99);

@@ -1,5 +1,6 @@
-//! Thread placement for the benchmark (pin a thread to one CPU, ask which CPU it is on) and a
-//! nanosecond-resolution wait for a readable socket. The only `unsafe` in this crate.
+//! Thread placement for the benchmark (pin a thread to one CPU, ask which CPU it is on), a
+//! nanosecond-resolution wait for a readable or writable socket, and the socket's send-queue
+//! size (`SIOCOUTQ`). The only `unsafe` in this crate.
 
 #![allow(unsafe_code)]
 
@@ -54,6 +55,27 @@ pub fn wait_writable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
     wait_for(fd, libc::POLLOUT, timeout)
 }
 
+/// Waits until `fd` is readable or writable, or `timeout` passes. Returns whether it became
+/// ready.
+pub fn wait_readable_or_writable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    wait_for(fd, libc::POLLIN | libc::POLLOUT, timeout)
+}
+
+/// Bytes in a TCP socket's send queue, sent or not, that the peer has not acknowledged yet
+/// (`ioctl(SIOCOUTQ)`, which is `TIOCOUTQ` on Linux: `write_seq - snd_una`). Minus
+/// `tcpi_notsent_bytes` it gives the unacknowledged bytes in flight, exactly, where
+/// `tcpi_unacked` counts segments.
+pub fn send_queue_bytes(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int through the pointer, which points at a live c_int; `fd`
+    // is kept open by the borrow for the duration of the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u32::try_from(queued).unwrap_or(0))
+}
+
 fn wait_for(fd: BorrowedFd<'_>, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
     let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
     let ts = libc::timespec {
@@ -101,6 +123,37 @@ mod tests {
         assert!(!wait_readable(b.as_fd(), Duration::from_micros(200)).unwrap());
         a.write_all(b"x").unwrap();
         assert!(wait_readable(b.as_fd(), Duration::from_secs(5)).unwrap());
+    }
+
+    #[test]
+    fn send_queue_counts_every_byte_not_yet_acknowledged() {
+        use std::io::Write;
+        use std::os::fd::AsFd;
+        // A receiver with a tiny window that never reads: the sender's queue holds what it
+        // wrote beyond the window, unsent; tcp_info's notsent_bytes counts the same bytes.
+        let listener =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        listener.set_recv_buffer_size(4096).unwrap();
+        listener.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+        listener.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let mut a = std::net::TcpStream::connect(addr).unwrap();
+        let _b = listener.accept().unwrap();
+        assert_eq!(send_queue_bytes(a.as_fd()).unwrap(), 0, "nothing written yet");
+        a.set_nonblocking(true).unwrap();
+        let mut written = 0usize;
+        while written < 8 << 20 {
+            match a.write(&[7u8; 65536]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let queued = send_queue_bytes(a.as_fd()).unwrap();
+        let info = tcptail_sock::tcp_info::tcp_info(a.as_fd()).unwrap();
+        assert!(queued > 0 && (queued as usize) < written, "queued {queued} of {written}");
+        assert_eq!(Some(queued), info.notsent_bytes, "window closed: all queued bytes unsent");
     }
 
     #[test]

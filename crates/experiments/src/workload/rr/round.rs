@@ -156,7 +156,9 @@ impl RoundSpec {
         put_summary(&mut m, "", &s);
         let secs = raw.elapsed.as_secs_f64();
         m.metric("tx_per_s", if secs > 0.0 { raw.requests as f64 / secs } else { 0.0 });
-        let mut samples: Vec<f64> = raw.samples.iter().map(|r| r.service_ns as f64 / 1e3).collect();
+        // A request never sent (its connection gave up) has no service time.
+        let mut samples: Vec<f64> =
+            raw.samples.iter().filter_map(|r| r.service_ns).map(|ns| ns as f64 / 1e3).collect();
         m.series.push(Series::cdf("latency_us", &mut samples));
         if open {
             if let Some(sched) = raw.latency.summary() {

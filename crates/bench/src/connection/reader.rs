@@ -1,0 +1,95 @@
+//! Response frames reassembled from the byte stream, without keeping their payloads.
+//!
+//! Sans-allocation after construction: one receive buffer (4 KiB to 256 KiB, from the
+//! response size) reused for the whole connection. A header is validated before its length
+//! is used; an Error frame from the server becomes a protocol error carrying its reason.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use tcptail_sock::QuickAck;
+
+use super::LoopError;
+use crate::wire::{self, FrameKind, Header};
+
+/// Reassembles response frames from the byte stream without keeping their payloads.
+pub(super) struct ResponseReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    current: Option<Header>,
+    remaining: usize,
+    error_text: Vec<u8>,
+}
+
+impl ResponseReader {
+    pub(super) fn new(reply_len: usize) -> ResponseReader {
+        ResponseReader {
+            buf: vec![0u8; reply_len.clamp(4096, 256 * 1024)],
+            start: 0,
+            end: 0,
+            current: None,
+            remaining: 0,
+            error_text: Vec::new(),
+        }
+    }
+
+    /// Returns the next complete response header, or `None` if the socket has nothing more
+    /// right now (non-blocking sockets only; a blocking socket waits inside `recv`).
+    pub(super) fn next(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        policy: QuickAck,
+    ) -> Result<Option<Header>, LoopError> {
+        loop {
+            if self.current.is_none() && self.end - self.start >= wire::HEADER_LEN {
+                let bytes: &[u8; wire::HEADER_LEN] =
+                    self.buf[self.start..self.start + wire::HEADER_LEN].try_into().expect("len");
+                let header = Header::decode(bytes)
+                    .map_err(|e| LoopError::Protocol(format!("bad response header: {e}")))?;
+                if !matches!(header.kind, FrameKind::Response | FrameKind::Error) {
+                    return Err(LoopError::Protocol(format!(
+                        "server sent a {:?} frame where a response was expected",
+                        header.kind
+                    )));
+                }
+                self.start += wire::HEADER_LEN;
+                self.remaining = header.frame_len as usize - wire::HEADER_LEN;
+                self.current = Some(header);
+            }
+            if let Some(header) = self.current {
+                let take = self.remaining.min(self.end - self.start);
+                if header.kind == FrameKind::Error && self.error_text.len() < 4096 {
+                    self.error_text.extend_from_slice(&self.buf[self.start..self.start + take]);
+                }
+                self.start += take;
+                self.remaining -= take;
+                if self.remaining == 0 {
+                    self.current = None;
+                    if header.kind == FrameKind::Error {
+                        let text = String::from_utf8_lossy(&self.error_text).into_owned();
+                        return Err(LoopError::Protocol(format!("server refused: {text}")));
+                    }
+                    return Ok(Some(header));
+                }
+            }
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            } else if self.buf.len() - self.end < wire::HEADER_LEN {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            match tcptail_sock::recv::recv_with_policy(fd, &mut self.buf[self.end..], policy) {
+                Ok(0) => {
+                    return Err(LoopError::Protocol("server closed the connection".into()));
+                }
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
