@@ -158,6 +158,10 @@ struct MeasureArgs {
     /// Seed for Poisson spacing.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Give up on a request unanswered for this long: it is counted as unanswered, kept in the
+    /// percentiles at the time it waited (a lower bound), and its connection stops.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    response_timeout: HumanDuration,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
@@ -223,6 +227,7 @@ impl MeasureArgs {
         config.keep_samples = self.samples.is_some();
         config.spin_window = self.spin_window.0;
         config.seed = self.seed;
+        config.response_timeout = self.response_timeout.0;
         config.validate()?;
         if let Some(spec) = &self.matrix {
             spec.configs(&config)?;
