@@ -34,16 +34,19 @@ const LIB_FILE_NAME: &str = "libtcptail_preload.so";
 
 const RUN_AFTER_HELP: &str = "\
 Applies the profile to every IPv4/IPv6 TCP socket the program creates (socket), connects or
-accepts, and with quickack = \"rearm\" sets TCP_QUICKACK again after every receive (recv,
-recvfrom, recvmsg, read on a tracked socket). Child processes inherit it. It never changes the
+accepts, and with quickack = \"rearm\" sets TCP_QUICKACK again after every receive on a
+tracked socket (recv, recvfrom, recvmsg, recvmmsg, read, readv, and the _FORTIFY_SOURCE forms
+__recv_chk, __recvfrom_chk, __read_chk). Child processes inherit it. It never changes the
 program's behaviour otherwise: failed options are only logged, errno and return values are the
 program's own, and UDP and Unix sockets are untouched. Options the program sets itself after
 creating a socket win over the profile's.
 
 What it cannot reach, because those programs do not call the C library's socket functions:
 statically linked binaries, Go programs (raw system calls), io_uring, and anything else making
-system calls directly. For those, watch their connections from outside with `tcptail exporter`
-(sock_diag) and check the host's settings with `tcptail audit`.
+system calls directly. Receives that do not re-arm QUICKACK: preadv2, splice, stdio streams
+over a socket (fdopen + fread/fgets read through glibc's internal read). For those, watch their
+connections from outside with `tcptail exporter` (sock_diag) and check the host's settings
+with `tcptail audit`.
 
 The library is libtcptail_preload.so next to the tcptail binary (built by `cargo build
 --workspace`, or `cargo build -p tcptail-preload`), or the file named by TCPTAIL_PRELOAD_LIB.

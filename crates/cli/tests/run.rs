@@ -1,16 +1,29 @@
-//! The real `tcptail run` binary with the real preload library, on loopback (127.0.0.1 only):
-//! a Python client and server checked from inside (getsockopt) and from outside (`ss -tin`),
-//! curl and sockperf with `--log`, QUICKACK re-armed across recv/read/recvfrom/recvmsg, errno
-//! and non-TCP sockets passed through untouched, and the usage errors (bad profile, missing
-//! library) that must stop before the program runs.
+//! The real `tcptail run` binary with the real preload library, on loopback (127.0.0.1 only).
+//!
+//! - [`programs`]: a Python client and server, curl and sockperf (client and server) run under
+//!   it, each checked from inside (getsockopt in the Python programs) and from outside
+//!   ([`outside`]: `ss -tinm` over sock_diag for congestion control and buffers, a
+//!   `pidfd_getfd` copy of the program's descriptor for `TCP_NODELAY`, which sock_diag does not
+//!   export), with `--log` writing exactly one line per socket.
+//! - [`receives`]: QUICKACK re-armed after every receive path, Python's and a C program's
+//!   compiled with `-D_FORTIFY_SOURCE=2` (`__recv_chk`, `__recvfrom_chk`, `__read_chk`,
+//!   `readv`, `recvmmsg`), errno kept when a re-arm fails.
+//! - here: errno of a failed connect and non-TCP sockets passed through untouched, and the
+//!   usage errors (bad profile, missing library) that must stop before the program runs.
 //!
 //! The library is built here with `cargo build -p tcptail-preload` into the same target
 //! directory as the binary, so `cargo test -p tcptail` alone works and never uses a stale
-//! library. python3, curl, ss and sockperf must be installed (`scripts/install-deps`); a test
-//! whose tool is missing fails and says which.
+//! library. python3, curl, ss, sockperf and gcc must be installed (`scripts/install-deps`); a
+//! test whose tool is missing fails and says which.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "run/outside.rs"]
+mod outside;
+#[path = "run/programs.rs"]
+mod programs;
+#[path = "run/receives.rs"]
+mod receives;
+
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -89,212 +102,35 @@ fn output(mut cmd: Command) -> Output {
     cmd.output().expect("run tcptail")
 }
 
-const CLIENT: &str = r#"
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-cc = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
-nd = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-sb = s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-rb = s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-print(f"cc={cc} nodelay={nd} sndbuf={sb} rcvbuf={rb} lport={s.getsockname()[1]}", flush=True)
-assert s.recv(1) == b"x"
-"#;
+/// How long a test waits for a program to connect or for `ss` to list a socket.
+const PATIENCE: Duration = Duration::from_secs(10);
 
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+/// What the kernel holds for [`PROFILE`]'s buffers: `SO_SNDBUF`/`SO_RCVBUF` store twice the
+/// request (`sk_sndbuf`/`sk_rcvbuf`, `ss`'s `tb`/`rb`), and setting them locks them against
+/// autotuning, so these are exact.
+const PROFILE_TB: u64 = 2 * 196608;
+const PROFILE_RB: u64 = 2 * 131072;
+
+/// The host's default congestion control, which [`PROFILE`] must differ from for a `reno`
+/// reading to prove anything.
+fn host_default_cc() -> String {
+    let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("read net.ipv4.tcp_congestion_control");
+    let cc = cc.trim().to_string();
+    assert_ne!(cc, "reno", "the host default is reno, so the tests cannot tell the profile's");
+    cc
 }
 
-#[test]
-fn python_client_gets_the_profile_inside_and_outside() {
-    need("python3");
-    need("ss");
-    let (_dir, profile) = profile_dir(PROFILE);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port().to_string();
-    let mut child = run_cmd(&profile, false, &["python3", "-c", CLIENT, &port])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut server, _) = listener.accept().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(field(&line, "cc"), "reno", "{line}");
-    assert_eq!(field(&line, "nodelay"), "1", "{line}");
-    assert_eq!(field(&line, "sndbuf"), (2 * 196608).to_string(), "{line}");
-    assert_eq!(field(&line, "rcvbuf"), (2 * 131072).to_string(), "{line}");
-
-    // From outside, while the connection is open: the kernel's view of the client's socket.
-    let lport = field(&line, "lport");
-    let filter = format!("( sport = :{lport} )");
-    let ss = Command::new("ss").args(["-tinH", "state", "established", &filter]).output().unwrap();
-    let ss = text(&ss.stdout);
-    assert!(ss.contains(" reno "), "ss -tin does not show reno for port {lport}:\n{ss}");
-
-    server.write_all(b"x").unwrap();
-    assert!(child.wait().unwrap().success());
+/// Asserts that `ss` shows [`PROFILE`] on a socket: reno and the profile's buffers.
+fn assert_profile_seen(socket: &outside::SsSocket, whose: &str) {
+    assert_eq!(socket.cc, "reno", "{whose}: ss shows the wrong congestion control: {socket:?}");
+    assert_eq!(socket.rb, PROFILE_RB, "{whose}: ss skmem rb: {socket:?}");
+    assert_eq!(socket.tb, PROFILE_TB, "{whose}: ss skmem tb: {socket:?}");
 }
 
-const SERVER: &str = r#"
-import socket
-l = socket.socket()
-l.bind(("127.0.0.1", 0))
-l.listen(1)
-print(l.getsockname()[1], flush=True)
-c, _ = l.accept()
-cc = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
-nd = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-print(f"cc={cc} nodelay={nd}", flush=True)
-c.sendall(b"x")
-"#;
-
-#[test]
-fn python_server_accepted_sockets_get_the_profile() {
-    need("python3");
-    let (_dir, profile) = profile_dir(PROFILE);
-    let mut child = run_cmd(&profile, true, &["python3", "-c", SERVER])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut port = String::new();
-    stdout.read_line(&mut port).unwrap();
-    let mut client =
-        TcpStream::connect(("127.0.0.1", port.trim().parse::<u16>().unwrap())).unwrap();
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    let mut byte = [0u8];
-    client.read_exact(&mut byte).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(field(&line, "cc"), "reno", "{line}");
-    assert_eq!(field(&line, "nodelay"), "1", "{line}");
-    let log = text(&out.stderr);
-    assert!(log.contains("accept from 127.0.0.1:") && log.contains("TCP_CONGESTION=reno"), "{log}");
-}
-
-/// Serves one HTTP/1.1 request with `hello`.
-fn http_once(listener: TcpListener) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut req = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "client closed early");
-            req.extend_from_slice(&buf[..n]);
-        }
-        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
-            .unwrap();
-    })
-}
-
-#[test]
-fn curl_under_run_logs_the_applied_profile() {
-    need("curl");
-    let (_dir, profile) = profile_dir(PROFILE);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let server = http_once(listener);
-    let out = output(run_cmd(&profile, true, &["curl", "-sS", "--noproxy", "*", &url]));
-    server.join().unwrap();
-    let log = text(&out.stderr);
-    assert!(out.status.success(), "curl failed: {log}");
-    assert_eq!(text(&out.stdout), "hello");
-    let line = log.lines().find(|l| l.contains("socket AF_INET")).unwrap_or_else(|| {
-        panic!("no log line for curl's socket:\n{log}");
-    });
-    assert!(line.starts_with("tcptail-preload["), "{line}");
-    assert!(line.contains("profile \"runtest\": all 5 applied"), "{line}");
-    assert!(line.contains("TCP_CONGESTION=reno") && line.contains("TCP_NODELAY=on"), "{line}");
-    assert!(line.contains("SO_SNDBUF=192KiB (kernel: 384KiB)"), "{line}");
-}
-
-#[test]
-fn sockperf_ping_pong_runs_under_the_profile() {
-    need("sockperf");
-    let (_dir, profile) = profile_dir(PROFILE);
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let mut server = Command::new("sockperf")
-        .args(["server", "--tcp", "-i", "127.0.0.1", "-p", &port])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = format!("127.0.0.1:{port}");
-    let ready = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        TcpStream::connect(&addr).is_ok()
-    });
-    let out = ready.then(|| {
-        output(run_cmd(
-            &profile,
-            true,
-            &["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "1"],
-        ))
-    });
-    let _ = server.kill();
-    let _ = server.wait();
-    let out = out.expect("sockperf server did not start listening");
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "sockperf ping-pong failed:\n{all}");
-    assert!(all.contains("Summary: Latency is"), "no latency summary:\n{all}");
-    assert!(
-        all.lines().any(|l| l.starts_with("tcptail-preload[")
-            && l.contains("TCP_CONGESTION=reno")
-            && l.contains("TCP_NODELAY=on")),
-        "no application logged:\n{all}"
-    );
-}
-
-const QUICKACK: &str = r#"
-import os, socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-calls = [lambda: s.recv(1), lambda: os.read(s.fileno(), 1),
-         lambda: s.recvfrom(1)[0], lambda: s.recvmsg(1)[0]]
-on = 0
-for i in range(40):
-    s.sendall(b"p")
-    assert calls[i % 4]() == b"p"
-    on += s.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK)
-print(on)
-"#;
-
-/// Echoes every byte back until the peer closes.
-fn echo_server() -> (u16, std::thread::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let handle = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        s.set_nodelay(true).unwrap();
-        let mut b = [0u8; 1];
-        while s.read(&mut b).unwrap_or(0) == 1 {
-            s.write_all(&b).unwrap();
-        }
-    });
-    (port, handle)
-}
-
-/// `getsockopt(TCP_QUICKACK)` reads 1 while the socket is out of delayed-ACK (pingpong) mode.
-/// Sending right after receiving puts it back in, so only a re-arm after each receive keeps
-/// it reading 1 right after the receive.
-fn quickack_count(profile: &str) -> u32 {
-    let (_dir, path) = profile_dir(profile);
-    let (port, server) = echo_server();
-    let out = output(run_cmd(&path, false, &["python3", "-c", QUICKACK, &port.to_string()]));
-    server.join().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout).trim().parse().unwrap()
-}
-
-#[test]
-fn quickack_is_rearmed_after_every_kind_of_receive() {
-    need("python3");
-    assert_eq!(quickack_count(PROFILE), 40, "recv/read/recvfrom/recvmsg must all re-arm");
-    let off = quickack_count("nodelay = true\n");
-    assert!(off < 40, "without re-arm QUICKACK should drop back to delayed ACKs ({off}/40)");
+/// The library's log lines in a program's stderr.
+fn log_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.starts_with("tcptail-preload[")).collect()
 }
 
 const REFUSED: &str = r#"
@@ -415,9 +251,16 @@ fn environment_exit_code_and_unrunnable_programs() {
 fn help_says_what_it_cannot_reach() {
     let out = Command::new(bin()).args(["run", "--help"]).output().unwrap();
     let help = text(&out.stdout);
-    for needle in
-        ["statically linked", "Go programs", "io_uring", "tcptail exporter", "tcptail audit"]
-    {
+    for needle in [
+        "statically linked",
+        "Go programs",
+        "io_uring",
+        "__recv_chk",
+        "readv",
+        "preadv2",
+        "tcptail exporter",
+        "tcptail audit",
+    ] {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
 }

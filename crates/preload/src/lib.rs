@@ -2,8 +2,11 @@
 //! unmodified, dynamically linked program, loaded with `LD_PRELOAD` (what `tcptail run` does).
 //!
 //! The library interposes `socket`, `connect`, `accept`, `accept4`, `close` and the receive
-//! calls `recv`, `recvfrom`, `recvmsg` and `read`, each forwarding to the real libc function
-//! found with `dlsym(RTLD_NEXT, ..)`. The profile is the same [`tcptail_sock::Profile`] the rest
+//! calls `recv`, `recvfrom`, `recvmsg`, `recvmmsg`, `read` and `readv`, plus glibc's
+//! `_FORTIFY_SOURCE` forms `__recv_chk`, `__recvfrom_chk` and `__read_chk` (what a program
+//! built with `-D_FORTIFY_SOURCE` calls instead of `recv`, `recvfrom` and `read` when the
+//! buffer's size is known at compile time), each forwarding to the real libc function found
+//! with `dlsym(RTLD_NEXT, ..)`. The profile is the same [`tcptail_sock::Profile`] the rest
 //! of tcptail uses, applied and verified by the same [`tcptail_sock::apply_profile`]:
 //!
 //! - **`socket()`** of an `AF_INET`/`AF_INET6` `SOCK_STREAM` (TCP) socket: the whole profile,
@@ -39,9 +42,13 @@
 //! What it cannot reach: statically linked programs and Go programs (which make system calls
 //! directly), io_uring and other paths that do not call these libc functions, sockets whose fd
 //! is 65536 or more (profile applied, no re-arm), sockets duplicated with `dup` (no re-arm on
-//! the copy), and a signal handler that creates sockets (applying allocates). For those, watch
-//! connections from outside with `tcptail exporter` and check the host with `tcptail audit`.
-//! Options the program sets itself after `socket()` override the profile's.
+//! the copy), and a signal handler that creates sockets (applying allocates). Receive paths
+//! that do not re-arm QUICKACK: `preadv2` (which can read a socket with offset -1), `splice`
+//! from a socket, stdio streams over a socket (`fdopen` then `fread`/`fgets`: glibc reads
+//! through its internal `read`, which no preload can interpose), `syscall(SYS_recvfrom, ..)`
+//! and io_uring; `pread`/`preadv` fail on sockets (`ESPIPE`) and need no hook. For those,
+//! watch connections from outside with `tcptail exporter` and check the host with
+//! `tcptail audit`. Options the program sets itself after `socket()` override the profile's.
 //!
 //! Do not link this crate into a binary: its hooks are `#[no_mangle]` and would replace libc's
 //! `read` and `socket` in that binary. The hooks are left out of its own unit tests.

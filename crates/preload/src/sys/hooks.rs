@@ -1,5 +1,10 @@
 //! The exported functions that `LD_PRELOAD` puts in front of libc's: `socket`, `connect`,
-//! `accept`, `accept4`, `close`, `recv`, `recvfrom`, `recvmsg` and `read`.
+//! `accept`, `accept4`, `close`, and the receives `recv`, `recvfrom`, `recvmsg`, `recvmmsg`,
+//! `read`, `readv`, and the `_FORTIFY_SOURCE` variants `__recv_chk`, `__recvfrom_chk` and
+//! `__read_chk` (a program compiled with `-D_FORTIFY_SOURCE` calls those instead of `recv`,
+//! `recvfrom` and `read` whenever the buffer's size is known at compile time but the length is
+//! not; glibc's own implementations call its internal receive, never our `recv`, so without
+//! these hooks such a program would never re-arm).
 //!
 //! Every hook has the C signature of the libc function it replaces, calls the real one first
 //! and returns its result unchanged; the library's work happens afterwards through
@@ -15,7 +20,9 @@ use std::ffi::{c_int, c_long, c_void};
 use std::mem::{size_of, transmute};
 use std::ptr::null_mut;
 
-use libc::{msghdr, sa_family_t, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{
+    c_uint, iovec, mmsghdr, msghdr, sa_family_t, size_t, sockaddr, socklen_t, ssize_t, timespec,
+};
 
 use super::{Real, after_receive, borrow, errno, outside_call};
 use crate::{engine, table};
@@ -29,6 +36,29 @@ static RECV: Real = Real::new(c"recv");
 static RECVFROM: Real = Real::new(c"recvfrom");
 static RECVMSG: Real = Real::new(c"recvmsg");
 static READ: Real = Real::new(c"read");
+static READV: Real = Real::new(c"readv");
+static RECVMMSG: Real = Real::new(c"recvmmsg");
+static RECV_CHK: Real = Real::new(c"__recv_chk");
+static RECVFROM_CHK: Real = Real::new(c"__recvfrom_chk");
+static READ_CHK: Real = Real::new(c"__read_chk");
+
+/// Every real function, resolved together before `main`.
+static ALL: [&Real; 14] = [
+    &SOCKET,
+    &CONNECT,
+    &ACCEPT,
+    &ACCEPT4,
+    &CLOSE,
+    &RECV,
+    &RECVFROM,
+    &RECVMSG,
+    &READ,
+    &READV,
+    &RECVMMSG,
+    &RECV_CHK,
+    &RECVFROM_CHK,
+    &READ_CHK,
+];
 
 type SocketFn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
@@ -46,6 +76,25 @@ type RecvfromFn = unsafe extern "C" fn(
 ) -> ssize_t;
 type RecvmsgFn = unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t;
 type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
+type ReadvFn = unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t;
+type RecvmmsgFn = unsafe extern "C" fn(c_int, *mut mmsghdr, c_uint, c_int, *mut timespec) -> c_int;
+type RecvChkFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t, c_int) -> ssize_t;
+type RecvfromChkFn = unsafe extern "C" fn(
+    c_int,
+    *mut c_void,
+    size_t,
+    size_t,
+    c_int,
+    *mut sockaddr,
+    *mut socklen_t,
+) -> ssize_t;
+type ReadChkFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
+
+unsafe extern "C" {
+    /// glibc's "buffer overflow detected" abort, what the real `__*_chk` functions call when
+    /// the length exceeds the buffer. Used only by the raw-system-call fallbacks below.
+    fn __chk_fail() -> !;
+}
 
 /// Resolves every real function before `main`, while nothing else runs, so that hooks never
 /// call `dlsym` (which may allocate) in the middle of the program.
@@ -54,7 +103,7 @@ type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
 static RESOLVE_AT_LOAD: extern "C" fn() = resolve_all;
 
 extern "C" fn resolve_all() {
-    for real in [&SOCKET, &CONNECT, &ACCEPT, &ACCEPT4, &CLOSE, &RECV, &RECVFROM, &RECVMSG, &READ] {
+    for real in ALL {
         let _ = real.get();
     }
 }
@@ -262,6 +311,148 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
     // SAFETY: the caller's buffer and count are passed through unchanged.
     let n = unsafe {
         real_call!(READ, ReadFn, (fd, buf, count), libc::SYS_read, (fd, buf, count), ssize_t)
+    };
+    after_receive(fd, n)
+}
+
+/// `readv(2)`: as [`read`].
+///
+/// # Safety
+/// The caller's contract is libc's `readv`: `iov` points to `iovcnt` valid `iovec`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    // SAFETY: the caller's vector and count are passed through unchanged.
+    let n = unsafe {
+        real_call!(READV, ReadvFn, (fd, iov, iovcnt), libc::SYS_readv, (fd, iov, iovcnt), ssize_t)
+    };
+    after_receive(fd, n)
+}
+
+/// `recvmmsg(2)`: as [`recv`], "bytes arrived" being at least one message received (on a TCP
+/// socket each message is a `recvmsg`, so one re-arm covers the call).
+///
+/// # Safety
+/// The caller's contract is libc's `recvmmsg`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut timespec,
+) -> c_int {
+    // SAFETY: the caller's message vector, count, flags and timeout pointer are passed through
+    // unchanged; glibc's `struct timespec` on this 64-bit target is the kernel's.
+    let n = unsafe {
+        real_call!(
+            RECVMMSG,
+            RecvmmsgFn,
+            (fd, msgs, vlen, flags, timeout),
+            libc::SYS_recvmmsg,
+            (fd, msgs, vlen, flags, timeout),
+            c_int
+        )
+    };
+    // A message count, widened losslessly (ssize_t is at least as wide as int on Linux).
+    after_receive(fd, n as ssize_t);
+    n
+}
+
+/// The length a raw-system-call fallback of a `__*_chk` function may use: `len` when it fits
+/// the buffer, else glibc's "buffer overflow detected" abort, exactly as the real function.
+fn fortify_len(len: size_t, buflen: size_t) -> size_t {
+    if len > buflen {
+        // SAFETY: glibc's abort for a detected overflow, called with no arguments; it does
+        // not return.
+        unsafe { __chk_fail() }
+    }
+    len
+}
+
+/// `__recv_chk`: the `_FORTIFY_SOURCE` form of [`recv`] (`buflen` is the buffer's size as the
+/// compiler knew it).
+///
+/// # Safety
+/// The caller's contract is glibc's `__recv_chk`: `buf` is writable for `buflen` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    // SAFETY: the caller's buffer and sizes are passed through unchanged to the real function,
+    // which checks them; the fallback system call gets a length checked against the buffer.
+    let n = unsafe {
+        real_call!(
+            RECV_CHK,
+            RecvChkFn,
+            (fd, buf, len, buflen, flags),
+            libc::SYS_recvfrom,
+            (
+                fd,
+                buf,
+                fortify_len(len, buflen),
+                flags,
+                null_mut::<sockaddr>(),
+                null_mut::<socklen_t>()
+            ),
+            ssize_t
+        )
+    };
+    after_receive(fd, n)
+}
+
+/// `__recvfrom_chk`: the `_FORTIFY_SOURCE` form of [`recvfrom`].
+///
+/// # Safety
+/// The caller's contract is glibc's `__recvfrom_chk`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    addr_len: *mut socklen_t,
+) -> ssize_t {
+    // SAFETY: as in `__recv_chk`; the address pointers are the caller's, unchanged.
+    let n = unsafe {
+        real_call!(
+            RECVFROM_CHK,
+            RecvfromChkFn,
+            (fd, buf, len, buflen, flags, addr, addr_len),
+            libc::SYS_recvfrom,
+            (fd, buf, fortify_len(len, buflen), flags, addr, addr_len),
+            ssize_t
+        )
+    };
+    after_receive(fd, n)
+}
+
+/// `__read_chk`: the `_FORTIFY_SOURCE` form of [`read`].
+///
+/// # Safety
+/// The caller's contract is glibc's `__read_chk`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    // SAFETY: as in `__recv_chk`.
+    let n = unsafe {
+        real_call!(
+            READ_CHK,
+            ReadChkFn,
+            (fd, buf, count, buflen),
+            libc::SYS_read,
+            (fd, buf, fortify_len(count, buflen)),
+            ssize_t
+        )
     };
     after_receive(fd, n)
 }
