@@ -25,7 +25,7 @@ import dataclasses
 import datetime
 import select
 import socket
-from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _native
 from ._native import ProfileError, Profile, TcptailError
@@ -150,7 +150,12 @@ class ProfileMismatch(TcptailError):
 
 
 def _profile(profile: ProfileLike, overrides: Mapping[str, Any]) -> Profile:
-    p = profile if isinstance(profile, Profile) else Profile.load(profile)
+    if isinstance(profile, Profile):
+        p = profile
+    elif isinstance(profile, str):
+        p = Profile.load(profile)
+    else:
+        raise TypeError(f"`profile` must be a name, a path or a tcptail.Profile, got {type(profile).__name__}")
     return p.with_overrides(**overrides) if overrides else p
 
 
@@ -191,12 +196,18 @@ class Socket(socket.socket):
         """The QUICKACK policy :meth:`recv` follows (``"off"`` until a profile is applied)."""
         return self.profile.quickack if self.profile is not None else "off"
 
-    def recv(self, bufsize: int, flags: int = 0) -> bytes:  # type: ignore[override]
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        """Receives at most ``bufsize`` bytes, as :meth:`socket.socket.recv`, then re-arms
+        ``TCP_QUICKACK`` when the profile's policy is ``"rearm"`` (see :func:`recv`). With
+        ``flags`` it is the plain :meth:`socket.socket.recv`, without a re-arm."""
         if flags:
             return super().recv(bufsize, flags)
         return recv(self, bufsize, quickack=self.quickack)
 
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:  # type: ignore[override]
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        """Receives into ``buffer`` (at most ``nbytes``, default its length) and returns the
+        count, re-arming ``TCP_QUICKACK`` as :meth:`recv` does; with ``flags``, the plain
+        :meth:`socket.socket.recv_into`."""
         if flags:
             return super().recv_into(buffer, nbytes, flags)
         view = memoryview(buffer).cast("B")
@@ -375,7 +386,7 @@ class TcpInfo:
             f"notsent_bytes={self.notsent_bytes}, ...)"
         )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         """Every field, as a new dict."""
         return dict(self._fields)
 
@@ -393,7 +404,8 @@ class TcpInfo:
     @property
     def send_queue_delay(self) -> Optional[datetime.timedelta]:
         """Estimated wait of the unsent bytes: ``notsent / rate`` (``None`` without a rate)."""
-        return self._fields.get("send_queue_delay")
+        delay: Optional[datetime.timedelta] = self._fields.get("send_queue_delay")
+        return delay
 
 
 def tcp_info(sock: Any) -> TcpInfo:
@@ -508,11 +520,12 @@ class BoundedSender:
         max_wait: Optional[Seconds] = None,
     ) -> None:
         self._inner = _native.BoundedSender(sock, mode=mode, threshold=threshold, lowat=lowat, max_wait=max_wait)
+        self._sock = sock
 
     @property
     def socket(self) -> socket.socket:
         """The wrapped socket."""
-        return self._inner.socket
+        return self._sock
 
     def send(self, data: bytes) -> int:
         """Waits for the bound, writes once; returns the bytes written."""
@@ -561,11 +574,12 @@ class FreshSender:
         self._inner = _native.FreshSender(
             sock, mode=mode, threshold=threshold, lowat=lowat, max_wait=max_wait, conflate=conflate, max_age=max_age
         )
+        self._sock = sock
 
     @property
     def socket(self) -> socket.socket:
         """The wrapped socket."""
-        return self._inner.socket
+        return self._sock
 
     def offer(self, data: bytes, key: Key = None) -> bool:
         """Queues ``data``; ``True`` when it replaced an unsent message for ``key``."""
@@ -609,6 +623,15 @@ class BoundedWriter:
         self._sock = sock
         self._sender = FreshSender(sock, **options)
         self._lock = asyncio.Lock()
+        self._waits = 0
+
+    @property
+    def waits(self) -> int:
+        """How often :meth:`drain` waited because a write could not go: a sleep for the
+        governor's ``retry_after`` (threshold mode, also counted in ``stats().sender.waits``)
+        or a wait for writability (the kernel withholding it under ``TCP_NOTSENT_LOWAT`` in the
+        LOWAT modes, or a full send buffer)."""
+        return self._waits
 
     @property
     def sender(self) -> FreshSender:
@@ -632,6 +655,7 @@ class BoundedWriter:
                 if self._sender.pending == 0:
                     return
                 retry = self._sender.retry_after
+                self._waits += 1
                 if retry is not None:
                     await asyncio.sleep(retry.total_seconds())
                 else:
@@ -639,9 +663,14 @@ class BoundedWriter:
 
     async def _writable(self) -> None:
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[None] = loop.create_future()
         fd = self._sock.fileno()
-        loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+
+        def writable() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_writer(fd, writable)
         try:
             # Bounded: the governor re-reads tcp_info at least every max_wait anyway.
             await asyncio.wait_for(fut, timeout=0.05)

@@ -1,9 +1,22 @@
 """Type stubs for ``tcptail._native``, the PyO3 extension (private: use ``tcptail``)."""
 
 import datetime
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, final
 
-Seconds = Union[float, int, str, datetime.timedelta]
+__all__ = [
+    "TcptailError",
+    "ProfileError",
+    "Profile",
+    "apply_profile",
+    "recv",
+    "tcp_info",
+    "bbr_info",
+    "congestion_control",
+    "BoundedSender",
+    "FreshSender",
+]
+
+_Seconds = Union[float, int, str, datetime.timedelta]
 
 class TcptailError(Exception):
     """Base class of every error tcptail raises itself (OS errors stay OSError)."""
@@ -11,6 +24,7 @@ class TcptailError(Exception):
 class ProfileError(TcptailError):
     """A profile could not be loaded: unknown built-in name, unreadable or invalid TOML file."""
 
+@final
 class Profile:
     """A socket profile (congestion control, NODELAY, QUICKACK policy, buffers, keepalive, ...)."""
 
@@ -31,11 +45,11 @@ class Profile:
         bdp: Optional[str] = ...,
         send_buffer: Union[int, str, None] = ...,
         receive_buffer: Union[int, str, None] = ...,
-        keepalive: Union[tuple[Seconds, Seconds, int], dict[str, Any], None] = ...,
-        user_timeout: Optional[Seconds] = ...,
+        keepalive: Union[tuple[_Seconds, _Seconds, int], dict[str, Any], None] = ...,
+        user_timeout: Optional[_Seconds] = ...,
         reuse_address: Optional[bool] = ...,
         reuse_port: Optional[bool] = ...,
-        busy_poll: Optional[Seconds] = ...,
+        busy_poll: Optional[_Seconds] = ...,
         notsent_lowat: Union[int, str, None] = ...,
         priority: Optional[int] = ...,
     ) -> Profile:
@@ -54,16 +68,19 @@ def tcp_info(sock: Any) -> dict[str, Any]: ...
 def bbr_info(sock: Any) -> Optional[dict[str, Any]]: ...
 def congestion_control(sock: Any) -> str: ...
 
+@final
 class BoundedSender:
-    def __init__(
-        self,
+    """Keeps the delay of unsent data in a socket's send buffer under a bound."""
+
+    def __new__(
+        cls,
         sock: Any,
         *,
         mode: str = "threshold",
-        threshold: Optional[Seconds] = None,
+        threshold: Optional[_Seconds] = None,
         lowat: Optional[int] = None,
-        max_wait: Optional[Seconds] = None,
-    ) -> None: ...
+        max_wait: Optional[_Seconds] = None,
+    ) -> BoundedSender: ...
     def send(self, data: bytes) -> int: ...
     def send_all(self, data: bytes) -> None: ...
     def ready(self) -> None: ...
@@ -73,18 +90,21 @@ class BoundedSender:
     def socket(self) -> Any: ...
     def stats(self) -> dict[str, Any]: ...
 
+@final
 class FreshSender:
-    def __init__(
-        self,
+    """A freshness queue (conflation by key, drop-stale) in front of a BoundedSender."""
+
+    def __new__(
+        cls,
         sock: Any,
         *,
         mode: str = "threshold",
-        threshold: Optional[Seconds] = None,
+        threshold: Optional[_Seconds] = None,
         lowat: Optional[int] = None,
-        max_wait: Optional[Seconds] = None,
+        max_wait: Optional[_Seconds] = None,
         conflate: bool = True,
-        max_age: Optional[Seconds] = None,
-    ) -> None: ...
+        max_age: Optional[_Seconds] = None,
+    ) -> FreshSender: ...
     def offer(self, data: bytes, key: Union[int, str, bytes, None] = None) -> bool: ...
     def pump(self) -> int: ...
     def send(self, data: bytes, key: Union[int, str, bytes, None] = None) -> int: ...

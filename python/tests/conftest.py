@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Callable, Iterator, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import pytest
+
+import tcptail
 
 
 class Server:
     """A listener on 127.0.0.1 whose connections are handled by `handler` in threads."""
 
-    def __init__(self, handler: Callable[[socket.socket], None]) -> None:
+    def __init__(self, handler: Callable[[socket.socket], object]) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(0.2)
         self.address: Tuple[str, int] = self.listener.getsockname()
@@ -85,3 +87,11 @@ def stalled_server() -> Iterator[Server]:
 def read_sysctl(name: str) -> str:
     with open("/proc/sys/" + name.replace(".", "/")) as f:
         return f.read().strip()
+
+
+def row(report: Optional[tcptail.ApplyReport], option: str) -> tcptail.OptionReport:
+    """The report's row for `option`, failing the test when the report or the row is missing."""
+    assert report is not None, "no apply report"
+    found = report.option(option)
+    assert found is not None, f"no {option} row in {report}"
+    return found

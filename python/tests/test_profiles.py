@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 import tcptail
-from conftest import read_sysctl
+from conftest import Server, read_sysctl, row
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 
@@ -26,10 +27,10 @@ def test_connect_trading_gives_cubic_and_nodelay(echo_server):
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
         report = sock.report
-        assert report.profile == "trading"
-        assert report.option("TCP_CONGESTION").ok
-        assert report.option("TCP_CONGESTION").actual == "cubic"
-        assert report.option("TCP_NODELAY").ok
+        assert report is not None and report.profile == "trading"
+        assert row(report, "TCP_CONGESTION").ok
+        assert row(report, "TCP_CONGESTION").actual == "cubic"
+        assert row(report, "TCP_NODELAY").ok
         assert sock.quickack == "rearm"
         sock.sendall(b"ping")
         assert sock.recv(4) == b"ping"
@@ -40,47 +41,37 @@ def test_connect_overrides_map_onto_profile_fields(echo_server):
         assert congestion(sock) == "reno"
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
         assert sock.quickack == "off"
-        assert sock.report.option("TCP_QUICKACK") is None
+        assert sock.report is not None and sock.report.option("TCP_QUICKACK") is None
 
 
-def test_throughput_report_shows_capped_buffers():
+def test_report_shows_capped_buffers():
     wmem_max = int(read_sysctl("net.core.wmem_max"))
     rmem_max = int(read_sysctl("net.core.rmem_max"))
-    if min(wmem_max, rmem_max) >= 16 << 20:
-        pytest.skip("this host's wmem_max/rmem_max do not cap a 16 MiB buffer")
-    # congestion=None: only the buffers matter here (and never ask the kernel to load a module).
+    # Twice the host's limits: capped on any host.
     with socket.socket() as sock:
-        report = tcptail.apply(sock, "throughput", congestion=None)
+        report = tcptail.apply(sock, "kernel-default", send_buffer=2 * wmem_max, receive_buffer=2 * rmem_max)
     assert not report.is_clean()
-    snd, rcv = report.option("SO_SNDBUF"), report.option("SO_RCVBUF")
+    snd, rcv = row(report, "SO_SNDBUF"), row(report, "SO_RCVBUF")
     assert snd.outcome == "capped" and rcv.outcome == "capped"
     assert snd.detail["limit_name"] == "net.core.wmem_max"
     assert snd.detail["limit"] == wmem_max
+    assert rcv.detail["limit_name"] == "net.core.rmem_max"
     assert rcv.detail["limit"] == rmem_max
     assert {o.option for o in report.problems()} == {"SO_SNDBUF", "SO_RCVBUF"}
     assert "capped" in str(report)
 
 
-def test_strict_raises_profile_mismatch_naming_the_option():
-    with socket.socket() as sock:
-        with pytest.raises(tcptail.ProfileMismatch) as info:
-            tcptail.apply(sock, "throughput", strict=True, congestion=None, receive_buffer=None)
-    err = info.value
-    assert isinstance(err, tcptail.TcptailError)
-    assert err.options == ("SO_SNDBUF",)
-    assert "SO_SNDBUF" in str(err)
-    assert "net.core.wmem_max" in str(err)
-    assert err.report.option("SO_SNDBUF").outcome == "capped"
-
-
-def test_strict_connect_raises_before_connecting(echo_server):
+def test_strict_connect_raises_before_connecting(echo_server: Server) -> None:
+    rmem_max = int(read_sysctl("net.core.rmem_max"))
     with pytest.raises(tcptail.ProfileMismatch, match="SO_RCVBUF"):
-        tcptail.connect(*echo_server.address, "throughput", strict=True, congestion=None)
+        tcptail.connect(*echo_server.address, "trading", strict=True, receive_buffer=2 * rmem_max)
+    time.sleep(0.3)  # longer than the server's accept poll
+    assert echo_server.connections == [], "strict connect reached the server"
 
 
-def test_strict_clean_profile_passes(echo_server):
+def test_strict_clean_profile_passes(echo_server: Server) -> None:
     with tcptail.connect(*echo_server.address, "trading", strict=True) as sock:
-        assert sock.report.is_clean()
+        assert sock.report is not None and sock.report.is_clean()
 
 
 def test_unknown_profile_raises_naming_it():
@@ -143,11 +134,11 @@ def test_override_units_and_profile_objects():
     with socket.socket() as sock:
         report = tcptail.apply(sock, p)
         assert report.profile == "mine"
-        assert report.option("SO_SNDBUF").ok, str(report)
-        assert report.option("TCP_USER_TIMEOUT").ok
+        assert row(report, "SO_SNDBUF").ok, str(report)
+        assert row(report, "TCP_USER_TIMEOUT").ok
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 2500
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 4
-        assert report.option("TCP_NOTSENT_LOWAT").actual is not None
+        assert row(report, "TCP_NOTSENT_LOWAT").actual is not None
 
 
 def test_closed_socket_is_an_os_error():

@@ -59,11 +59,11 @@ def first_clean(sock, peer, policy: str) -> int:
 
 
 def test_recv_rearms_quickack(pair):
-    assert first_clean(*pair, "rearm") == 1
+    assert first_clean(pair[0], pair[1], "rearm") == 1
 
 
 def test_recv_without_rearm_leaves_it_cleared(pair):
-    assert first_clean(*pair, "off") == 0
+    assert first_clean(pair[0], pair[1], "off") == 0
 
 
 def test_socket_recv_follows_the_profile(pair):

@@ -117,6 +117,6 @@ def test_fresh_sender_rejects_bad_keys(sink_server):
     with socket.create_connection(sink_server.address) as sock:
         sender = tcptail.FreshSender(sock)
         with pytest.raises(TypeError, match="key"):
-            sender.offer(b"x", key=1.5)
+            sender.offer(b"x", key=1.5)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="data"):
-            sender.offer("text")
+            sender.offer("text")  # type: ignore[arg-type]
