@@ -48,7 +48,9 @@ Values:
              (default: 1bdp, at least 10 packets)
   --queue    fifo (drop-tail, default) | codel | codel:target=5ms,interval=100ms
   --jitter   2ms (uniform +-2ms) | normal:1ms (sigma); never reorders packets
-  --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN
+  --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN;
+             --trace-up/--trace-down FILE for one direction, e.g. --trace-down lte.trace
+             --rate-up 5mbit (a trace one way, a constant rate the other)
 
 Both commands get TCPTAIL_SERVER_ADDR=10.77.0.2 and TCPTAIL_CLIENT_ADDR=10.77.0.1. The server
 command's output goes to server.log in the output directory, beside lab-report.json and the
@@ -75,6 +77,12 @@ pub struct PathArgs {
     /// Mahimahi delivery traces instead of a constant rate: FILE or UP,DOWN.
     #[arg(long, value_delimiter = ',', value_name = "FILE[,FILE]", help_heading = "Path")]
     trace: Vec<PathBuf>,
+    /// Mahimahi trace client to server (the other direction keeps its own rate or trace).
+    #[arg(long, value_name = "FILE", help_heading = "Path")]
+    trace_up: Option<PathBuf>,
+    /// Mahimahi trace server to client.
+    #[arg(long, value_name = "FILE", help_heading = "Path")]
+    trace_down: Option<PathBuf>,
     /// Base round-trip time, split evenly between the directions.
     #[arg(
         long,
@@ -159,6 +167,8 @@ impl PathArgs {
             rate_up: self.rate_up,
             rate_down: self.rate_down,
             trace: self.trace,
+            trace_up: self.trace_up,
+            trace_down: self.trace_down,
             rtt: d(self.rtt),
             delay: d(self.delay),
             delay_up: d(self.delay_up),

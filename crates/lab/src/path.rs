@@ -28,6 +28,13 @@
 //! Per direction, a `-up`/`-down` flag overrides the flag for both directions, `--rtt` is split
 //! evenly between the two one-way delays, and the buffer defaults to one BDP.
 //!
+//! A direction's rate is a constant rate or a Mahimahi trace: `--rate-up`/`--trace-up` (and
+//! `--trace UP,DOWN`) set one direction, `--rate`/`--trace FILE` both. A direction-specific
+//! flag wins over a shared one, so `--trace-down lte.trace --rate 5mbit` replays the trace
+//! downstream at a constant 5 Mbit/s upstream; two flags of the same reach for one direction
+//! (`--trace-up F --rate-up R`, `--trace F --rate R`), or a shared flag neither direction
+//! uses, are errors.
+//!
 //! # Guarantees
 //!
 //! - Nothing is created before the spec is checked and root is confirmed.

@@ -7,6 +7,9 @@
 //! evenly between the two one-way delays, and the buffer defaults to one BDP
 //! ([`tcptail_emu::QueueSpec::default_for`]: the direction's rate x the base RTT, at least
 //! ten packets).
+//!
+//! Rates and traces follow the same rule: `--rate-up`, `--trace-up` and `--trace UP,DOWN` set
+//! one direction, `--rate` and `--trace FILE` both; see [`PathFlags::check`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,10 @@ pub struct PathFlags {
     pub rate_down: Option<BitRate>,
     /// Mahimahi traces: one file (both directions) or two (up, down).
     pub trace: Vec<PathBuf>,
+    /// Mahimahi trace, client to server only.
+    pub trace_up: Option<PathBuf>,
+    /// Mahimahi trace, server to client only.
+    pub trace_down: Option<PathBuf>,
     pub rtt: Option<Duration>,
     /// One-way delay, both directions.
     pub delay: Option<Duration>,
@@ -147,6 +154,8 @@ impl PathFlags {
             ("--rate-up", self.rate_up.is_some()),
             ("--rate-down", self.rate_down.is_some()),
             ("--trace", !self.trace.is_empty()),
+            ("--trace-up", self.trace_up.is_some()),
+            ("--trace-down", self.trace_down.is_some()),
             ("--rtt", self.rtt.is_some()),
             ("--delay", self.delay.is_some()),
             ("--delay-up", self.delay_up.is_some()),
@@ -195,6 +204,7 @@ impl PathFlags {
         let rtt = delay_up + delay_down;
         let up = self.direction(Dir::Up, delay_up, rtt)?;
         let down = self.direction(Dir::Down, delay_down, rtt)?;
+        self.reject_unused_rate_source([&up.2, &down.2])?;
         let spec = PathSpec { up: up.0, down: down.0 };
         if let Err(source) = spec.validate() {
             let (dir, field) = source.field.split_once('.').unwrap_or(("up", &source.field));
@@ -206,9 +216,11 @@ impl PathFlags {
             });
         }
         if kind == EmulatorKind::Netem {
-            if !self.trace.is_empty() {
+            if let Some(flag) =
+                [up.2.flag, down.2.flag].into_iter().find(|f| f.starts_with("--trace"))
+            {
                 return Err(LabError::flag(
-                    "--trace",
+                    flag,
                     "netem cannot replay Mahimahi traces; use --emulator builtin",
                 ));
             }
@@ -227,40 +239,17 @@ impl PathFlags {
         dir: Dir,
         delay: Duration,
         rtt: Duration,
-    ) -> Result<(DirectionSpec, Origin), LabError> {
+    ) -> Result<(DirectionSpec, Origin, RateSource<'_>), LabError> {
         let up = dir == Dir::Up;
-        let (rate, rate_flag) = pick(
-            up,
-            (self.rate_up, self.rate_down),
-            self.rate,
-            &["--rate", "--rate-up", "--rate-down"],
-        );
-        let trace = match self.trace.as_slice() {
-            [] => None,
-            [both] => Some(both),
-            [u, d, ..] => Some(if up { u } else { d }),
+        let source = self.rate_source(dir)?;
+        let rate = match source.value {
+            RateValue::Trace(file) => Rate::Trace(read_trace(file, source.flag)?),
+            RateValue::Constant(r) if r.bits_per_second() == 0 => {
+                return Err(LabError::flag(source.flag, "must be greater than zero"));
+            }
+            RateValue::Constant(r) => Rate::Constant(r),
         };
-        let rate = match (trace, rate) {
-            (Some(_), Some(_)) => {
-                return Err(LabError::flag(
-                    rate_flag,
-                    format!("--trace and {rate_flag} both set the {dir} rate; give one"),
-                ));
-            }
-            (Some(file), None) => Rate::Trace(read_trace(file)?),
-            (None, Some(r)) if r.bits_per_second() == 0 => {
-                return Err(LabError::flag(rate_flag, "must be greater than zero"));
-            }
-            (None, Some(r)) => Rate::Constant(r),
-            (None, None) => {
-                return Err(LabError::flag(
-                    "--rate",
-                    "the path needs a rate (e.g. --rate 30mbit, or --rate-up/--rate-down, or \
-                     --trace FILE); --emulator none gives an unshaped veth",
-                ));
-            }
-        };
-        let rate_flag = if trace.is_some() { "--trace".to_owned() } else { rate_flag.to_owned() };
+        let rate_flag = source.flag.to_owned();
         let delay_flag = match (up, self.delay_up.is_some(), self.delay_down.is_some()) {
             (true, true, _) => "--delay-up",
             (false, _, true) => "--delay-down",
@@ -307,8 +296,96 @@ impl PathFlags {
             loss: loss_flag,
             buffer: buffer_flag,
         };
-        Ok((spec, origin))
+        Ok((spec, origin, source))
     }
+
+    /// What sets `dir`'s rate: a trace or a constant rate, from a flag for this direction
+    /// (`--trace-up`, `--trace UP,DOWN`, `--rate-up`) or, failing that, one for both
+    /// (`--trace FILE`, `--rate`). Two flags of the same reach for one direction conflict.
+    fn rate_source(&self, dir: Dir) -> Result<RateSource<'_>, LabError> {
+        let up = dir == Dir::Up;
+        let (trace_flag, rate_flag) =
+            if up { ("--trace-up", "--rate-up") } else { ("--trace-down", "--rate-down") };
+        let own_trace_flag = if up { &self.trace_up } else { &self.trace_down };
+        let listed = match self.trace.as_slice() {
+            [u, d] => Some(if up { u } else { d }),
+            _ => None,
+        };
+        let shared_trace = match self.trace.as_slice() {
+            [both] => Some(both),
+            _ => None,
+        };
+        let own_trace = match (own_trace_flag, listed) {
+            (Some(_), Some(_)) => {
+                return Err(LabError::flag(
+                    trace_flag,
+                    format!("--trace UP,DOWN already gives the {dir} trace; give one"),
+                ));
+            }
+            (Some(file), None) => Some((file, trace_flag)),
+            (None, Some(file)) => Some((file, "--trace")),
+            (None, None) => None,
+        };
+        let own_rate = if up { self.rate_up } else { self.rate_down };
+        let source = |flag, value, shared| RateSource { flag, value, shared };
+        match (own_trace, own_rate) {
+            (Some((_, t)), Some(_)) => Err(LabError::flag(
+                rate_flag,
+                format!("{t} and {rate_flag} both set the {dir} rate; give one"),
+            )),
+            (Some((file, t)), None) => Ok(source(t, RateValue::Trace(file), false)),
+            (None, Some(r)) => Ok(source(rate_flag, RateValue::Constant(r), false)),
+            (None, None) => match (shared_trace, self.rate) {
+                (Some(_), Some(_)) => Err(LabError::flag(
+                    "--rate",
+                    format!(
+                        "--trace and --rate both set the {dir} rate; give one (or a trace for \
+                         one direction with --trace-up/--trace-down)"
+                    ),
+                )),
+                (Some(file), None) => Ok(source("--trace", RateValue::Trace(file), true)),
+                (None, Some(r)) => Ok(source("--rate", RateValue::Constant(r), true)),
+                (None, None) => Err(LabError::flag(
+                    "--rate",
+                    "the path needs a rate (e.g. --rate 30mbit, or --rate-up/--rate-down, or \
+                     --trace FILE, or --trace-up/--trace-down); --emulator none gives an \
+                     unshaped veth",
+                )),
+            },
+        }
+    }
+
+    /// A flag for both directions that neither direction used (each has its own) is a
+    /// mistake, not a no-op.
+    fn reject_unused_rate_source(&self, used: [&RateSource<'_>; 2]) -> Result<(), LabError> {
+        let shared_used = |flag: &str| used.iter().any(|s| s.shared && s.flag == flag);
+        if self.rate.is_some() && !shared_used("--rate") {
+            return Err(LabError::flag(
+                "--rate",
+                "each direction already has its own rate or trace; drop --rate",
+            ));
+        }
+        if self.trace.len() == 1 && !shared_used("--trace") {
+            return Err(LabError::flag(
+                "--trace",
+                "each direction already has its own rate or trace; drop the shared --trace",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where one direction's rate comes from, and the flag that gave it.
+struct RateSource<'a> {
+    flag: &'static str,
+    value: RateValue<'a>,
+    /// Given by a flag for both directions (`--rate`, `--trace FILE`).
+    shared: bool,
+}
+
+enum RateValue<'a> {
+    Trace(&'a PathBuf),
+    Constant(BitRate),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,8 +403,8 @@ impl fmt::Display for Dir {
     }
 }
 
-fn read_trace(file: &Path) -> Result<DeliveryTrace, LabError> {
-    DeliveryTrace::from_file(file).map_err(|e| LabError::trace("--trace", file.to_owned(), &e))
+fn read_trace(file: &Path, flag: &'static str) -> Result<DeliveryTrace, LabError> {
+    DeliveryTrace::from_file(file).map_err(|e| LabError::trace(flag, file.to_owned(), &e))
 }
 
 fn check_command(command: &[String]) -> Result<Vec<String>, LabError> {

@@ -196,3 +196,117 @@ fn trace_messages_strip_the_emu_prefix() {
         "--trace: trace file t.trace line 2: 'x' is not a timestamp (expected whole milliseconds)"
     );
 }
+
+#[test]
+fn a_trace_one_way_and_a_constant_rate_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two opportunities per ms: 2 x 1504 B x 8 / 1 ms = 24.064 Mbit/s.
+    let two = dir.path().join("two.trace");
+    std::fs::write(&two, "1\n1\n").unwrap();
+    let one = dir.path().join("one.trace");
+    std::fs::write(&one, "1\n").unwrap();
+    let rates = |f: PathFlags| {
+        let spec = f.check().unwrap_or_else(|e| panic!("{e}"));
+        let p = spec.path().unwrap().clone();
+        (p.up.rate, p.down.rate)
+    };
+    let base = PathFlags { rate: None, ..flags("1mbit", "10ms") };
+    let trace_rate = |bps| Rate::Constant(BitRate(bps));
+
+    // --trace-down with --rate-up; and with the shared --rate.
+    for f in [
+        PathFlags {
+            trace_down: Some(two.clone()),
+            rate_up: Some(BitRate(5_000_000)),
+            ..base.clone()
+        },
+        PathFlags { trace_down: Some(two.clone()), rate: Some(BitRate(5_000_000)), ..base.clone() },
+    ] {
+        let (up, down) = rates(f);
+        assert_eq!(up, trace_rate(5_000_000));
+        assert!(matches!(down, Rate::Trace(_)), "{down:?}");
+        assert_eq!(down.mean(), BitRate(24_064_000));
+    }
+    // --trace-up with --rate-down.
+    let (up, down) = rates(PathFlags {
+        trace_up: Some(one.clone()),
+        rate_down: Some(BitRate(50_000_000)),
+        ..base.clone()
+    });
+    assert_eq!((up.mean(), down), (BitRate(12_032_000), trace_rate(50_000_000)));
+    // The spelling: --trace UP,DOWN.
+    let (up, down) = rates(PathFlags { trace: vec![one.clone(), two.clone()], ..base.clone() });
+    assert_eq!((up.mean(), down.mean()), (BitRate(12_032_000), BitRate(24_064_000)));
+    // A shared --trace with one direction's own rate.
+    let (up, down) = rates(PathFlags {
+        trace: vec![two.clone()],
+        rate_up: Some(BitRate(3_000_000)),
+        ..base.clone()
+    });
+    assert_eq!((up, down.mean()), (trace_rate(3_000_000), BitRate(24_064_000)));
+    // A shared --trace with --trace-down for the other direction.
+    let (up, down) = rates(PathFlags {
+        trace: vec![one.clone()],
+        trace_down: Some(two.clone()),
+        ..base.clone()
+    });
+    assert_eq!((up.mean(), down.mean()), (BitRate(12_032_000), BitRate(24_064_000)));
+}
+
+#[test]
+fn conflicting_or_unused_rate_flags_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.trace");
+    std::fs::write(&t, "1\n").unwrap();
+    let base = PathFlags { rate: None, ..flags("1mbit", "10ms") };
+    let both_up =
+        PathFlags { trace_up: Some(t.clone()), rate_up: Some(BitRate(1_000_000)), ..base.clone() };
+    assert_eq!(
+        err(&both_up),
+        "--rate-up: --trace-up and --rate-up both set the up (client to server) rate; give one"
+    );
+    let listed_and_own = PathFlags {
+        trace: vec![t.clone(), t.clone()],
+        trace_down: Some(t.clone()),
+        ..base.clone()
+    };
+    assert!(err(&listed_and_own).starts_with("--trace-down: --trace UP,DOWN already gives"));
+    let unused_rate = PathFlags {
+        trace_up: Some(t.clone()),
+        trace_down: Some(t.clone()),
+        rate: Some(BitRate(1_000_000)),
+        ..base.clone()
+    };
+    assert!(err(&unused_rate).starts_with("--rate: each direction already has its own"));
+    let unused_trace = PathFlags {
+        trace: vec![t.clone()],
+        rate_up: Some(BitRate(1_000_000)),
+        rate_down: Some(BitRate(1_000_000)),
+        ..base.clone()
+    };
+    assert!(err(&unused_trace).starts_with("--trace: each direction already has its own"));
+    let only_one_way = PathFlags { trace_up: Some(t.clone()), ..base.clone() };
+    assert!(err(&only_one_way).starts_with("--rate: the path needs a rate"));
+    let netem = PathFlags {
+        emulator: EmulatorKind::Netem,
+        trace_down: Some(t.clone()),
+        rate_up: Some(BitRate(1_000_000)),
+        ..base.clone()
+    };
+    assert!(err(&netem).starts_with("--trace-down: netem cannot replay"));
+    let none = PathFlags {
+        emulator: EmulatorKind::None,
+        trace_down: Some(t.clone()),
+        ..PathFlags { command: vec!["true".into()], ..PathFlags::default() }
+    };
+    assert!(err(&none).starts_with("--trace-down: --emulator none is a plain veth"));
+    // A bad file given by --trace-up is named with that flag.
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "1\nx\n").unwrap();
+    let msg = err(&PathFlags {
+        trace_up: Some(bad),
+        rate_down: Some(BitRate(1_000_000)),
+        ..base.clone()
+    });
+    assert!(msg.starts_with("--trace-up: trace file") && msg.contains("line 2"), "{msg}");
+}
