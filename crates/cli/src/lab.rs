@@ -4,7 +4,10 @@
 //!
 //! Exit codes: `lab path` and `lab exec` exit with COMMAND's code (128 + signal if it was
 //! killed, or if the lab itself got SIGINT/SIGTERM); 2 for a bad command line or path spec
-//! (nothing was created); 1 when the lab failed.
+//! (nothing was created); 1 when the lab failed before COMMAND ran. Once COMMAND has run, its
+//! code is the exit code even when writing the report or tearing down failed afterwards: the
+//! lab prints those errors on stderr (`error: lab: ...`) and keeps COMMAND's code, so a script
+//! never mistakes a lab problem for its own command's failure.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
@@ -259,7 +262,23 @@ fn path(args: PathArgs) -> Result<ExitCode> {
     if let Some(flag) = &outcome.lateness_flag {
         eprintln!("warning: {flag}");
     }
+    // COMMAND ran: its exit code stands, the lab's own failures are printed beside it.
+    for e in &outcome.lab_errors {
+        eprintln!("error: lab: {}", with_causes(e));
+    }
     Ok(exit_code(outcome.signal.map_or(outcome.exit_code, |s| 128 + s)))
+}
+
+/// An error and its causes, `outer: inner: ...`, as `{:#}` prints an anyhow chain.
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 fn exec(args: ExecArgs) -> Result<ExitCode> {

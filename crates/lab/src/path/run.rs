@@ -14,8 +14,11 @@
 //!
 //! [`LabRun::run`] then runs the client command with the terminal's stdio, waits for it, stops
 //! the server (a short grace to exit by itself, then SIGTERM), stops the emulator, writes
-//! `lab-report.json`, and tears the topology down. `Drop` does the same teardown without the
-//! report for any run that ends early (error, panic).
+//! `lab-report.json`, and tears the topology down. Once the client has run, its result is
+//! the run's result: a report that cannot be written or a teardown step that fails is
+//! returned in [`LabOutcome::lab_errors`], not as an error that would hide the command's exit
+//! code. `Drop` does the same teardown without the report for any run that ends early (error,
+//! panic).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -57,6 +60,10 @@ pub struct LabOutcome {
     pub lateness_flag: Option<String>,
     /// A termination signal the lab itself received during the run.
     pub signal: Option<i32>,
+    /// What went wrong after the client command ended (writing the report, tearing down).
+    /// The command's own result above stands: a front end prints these and still exits with
+    /// the command's code.
+    pub lab_errors: Vec<LabError>,
 }
 
 /// A lab that is set up and ready for its client command. [`LabRun::start`] sets it up,
@@ -338,12 +345,26 @@ impl LabRun {
         self.stop_server();
         let lateness_flag = self.stop_emulator();
         let report_path = self.report_path();
-        self.write_report(&report_path)?;
-        if let Some(topo) = self.topo.take() {
-            topo.teardown()?;
+        // From here on the command's result is known: a failure to write the report or to
+        // tear down is reported beside it, never instead of it.
+        let mut lab_errors = Vec::new();
+        if let Err(e) = self.write_report(&report_path) {
+            lab_errors.push(e);
+        }
+        if let Some(topo) = self.topo.take()
+            && let Err(e) = topo.teardown()
+        {
+            lab_errors.push(e.into());
         }
         let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        Ok(LabOutcome { status, exit_code, report_path, lateness_flag, signal: signal::received() })
+        Ok(LabOutcome {
+            status,
+            exit_code,
+            report_path,
+            lateness_flag,
+            signal: signal::received(),
+            lab_errors,
+        })
     }
 
     fn stop_server(&mut self) {
