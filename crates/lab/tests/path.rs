@@ -1,6 +1,8 @@
 //! `tcptail_lab::path` as a library, as root: per-namespace TCP buffers set for the path (and
-//! the host's left alone), the report, a plain veth run, and teardown when setup fails, when
-//! the server command fails, and when the caller panics mid-run.
+//! the host's left alone), the report, a plain veth run, netem on the router (or, without
+//! netem, teardown when setup fails), a report that cannot be written kept apart from the
+//! command's exit code, and teardown when the server command fails and when the caller panics
+//! mid-run.
 //!
 //! Namespaces are named after this test process's pid; the tests take one lock so that each
 //! can tell its own namespaces from the others'.
@@ -135,25 +137,91 @@ fn plain_veth_run_carries_traffic_without_an_emulator() {
     assert!(my_lab_namespaces().is_empty());
 }
 
+/// Whether this kernel can create a netem qdisc, probed on `lo` of a scratch namespace named
+/// after this process (so [`Sweep`] would remove it too).
+fn kernel_has_netem() -> bool {
+    let ns = format!("tcptail-{}-lab-netemprobe", std::process::id());
+    assert!(Command::new("ip").args(["netns", "add", &ns]).status().unwrap().success());
+    let added = Command::new("tc")
+        .args(["-n", &ns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"])
+        .output()
+        .unwrap();
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    added.status.success()
+}
+
+/// `--emulator netem`: on a kernel without netem, setup fails with the typed error and leaves
+/// nothing; on one with netem, the qdiscs sit on the router's egresses with the path's limit
+/// and carry traffic.
 #[test]
-fn a_failed_setup_leaves_nothing() {
+fn netem_runs_on_the_router_or_a_failed_setup_leaves_nothing() {
     let _lock = lock();
     let _sweep = Sweep;
     let out = tempfile::tempdir().unwrap();
-    let spec = PathFlags { emulator: EmulatorKind::Netem, ..flags(out.path(), &["true"]) }
-        .check()
-        .unwrap();
+    let has_netem = kernel_has_netem();
+    let spec = PathFlags {
+        emulator: EmulatorKind::Netem,
+        server_cmd: Some("iperf3 -s -1".into()),
+        server_ready: Some(ReadyArg::Port(5201)),
+        ..flags(out.path(), &["sh", "-c", "iperf3 -c $TCPTAIL_SERVER_ADDR -t 2 -C bbr >/dev/null"])
+    }
+    .check()
+    .unwrap();
     match LabRun::start(&spec) {
         Err(LabError::Netem(NetemError::Unavailable { stderr, .. })) => {
+            assert!(!has_netem, "the probe created a netem qdisc, the lab could not: {stderr}");
             assert!(stderr.contains("qdisc kind is unknown"), "{stderr}");
         }
         Err(other) => panic!("unexpected error: {other}"),
         Ok(run) => {
-            eprintln!("note: this host has netem");
+            assert!(has_netem, "netem set up on a kernel the probe found without it");
             assert!(run.banner().contains("netem on router"));
+            let router = my_lab_namespaces()
+                .into_iter()
+                .find(|n| n.contains("lab-router"))
+                .expect("a router namespace");
+            let show = Command::new("tc").args(["-n", &router, "qdisc", "show"]).output().unwrap();
+            let show = String::from_utf8_lossy(&show.stdout).into_owned();
+            // 30 Mbit/s x 10 ms: a one-BDP buffer of 25 packets plus twice the BDP.
+            for ifname in ["tcptail-s", "tcptail-c"] {
+                assert!(
+                    show.lines().any(|l| l.contains("netem") && l.contains(ifname)),
+                    "no netem on {ifname}: {show}"
+                );
+            }
+            assert!(show.contains("limit 75"), "{show}");
+            for end in [run.client_netns().to_owned(), run.server_netns().to_owned()] {
+                let q = Command::new("tc").args(["-n", &end, "qdisc", "show"]).output().unwrap();
+                assert!(!String::from_utf8_lossy(&q.stdout).contains("netem"), "netem in {end}");
+            }
+            let outcome = run.run().unwrap();
+            assert_eq!(outcome.exit_code, 0, "iperf3 through netem failed");
+            assert!(outcome.lab_errors.is_empty(), "{:?}", outcome.lab_errors);
         }
     }
     assert!(my_lab_namespaces().is_empty(), "{:?}", my_lab_namespaces());
+}
+
+#[test]
+fn a_report_that_cannot_be_written_does_not_replace_the_exit_code() {
+    let _lock = lock();
+    let _sweep = Sweep;
+    let out = tempfile::tempdir().unwrap();
+    let script = format!("mkdir {}/lab-report.json; exit 5", out.path().display());
+    let spec = PathFlags {
+        emulator: EmulatorKind::None,
+        rate: None,
+        rtt: None,
+        ..flags(out.path(), &["sh", "-c", &script])
+    }
+    .check()
+    .unwrap();
+    let outcome = LabRun::start(&spec).unwrap().run().expect("the command ran: an outcome");
+    assert_eq!(outcome.exit_code, 5);
+    assert_eq!(outcome.lab_errors.len(), 1, "{:?}", outcome.lab_errors);
+    let text = outcome.lab_errors[0].to_string();
+    assert!(text.contains("lab-report.json") && text.contains("create"), "{text}");
+    assert!(my_lab_namespaces().is_empty(), "teardown still ran: {:?}", my_lab_namespaces());
 }
 
 #[test]
