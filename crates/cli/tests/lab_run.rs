@@ -191,6 +191,15 @@ fn report_rerenders_from_results_json_alone() {
             verdict: tcptail_report::Verdict::Reproduced,
             verdict_reason: "p50 40000 µs vs 30 µs".into(),
             verdict_rule: "when: a.p50_us > 10 * b.p50_us".into(),
+            rules: vec![tcptail_report::RuleResult {
+                verdict: tcptail_report::Verdict::Reproduced,
+                when: Some("a.p50_us > 10 * b.p50_us".into()),
+                evaluated: Some("40000 > 300 ✓".into()),
+                outcome: tcptail_report::Outcome::Holds,
+                fired: true,
+                line: 3,
+            }],
+            findings: Vec::new(),
             rounds: 1,
             variants: Vec::new(),
             plots: Vec::new(),
@@ -206,6 +215,7 @@ fn report_rerenders_from_results_json_alone() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(dir.path().join("index.html")).expect("index.html");
     assert!(html.contains("nagle-delack") && html.contains("p50 40000 µs vs 30 µs"));
+    assert!(html.contains("40000 &gt; 300 ✓") && html.contains("← decided the verdict"));
 
     std::fs::write(dir.path().join("results.json"), "{\"run\": 3}").expect("write");
     let out = Command::new(bin()).args(["lab", "report"]).arg(dir.path()).output().expect("run");

@@ -7,7 +7,9 @@
 //! - [`workload`]: the engines that run one variant for one round (request/response latency,
 //!   split writes, idle restart, the tuning ladder, send-queue delay, bulk transfers, bloat).
 //! - [`path`]: the network path of a round: veth, the built-in emulator, or `tbf` on a router.
-//! - [`verdict`]: the rule language that turns medians into a verdict with its reason.
+//! - [`verdict`]: the rule language that turns medians and spreads into a verdict with its
+//!   reason, every rule evaluated for the report, and findings (observations decided from the
+//!   data beside the verdict).
 //! - [`runner`]: interleaves variants over rounds, aggregates medians and spreads, keeps
 //!   what finished when interrupted, and writes `results.json`.
 //! - [`environment`]: the machine block of the report.

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tcptail_report::{
-    Environment, ExperimentResult, Lateness, Metric, Results, RunInfo, Series, SeriesKind,
-    VariantResult, Verdict,
+    Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RunInfo, Series,
+    SeriesKind, VariantResult, Verdict,
 };
 
 use crate::spec::{Experiment, Mode, SpecError, VariantSpec};
-use crate::verdict::{self, Rule};
+use crate::verdict::{self, Finding, Rule};
 use crate::workload::{self, Measurement, RoundContext, RunError, VariantPlan};
 
 /// One experiment, checked: every variant planned, every rule compiled.
@@ -26,6 +26,7 @@ pub struct Prepared {
     pub experiment: Experiment,
     variants: Vec<PreparedVariant>,
     rules: Vec<Rule>,
+    findings: Vec<Finding>,
     rounds: usize,
 }
 
@@ -84,8 +85,20 @@ impl Prepared {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let findings = experiment
+            .findings
+            .iter()
+            .map(|spec| {
+                Finding::compile(spec, &names).map_err(|e| SpecError {
+                    file: experiment.file.clone(),
+                    line: Some(spec.line),
+                    key: Some(e.key().to_owned()),
+                    problem: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let rounds = rounds.unwrap_or(experiment.mode(mode).rounds).max(1);
-        Ok(Prepared { experiment, variants, rules, rounds })
+        Ok(Prepared { experiment, variants, rules, findings, rounds })
     }
 
     /// Rounds times variants: the number of steps this experiment takes.
@@ -218,13 +231,15 @@ pub fn write(results: &Results, dir: &Path) -> Result<(), RunnerError> {
 }
 
 /// The per-variant metric that carries the emulator's p99 release lateness of its rounds.
-pub const EMULATOR_LATENESS_METRIC: &str = "emulator_lateness_p99_us";
+pub const EMULATOR_LATENESS_METRIC: &str = LATENESS_METRIC;
 
 /// Every round's measurements of one variant.
 #[derive(Default)]
 struct Rounds {
     measurements: Vec<Measurement>,
     errors: Vec<String>,
+    /// Why this host cannot run the variant (found in its first round; not repeated).
+    not_applicable: Option<String>,
 }
 
 fn run_experiment(
@@ -247,6 +262,12 @@ fn run_experiment(
                 interrupted = true;
                 break 'rounds;
             }
+            if rounds[index].not_applicable.is_some() {
+                // The host cannot run it; one round found that out.
+                observer.step_started(&variant.spec.name, round, prepared.rounds);
+                observer.step_finished(&variant.spec.name, round, None);
+                continue;
+            }
             let scratch = options
                 .out
                 .join("rounds")
@@ -264,7 +285,8 @@ fn run_experiment(
                         progress: &|f| observer.step_progress(f),
                     };
                     run_isolated(variant.plan.as_ref(), &ctx)
-                });
+                })
+                .and_then(|m| declared_metrics_present(variant.plan.as_ref(), m));
             // An empty scratch directory says nothing; keep only those an engine wrote into.
             let _ = std::fs::remove_dir(&scratch);
             observer.step_finished(&variant.spec.name, round, outcome.as_ref().err());
@@ -274,17 +296,14 @@ fn run_experiment(
                     interrupted = true;
                     break 'rounds;
                 }
+                Err(RunError::NotApplicable(why)) => rounds[index].not_applicable = Some(why),
                 Err(e) => rounds[index].errors.push(format!("round {}: {e}", round + 1)),
             }
         }
         completed_rounds = round + 1;
     }
-    let variants: Vec<VariantResult> = prepared
-        .variants
-        .iter()
-        .zip(&rounds)
-        .map(|(v, r)| fold_variant(&v.spec, v.config.clone(), r))
-        .collect();
+    let variants: Vec<VariantResult> =
+        prepared.variants.iter().zip(&rounds).map(|(v, r)| fold_variant(v, r)).collect();
     let mut lateness: Option<Lateness> = None;
     for l in rounds.iter().flat_map(|r| &r.measurements).filter_map(|m| m.lateness.as_ref()) {
         l.add_to(&mut lateness);
@@ -310,16 +329,22 @@ fn run_experiment(
                 .into(),
         );
     }
-    let (verdict, verdict_reason, verdict_rule) = if variants.iter().all(|v| v.metrics.is_empty()) {
-        let why = if interrupted {
-            "interrupted before any round finished"
+    let (verdict, verdict_reason, verdict_rule, rules) =
+        if variants.iter().all(|v| v.metrics.is_empty()) {
+            let why = if interrupted {
+                "interrupted before any round finished"
+            } else {
+                "no round succeeded"
+            };
+            (Verdict::NotApplicable, format!("no data: {why}"), String::new(), Vec::new())
         } else {
-            "no round succeeded"
+            let d = verdict::decide(&prepared.rules, &variants.as_slice());
+            (d.verdict, d.reason, d.rule, d.rules)
         };
-        (Verdict::NotApplicable, format!("no data: {why}"), String::new())
+    let findings = if variants.iter().all(|v| v.metrics.is_empty()) {
+        Vec::new()
     } else {
-        let decision = verdict::decide(&prepared.rules, &variants.as_slice());
-        (decision.verdict, decision.reason, decision.rule)
+        prepared.findings.iter().map(|f| f.evaluate(&variants.as_slice())).collect()
     };
     let setup = format!(
         "{} variant{} x {} round{}, interleaved (each round starts one variant later); {}",
@@ -338,6 +363,8 @@ fn run_experiment(
         verdict,
         verdict_reason,
         verdict_rule,
+        rules,
+        findings,
         rounds: completed_rounds,
         variants,
         plots: experiment.plots.clone(),
@@ -350,6 +377,26 @@ fn run_experiment(
         duration_s: started.elapsed().as_secs_f64(),
     };
     (result, interrupted)
+}
+
+/// A round that lacks a metric its plan declares failed, whatever the engine returned.
+fn declared_metrics_present(
+    plan: &dyn VariantPlan,
+    m: Measurement,
+) -> Result<Measurement, RunError> {
+    let missing: Vec<String> = plan
+        .metrics()
+        .into_iter()
+        .filter(|n| !m.metrics.get(n).is_some_and(|v| v.is_finite()))
+        .collect();
+    if missing.is_empty() {
+        Ok(m)
+    } else {
+        Err(RunError::failed(
+            "the round's measurement",
+            format!("declared metric(s) missing or not finite: {}", missing.join(", ")),
+        ))
+    }
 }
 
 /// Runs one variant-round on a thread of its own: engines pin the calling thread to CPUs and
@@ -385,11 +432,8 @@ fn common_setup(prepared: &Prepared) -> String {
 /// Folds a variant's rounds: every metric becomes its median with the spread over rounds;
 /// CDFs are pooled (rounds weighted alike); time series are the first round's, since
 /// averaging time series of different rounds would blur what one round looked like.
-fn fold_variant(
-    spec: &VariantSpec,
-    config: BTreeMap<String, serde_json::Value>,
-    rounds: &Rounds,
-) -> VariantResult {
+fn fold_variant(variant: &PreparedVariant, rounds: &Rounds) -> VariantResult {
+    let (spec, config) = (&variant.spec, variant.config.clone());
     let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for m in &rounds.measurements {
         for (name, &value) in &m.metrics {
@@ -429,7 +473,15 @@ fn fold_variant(
         }
     }
     notes.extend(rounds.errors.iter().map(|e| format!("failed {e}")));
-    VariantResult { name: spec.name.clone(), config, metrics, series, notes }
+    VariantResult {
+        name: spec.name.clone(),
+        config,
+        metrics,
+        series,
+        notes,
+        not_applicable: rounds.not_applicable.clone(),
+        expected_metrics: variant.plan.metrics(),
+    }
 }
 
 /// A round's seed: the run's seed mixed with the experiment, variant and round (SplitMix64

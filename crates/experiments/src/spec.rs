@@ -37,6 +37,12 @@
 //! [[verdict]]
 //! verdict = "not-reproduced"
 //! reason = "..."
+//!
+//! [[finding]]                   # optional: an observation decided from the data
+//! title = "QUICKACK on the client"
+//! when = "on_rearm.p50_us.max < off_off.p50_us.min"
+//! then = "helps: {on_rearm.p50_us} µs"
+//! otherwise = "does not help: {on_rearm.p50_us} µs"
 //! ```
 //!
 //! Parameter layers, later winning: `[params]`, the variant's keys, the mode's keys. Errors
@@ -120,6 +126,21 @@ pub struct RuleSpec {
     pub line: usize,
 }
 
+/// One finding (see [`crate::verdict::Finding`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FindingSpec {
+    /// What it is about.
+    pub title: String,
+    /// The condition.
+    pub when: String,
+    /// The text when it holds, with `{variant.metric}` placeholders.
+    pub then: String,
+    /// The text when it does not.
+    pub otherwise: String,
+    /// Line of its `[[finding]]` header.
+    pub line: usize,
+}
+
 /// A parsed experiment file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Experiment {
@@ -147,6 +168,8 @@ pub struct Experiment {
     pub table: Vec<String>,
     /// `[[verdict]]`, in order.
     pub rules: Vec<RuleSpec>,
+    /// `[[finding]]`, in order.
+    pub findings: Vec<FindingSpec>,
     /// Remarks shown with the results.
     pub notes: Vec<String>,
 }
@@ -167,7 +190,7 @@ pub struct SpecError {
 
 const TOP_KEYS: &[&str] = &[
     "name", "title", "seed", "claim", "workload", "table", "notes", "params", "mode", "variant",
-    "plot", "verdict",
+    "plot", "verdict", "finding",
 ];
 
 /// The experiment files built into the binary, in the order `lab run` runs them.
@@ -347,6 +370,7 @@ impl Experiment {
                 None => Vec::new(),
             },
             rules: Vec::new(),
+            findings: Vec::new(),
             notes: match get("notes") {
                 Some(v) => src.strings("notes", v)?,
                 None => Vec::new(),
@@ -367,6 +391,7 @@ impl Experiment {
             }
         }
         exp.parse_rules(&src, get("verdict"))?;
+        exp.parse_findings(&src, get("finding"))?;
         Ok(exp)
     }
 
@@ -461,57 +486,6 @@ impl Experiment {
         Ok(())
     }
 
-    fn parse_rules(
-        &mut self,
-        src: &Source<'_>,
-        v: Option<&Spanned<DeValue<'_>>>,
-    ) -> Result<(), SpecError> {
-        let Some(v) = v else {
-            return Err(src.err(
-                None,
-                Some("verdict"),
-                "at least one [[verdict]] rule is required",
-            ));
-        };
-        let items = src.tables("verdict", v)?;
-        for (i, item) in items.iter().enumerate() {
-            let t = src.table("verdict", item)?;
-            for (k, kv) in t.iter() {
-                let key = k.get_ref().as_ref();
-                if !["verdict", "when", "reason"].contains(&key) {
-                    return Err(src.at(
-                        kv,
-                        key,
-                        "unknown key in [[verdict]] (verdict, when, reason)",
-                    ));
-                }
-            }
-            let verdict = match t.get("verdict") {
-                Some(vv) => {
-                    let s = src.string("verdict", vv)?;
-                    Verdict::parse(&s).ok_or_else(|| {
-                        src.at(vv, "verdict", format!("`{s}`: expected reproduced, partly, not-reproduced or not-applicable"))
-                    })?
-                }
-                None => return Err(src.at(item, "verdict.verdict", "is required")),
-            };
-            let when = t.get("when").map(|w| src.string("when", w)).transpose()?;
-            let reason = match t.get("reason") {
-                Some(r) => src.string("reason", r)?,
-                None => return Err(src.at(item, "verdict.reason", "is required")),
-            };
-            let last = i + 1 == items.len();
-            if when.is_none() && !last {
-                return Err(src.at(item, "when", "only the last [[verdict]] rule may omit `when`"));
-            }
-            if when.is_some() && last {
-                return Err(src.at(item, "when", "the last [[verdict]] rule must not have `when`: it is the verdict when no rule holds"));
-            }
-            self.rules.push(RuleSpec { verdict, when, reason, line: src.line(item.span()) });
-        }
-        Ok(())
-    }
-
     /// Reads and parses a file.
     pub fn load(path: &Path) -> Result<Experiment, SpecError> {
         let file = path.display().to_string();
@@ -575,5 +549,6 @@ impl Experiment {
     }
 }
 
+mod rules;
 #[cfg(test)]
 mod tests;

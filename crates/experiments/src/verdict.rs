@@ -37,15 +37,17 @@
 
 use std::fmt;
 
-use tcptail_report::{VariantResult, Verdict};
+use tcptail_report::{Outcome, RuleResult, VariantResult, Verdict};
 
 use crate::spec::RuleSpec;
 
 mod condition;
+mod finding;
 #[cfg(test)]
 mod tests;
 
 use condition::{Cond, parse_condition};
+pub use finding::Finding;
 
 /// Which statistic over rounds a reference reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,7 +121,7 @@ pub struct RuleError {
 }
 
 impl RuleError {
-    /// The key at fault: `when` or `reason`.
+    /// The key at fault: `when` or `reason` (`then` or `otherwise` in a finding).
     pub fn key(&self) -> &'static str {
         self.key
     }
@@ -164,7 +166,7 @@ impl Rule {
             Some(text) => Some((text.clone(), parse_condition(text, variants)?)),
             None => None,
         };
-        let reason = parse_template(&spec.reason, variants)?;
+        let reason = parse_template(&spec.reason, variants, "reason")?;
         Ok(Rule { verdict: spec.verdict, when, reason, line: spec.line })
     }
 
@@ -215,14 +217,39 @@ impl Rule {
 
     /// The reason with its placeholders filled.
     pub fn reason(&self, values: &dyn Values) -> String {
-        self.reason
-            .iter()
-            .map(|p| match p {
-                Piece::Text(t) => t.clone(),
-                Piece::Ref(r) => lookup(values, r).map_or_else(|| "n/a".to_string(), format_value),
-            })
-            .collect()
+        fill(&self.reason, values)
     }
+
+    /// The rule evaluated on `values`, for the report's rule list.
+    pub fn result(&self, values: &dyn Values, fired: bool) -> RuleResult {
+        RuleResult {
+            verdict: self.verdict,
+            when: self.when().map(str::to_owned),
+            evaluated: self.when.as_ref().map(|(_, cond)| cond.explain(values)),
+            outcome: outcome(self.holds(values)),
+            fired,
+            line: self.line,
+        }
+    }
+}
+
+fn outcome<E>(held: Result<bool, E>) -> Outcome {
+    match held {
+        Ok(true) => Outcome::Holds,
+        Ok(false) => Outcome::Fails,
+        Err(_) => Outcome::Unknown,
+    }
+}
+
+/// A template with its placeholders filled (`n/a` where a value is missing).
+fn fill(pieces: &[Piece], values: &dyn Values) -> String {
+    pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Text(t) => t.clone(),
+            Piece::Ref(r) => lookup(values, r).map_or_else(|| "n/a".to_string(), format_value),
+        })
+        .collect()
 }
 
 /// The outcome of applying an experiment's rules.
@@ -237,13 +264,23 @@ pub struct Decision {
     /// References without a value: those that left the deciding condition unknown, or, when a
     /// rule applied, those its reason prints as `n/a`.
     pub missing: Vec<String>,
+    /// Every rule evaluated, in order, the deciding one marked.
+    pub rules: Vec<RuleResult>,
 }
 
 /// Applies `rules` in order: the first whose condition holds gives the verdict. A condition
 /// that is unknown stops there with [`Verdict::NotApplicable`] and a reason naming what this
 /// run did not measure.
 pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
-    for rule in rules {
+    let (mut decision, fired) = first_applicable(rules, values);
+    decision.rules =
+        rules.iter().enumerate().map(|(i, r)| r.result(values, Some(i) == fired)).collect();
+    decision
+}
+
+/// The deciding rule's decision (its `rules` still empty) and that rule's index.
+fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<usize>) {
+    for (i, rule) in rules.iter().enumerate() {
         match rule.holds(values) {
             Ok(false) => continue,
             Ok(true) => {
@@ -255,12 +292,14 @@ pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
                         _ => None,
                     })
                     .collect::<Vec<_>>();
-                return Decision {
+                let decision = Decision {
                     verdict: rule.verdict,
                     reason: rule.reason(values),
                     rule: rule.describe(),
                     missing: dedup(missing),
+                    rules: Vec::new(),
                 };
+                return (decision, Some(i));
             }
             Err(missing) => {
                 let missing: Vec<String> = missing.iter().map(Ref::to_string).collect();
@@ -271,21 +310,25 @@ pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
                     format!("needs {} which this run did not measure", join_and(&missing))
                 };
                 let reason = format!("the rule at line {} (`{text}`) {why}", rule.line);
-                return Decision {
+                let decision = Decision {
                     verdict: Verdict::NotApplicable,
                     reason,
                     rule: rule.describe(),
                     missing,
+                    rules: Vec::new(),
                 };
+                return (decision, Some(i));
             }
         }
     }
-    Decision {
+    let decision = Decision {
         verdict: Verdict::NotApplicable,
         reason: "no verdict rule applies (the experiment has no final rule without `when`)".into(),
         rule: "none".into(),
         missing: Vec::new(),
-    }
+        rules: Vec::new(),
+    };
+    (decision, None)
 }
 
 /// Formats a value to three significant digits without an exponent between 1e-4 and 1e7
@@ -375,8 +418,12 @@ enum Piece {
     Ref(Ref),
 }
 
-fn parse_template(text: &str, variants: &[&str]) -> Result<Vec<Piece>, RuleError> {
-    let err = |at: usize, problem: &str| RuleError::new("reason", text, at, problem);
+fn parse_template(
+    text: &str,
+    variants: &[&str],
+    key: &'static str,
+) -> Result<Vec<Piece>, RuleError> {
+    let err = |at: usize, problem: &str| RuleError::new(key, text, at, problem);
     let mut pieces = Vec::new();
     let mut literal = String::new();
     let mut rest = text.char_indices().peekable();

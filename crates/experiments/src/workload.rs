@@ -71,6 +71,11 @@ pub enum RunError {
     /// The run was asked to stop.
     #[error("interrupted")]
     Interrupted,
+    /// This host cannot run the variant at all (e.g. an `isolcpus` step on a machine with no
+    /// isolated CPU): why, from what the engine found. Not a failure; the runner records it
+    /// once and does not repeat the variant.
+    #[error("not applicable here: {0}")]
+    NotApplicable(String),
     /// Namespaces, links or processes failed.
     #[error(transparent)]
     Netns(#[from] tcptail_netns::Error),
@@ -98,6 +103,13 @@ pub trait VariantPlan: Send + Sync {
 
     /// A one-line description of the setup for the report ("veth, open loop 1000/s, 64 B").
     fn describe(&self) -> String;
+
+    /// The metrics every successful round of this variant produces. The runner treats a round
+    /// that lacks one as failed, so an engine cannot silently stop measuring something an
+    /// experiment's table or rules read. Empty (the default) declares nothing.
+    fn metrics(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A workload engine.

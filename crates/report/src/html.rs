@@ -7,8 +7,10 @@
 //!
 //! Layout: run information and a table of contents with each experiment's verdict badge, the
 //! environment (with a warning when the emulator's lateness flagged paths), then one section
-//! per experiment: claim, setup, verdict and rule, error, lateness, the metrics table, the
-//! plots the experiment file asks for, and the notes. A plot whose data is missing in every
+//! per experiment: claim, setup, verdict, every verdict rule evaluated on the run's values
+//! (the deciding one marked), the findings, error, lateness, the metrics table (with each
+//! variant's emulator lateness, late rounds marked, and rows for variants this host cannot
+//! run), the plots the experiment file asks for, and the notes. A plot whose data is missing in every
 //! variant is a one-line "no data" note, not an empty frame.
 
 use std::fmt::Write as _;
@@ -109,6 +111,10 @@ th:first-child,td:first-child{text-align:left;white-space:normal}th{font-weight:
 figure{margin:1em 0}svg.plot{display:block;max-width:100%;height:auto}\
 .nodata{color:#666;font-style:italic}\
 .flagged{color:#a03000;font-weight:600}\
+table.rules td,table.rules th{white-space:normal;text-align:left}\
+table.rules tr.fired td{background:#eef6ee;font-weight:600}table.rules tr.fired td code{font-weight:normal}\
+.outcome-holds{color:#1a7f37}.outcome-fails{color:#777}.outcome-unknown{color:#a03000}\
+td.na{text-align:left;color:#555;font-style:italic;white-space:normal}\
 .page-footer{color:#777;font-size:.85em;margin-top:2em}";
 
 fn badge(v: Verdict) -> String {
@@ -247,7 +253,6 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
 <p class="text">{setup}</p>
 <h3>Verdict</h3>
 <p>{badge} <span class="text">{reason}</span></p>
-<p>Rule: <code>{rule}</code></p>
 "#,
         id = anchor(i, exp),
         title = escape(&exp.title),
@@ -260,8 +265,9 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
         seed = escape(&exp.seed),
         setup = escape(&exp.setup),
         reason = escape(&exp.verdict_reason),
-        rule = escape(&exp.verdict_rule),
     );
+    verdict::rules(h, exp);
+    verdict::findings(h, exp);
     if let Some(err) = &exp.error {
         let _ = writeln!(
             h,
@@ -294,69 +300,6 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
     }
     notes(h, exp);
     h.push_str("</section>\n");
-}
-
-fn metrics_table(h: &mut String, exp: &ExperimentResult) {
-    h.push_str("<h3>Results</h3>\n");
-    if exp.variants.is_empty() {
-        h.push_str("<p class=\"nodata\">No variant finished.</p>\n");
-        return;
-    }
-    let mut columns: Vec<&str> = exp.table.iter().map(String::as_str).collect();
-    if columns.is_empty() {
-        let mut all: Vec<&str> =
-            exp.variants.iter().flat_map(|v| v.metrics.keys().map(String::as_str)).collect();
-        all.sort_by(|a, b| natural_cmp(a, b));
-        all.dedup();
-        columns = all;
-    }
-    h.push_str("<div class=\"table-wrap\"><table>\n<thead><tr><th>variant</th>");
-    for col in &columns {
-        let unit = exp
-            .variants
-            .iter()
-            .find_map(|v| v.metrics.get(*col))
-            .map_or(unit_of(col), |m| m.unit.as_str());
-        let unit = if unit.is_empty() { String::new() } else { format!(" ({})", escape(unit)) };
-        let _ = write!(h, "<th>{}<span class=\"unit\">{unit}</span></th>", escape(col));
-    }
-    h.push_str("</tr></thead>\n<tbody>\n");
-    for (vi, v) in exp.variants.iter().enumerate() {
-        // The experiment file's label says what the variant is; the name is what rules use.
-        let label = match v.config.get("label") {
-            Some(serde_json::Value::String(l)) if *l != v.name => {
-                format!("<span class=\"vlabel\">{}</span>", escape(l))
-            }
-            _ => String::new(),
-        };
-        let _ = write!(h, "<tr><td>{}{}{label}</td>", swatch(vi), escape(&v.name));
-        for col in &columns {
-            match v.metrics.get(*col) {
-                None => h.push_str("<td>—</td>"),
-                Some(m) => {
-                    let rounds: Vec<String> = m.values.iter().map(|&x| fmt_num(x)).collect();
-                    let spread = if m.min == m.max {
-                        String::new()
-                    } else {
-                        format!(
-                            " <span class=\"spread\">[{}–{}]</span>",
-                            fmt_num(m.min),
-                            fmt_num(m.max)
-                        )
-                    };
-                    let _ = write!(
-                        h,
-                        "<td title=\"rounds: {}\">{} <span class=\"unit\">{}</span>{spread}</td>",
-                        escape(&rounds.join(", ")),
-                        fmt_num(m.median),
-                        escape(&m.unit),
-                    );
-                }
-            }
-        }
-        h.push_str("</tr>\n");
-    }
-    h.push_str("</tbody></table></div>\n");
 }
 
 fn plot_title(spec: &PlotSpec) -> &str {
@@ -560,5 +503,9 @@ fn fmt_duration(s: f64) -> String {
     }
 }
 
+mod table;
 #[cfg(test)]
 mod tests;
+mod verdict;
+
+use table::metrics_table;

@@ -1,6 +1,8 @@
 //! The results of `tcptail lab run` and the report made from them.
 //!
-//! - [`results`]: the `results.json` schema, the one file every number of a run lives in.
+//! - [`results`]: the `results.json` schema, the one file every number of a run lives in:
+//!   per-variant medians and spreads, the verdict with every rule evaluated, findings, and
+//!   variants this host could not run with the reason.
 //!   `tcptail lab report DIR` re-renders the report from it alone, so everything the report
 //!   shows (claims, setups, plot choices, verdicts) is in it.
 //! - [`html`]: `index.html`, self-contained (inline SVG, inline CSS, no scripts that fetch
@@ -16,6 +18,6 @@ pub mod results;
 pub mod svg;
 
 pub use results::{
-    Environment, ExperimentResult, Lateness, Metric, PlotSpec, Results, RunInfo, Series,
-    SeriesKind, VariantResult, Verdict,
+    Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric, Outcome,
+    PlotSpec, Results, RuleResult, RunInfo, Series, SeriesKind, VariantResult, Verdict,
 };

@@ -166,8 +166,16 @@ pub struct ExperimentResult {
     pub verdict: Verdict,
     /// Why, with the numbers the rule compared.
     pub verdict_reason: String,
-    /// The rule as stated in the experiment file.
+    /// The rule that decided, as stated in the experiment file (`when: ...` or `otherwise`).
     pub verdict_rule: String,
+    /// Every verdict rule in file order, evaluated on this run's values, the deciding one
+    /// marked ([`RuleResult::fired`]).
+    #[serde(default)]
+    pub rules: Vec<RuleResult>,
+    /// Observations decided from the data beside the verdict (e.g. "SO_BUSY_POLL changed
+    /// nothing beyond the run-to-run spread").
+    #[serde(default)]
+    pub findings: Vec<FindingResult>,
     /// Rounds completed (variants are interleaved within each round).
     pub rounds: usize,
     /// One entry per variant, in the experiment file's order.
@@ -186,6 +194,63 @@ pub struct ExperimentResult {
     pub duration_s: f64,
 }
 
+/// What a condition came to on a run's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// It holds.
+    Holds,
+    /// It does not hold.
+    Fails,
+    /// A value it needs was not measured (or a division by zero).
+    Unknown,
+}
+
+impl Outcome {
+    /// The name used in files and on screen.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Holds => "holds",
+            Outcome::Fails => "fails",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
+/// One verdict rule of an experiment file, evaluated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuleResult {
+    /// The verdict the rule gives.
+    pub verdict: Verdict,
+    /// Its condition as written; `None` for the final rule (it applies otherwise).
+    pub when: Option<String>,
+    /// The condition with this run's values in place of every reference and expression, each
+    /// comparison marked ✓, ✗ or ? (unknown): the thresholds the data was held against.
+    pub evaluated: Option<String>,
+    /// What the condition came to (the final rule always holds).
+    pub outcome: Outcome,
+    /// Whether this rule decided the verdict: the first that holds, or the first unknown one.
+    pub fired: bool,
+    /// Line of its `[[verdict]]` header.
+    pub line: usize,
+}
+
+/// An observation an experiment file states as a condition on the data, with the text for
+/// either outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindingResult {
+    /// What it is about.
+    pub title: String,
+    /// The condition as written.
+    pub when: String,
+    /// The condition on this run's values (see [`RuleResult::evaluated`]).
+    pub evaluated: String,
+    /// What it came to.
+    pub outcome: Outcome,
+    /// The file's text for that outcome, with the numbers filled in.
+    pub text: String,
+}
+
 /// One variant of an experiment, over all rounds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VariantResult {
@@ -199,6 +264,14 @@ pub struct VariantResult {
     pub series: Vec<Series>,
     /// Remarks about this variant (e.g. a lateness-flagged round).
     pub notes: Vec<String>,
+    /// Set when this host cannot run the variant at all (e.g. no isolated CPU for an
+    /// `isolcpus` step): why, as the engine found it. Such a variant has no metrics.
+    #[serde(default)]
+    pub not_applicable: Option<String>,
+    /// The metrics its engine declares for every round (the runner fails a round that lacks
+    /// one); empty when the engine declares none.
+    #[serde(default)]
+    pub expected_metrics: Vec<String>,
 }
 
 impl VariantResult {
@@ -250,6 +323,10 @@ impl Metric {
         })
     }
 }
+
+/// The per-variant metric that carries the emulator's p99 release lateness of each round, in
+/// µs (set by the runner on variants whose rounds used the built-in emulator).
+pub const LATENESS_METRIC: &str = "emulator_lateness_p99_us";
 
 /// The unit a metric's name declares by its suffix; empty when it has none.
 pub fn unit_of(metric: &str) -> &'static str {
@@ -446,100 +523,4 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metric_median_and_spread() {
-        let m = Metric::from_rounds("p99_us", &[30.0, 10.0, f64::NAN, 20.0, 40.0]).unwrap();
-        assert_eq!((m.median, m.min, m.max), (25.0, 10.0, 40.0));
-        assert_eq!(m.values, vec![30.0, 10.0, 20.0, 40.0]);
-        assert_eq!(m.unit, "µs");
-        assert!(Metric::from_rounds("x", &[f64::NAN]).is_none());
-    }
-
-    #[test]
-    fn units_from_suffixes() {
-        assert_eq!(unit_of("goodput_mbps"), "Mbit/s");
-        assert_eq!(unit_of("burst_ms"), "ms");
-        assert_eq!(unit_of("retrans_pct"), "%");
-        assert_eq!(unit_of("count"), "");
-    }
-
-    #[test]
-    fn cdf_leaves_out_values_json_cannot_hold() {
-        let mut samples = [3.0, f64::NAN, 1.0, f64::INFINITY, 2.0];
-        let s = Series::cdf("x_us", &mut samples);
-        assert_eq!(s.points, [[1.0, 1.0 / 3.0], [2.0, 2.0 / 3.0], [3.0, 1.0]]);
-        assert!(serde_json::to_string(&s).is_ok_and(|j| !j.contains("null")));
-    }
-
-    #[test]
-    fn cdf_keeps_extremes_and_the_tail() {
-        let mut samples: Vec<f64> = (1..=100_000).map(f64::from).collect();
-        let s = Series::cdf("latency_us", &mut samples);
-        assert!(s.points.len() <= MAX_POINTS + 1, "{}", s.points.len());
-        assert_eq!(s.points[0][0], 1.0);
-        assert_eq!(*s.points.last().unwrap(), [100_000.0, 1.0]);
-        assert!(s.points.windows(2).all(|w| w[0][0] <= w[1][0] && w[0][1] <= w[1][1]));
-        // The tail is dense: every one of the slowest 100 samples is a point.
-        assert!((99_901..=100_000).all(|v| s.points.iter().any(|p| p[0] == f64::from(v))));
-    }
-
-    #[test]
-    fn time_series_is_thinned_by_averaging() {
-        let pairs: Vec<[f64; 2]> = (0..10_000).map(|i| [f64::from(i) * 0.01, 5.0]).collect();
-        let s = Series::time("goodput_mbps", pairs);
-        assert!(s.points.len() <= MAX_POINTS);
-        assert!(s.points.iter().all(|p| p[1] == 5.0));
-    }
-
-    #[test]
-    fn results_round_trip_through_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let results = Results {
-            run: RunInfo { mode: "smoke".into(), ..RunInfo::default() },
-            environment: Environment::default(),
-            experiments: vec![ExperimentResult {
-                name: "x".into(),
-                title: "t".into(),
-                seed: "000.txt".into(),
-                claim: "c".into(),
-                setup: "s".into(),
-                verdict: Verdict::Partly,
-                verdict_reason: "r".into(),
-                verdict_rule: "rule".into(),
-                rounds: 1,
-                variants: vec![],
-                plots: vec![PlotSpec::Bars {
-                    metrics: vec!["p99_us".into()],
-                    title: "b".into(),
-                    log_y: false,
-                }],
-                table: vec![],
-                notes: vec![],
-                error: None,
-                lateness: None,
-                duration_s: 1.0,
-            }],
-        };
-        let path = dir.path().join(RESULTS_FILE);
-        results.write(&path).unwrap();
-        assert_eq!(Results::read(&path).unwrap(), results);
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains("\"verdict\": \"partly\""), "{text}");
-        assert!(text.contains("\"kind\": \"bars\""), "{text}");
-    }
-
-    #[test]
-    fn a_foreign_file_is_named_in_the_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("results.json");
-        std::fs::write(&path, "{\"hello\": 1}").unwrap();
-        let err = Results::read(&path).unwrap_err().to_string();
-        assert!(
-            err.contains("results.json") && err.contains("not a tcptail results file"),
-            "{err}"
-        );
-    }
-}
+mod tests;

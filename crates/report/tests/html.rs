@@ -178,21 +178,27 @@ fn run_environment_and_verdicts_are_shown() {
 fn experiments_show_claim_error_lateness_table_and_notes() {
     let (results, html) = render_sample();
     assert!(html.contains("<cite>000_trading-cc.txt</cite>"));
-    assert!(html.contains("<code>p99_us[bbr] &lt; 0.8 * p99_us[cubic]</code>"));
+    assert!(html.contains("<code>bbr.p99_us &lt; 0.8 * cubic.p99_us</code>"));
     assert!(html.contains(&format!(
         "<div class=\"error\" role=\"alert\"><strong>Error:</strong> <span class=\"text\">bench client exited with status 1: {HOSTILE_ESCAPED}"
     )));
-    // nagle-delack's lateness is above its bound, trading-cc's is not.
-    assert_eq!(html.matches("above the bound: these results are marked").count(), 1);
+    // nagle-delack's and trading-cc's lateness are above their bound, the others have none.
+    assert_eq!(html.matches("above the bound: these results are marked").count(), 2);
     // trading-cc's table has the chosen columns; nagle-delack (no `table`) has all four.
     let section = |name: &str| {
         let start = html.find(&format!("<code>{name}</code>")).unwrap();
         &html[start..start + html[start..].find("</section>").unwrap()]
     };
     let cc = section("trading-cc");
-    assert_eq!(cc.matches("<th>").count(), 4, "variant + 3 metrics");
-    assert!(!cc.contains("<th>p999_us"));
-    assert_eq!(section("nagle-delack").matches("<th>").count(), 5);
+    let results_table = |s: &str| {
+        let start = s.find("<h3>Results</h3>").expect("a results table");
+        s[start..start + s[start..].find("</table>").unwrap()].to_owned()
+    };
+    let cc_table = results_table(cc);
+    assert_eq!(cc_table.matches("<th>").count(), 5, "variant + 3 metrics + lateness");
+    assert!(!cc_table.contains("<th>p999_us"));
+    // nagle-delack (no `table`) shows all four metrics; none of its variants has lateness.
+    assert_eq!(results_table(section("nagle-delack")).matches("<th>").count(), 5);
     let p99 = &results.experiments[0].variants[0].metrics["p99_us"];
     assert!(cc.contains(&format!(
         "{} <span class=\"unit\">µs</span> <span class=\"spread\">[{}–{}]</span>",
@@ -216,7 +222,10 @@ fn colours_are_per_variant_and_stable_across_plots() {
         assert!(uses >= 7, "variant {i}: {uses}");
         assert!(cc.contains(&format!("background:{colour}")), "variant {i}'s table swatch");
     }
-    assert!(!cc.contains(svg::PALETTE[3]), "only three variants");
+    // The fourth variant could not run: its colour marks only its table row and its
+    // configuration, no plot.
+    assert_eq!(cc.matches(svg::PALETTE[3]).count(), 2, "only three variants have data");
+    assert!(!cc.contains(svg::PALETTE[4]));
 }
 
 #[test]
@@ -236,8 +245,9 @@ fn non_finite_data_never_reaches_the_svg() {
         for s in &mut v.series {
             s.points.extend([[f64::NAN, 0.5], [f64::INFINITY, 1.0], [1.0, f64::NEG_INFINITY]]);
         }
-        let m = v.metrics.get_mut("p99_us").unwrap();
-        (m.min, m.max) = (f64::NAN, f64::INFINITY);
+        if let Some(m) = v.metrics.get_mut("p99_us") {
+            (m.min, m.max) = (f64::NAN, f64::INFINITY);
+        }
     }
     // A variant with only nonsense.
     let mut junk = exp.variants[0].clone();
@@ -279,4 +289,42 @@ proptest! {
             prop_assert!(!points.iter().any(|p| p[0].is_finite() && p[1].is_finite() && (!log || p[0] > 0.0)));
         }
     }
+}
+
+#[test]
+fn every_rule_is_listed_with_this_runs_values_and_the_deciding_one_marked() {
+    let (_, html) = render_sample();
+    let cc = &html[html.find("id=\"exp-1-").unwrap()..html.find("id=\"exp-2-").unwrap()];
+    let rules = &cc[cc.find("<table class=\"rules\">").expect("the rule table")..];
+    let rules = &rules[..rules.find("</table>").unwrap()];
+    let rows: Vec<&str> = rules.split("<tr").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{rules}");
+    assert!(rows[0].starts_with(" class=\"fired\""), "{}", rows[0]);
+    assert!(rows[0].contains("<code>bbr.p99_us &lt; 0.8 * cubic.p99_us</code>"), "{}", rows[0]);
+    assert!(rows[0].contains("640 &lt; 1280 ✓"), "{}", rows[0]);
+    assert!(rows[0].contains("holds</span> ← decided the verdict"), "{}", rows[0]);
+    assert!(rows[0].contains("(line 40)"));
+    assert!(!rows[1].contains("fired") && rows[1].contains("otherwise"), "{}", rows[1]);
+    assert!(rows[1].contains(r#"<span class="badge v-not-reproduced">"#), "{}", rows[1]);
+}
+
+#[test]
+fn findings_late_rounds_and_steps_this_host_cannot_take_are_shown() {
+    let (_, html) = render_sample();
+    let cc = &html[html.find("id=\"exp-1-").unwrap()..html.find("id=\"exp-2-").unwrap()];
+    assert!(cc.contains("<h3>Findings</h3>"));
+    assert!(cc.contains("<strong>BBR phase of slow requests</strong>"), "{cc}");
+    assert!(cc.contains("PROBE_BW up is not over-represented among slow requests"));
+    assert!(cc.contains("9 &gt; 25 ✗"));
+    // bbr's second round was above the 200 µs bound, reno's never.
+    assert!(cc.contains("emulator lateness p99<span class=\"unit\"> (µs, bound 200)"), "{cc}");
+    assert!(cc.contains("late in round 2</span>"), "{cc}");
+    assert_eq!(cc.matches("late in round").count(), 1);
+    assert_eq!(cc.matches(r#"<span class="flagged">late</span>"#).count(), 1);
+    let bbr_row = &cc[cc.find("</span>bbr").unwrap()..];
+    assert!(bbr_row[..bbr_row.find("</tr>").unwrap()].contains("late in round 2"));
+    // The isolcpus row says why, across the metric columns.
+    assert!(cc.contains(
+        "<td class=\"na\" colspan=\"4\"><strong>not applicable here:</strong> no CPU is isolated"
+    ), "{cc}");
 }

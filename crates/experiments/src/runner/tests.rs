@@ -107,7 +107,13 @@ fn prepared(p50: [f64; 3], fail: Option<(&str, usize)>, log: &Log) -> Prepared {
             config: BTreeMap::new(),
         })
         .collect();
-    Prepared { rounds: experiment.mode(Mode::Quick).rounds, experiment, variants, rules }
+    Prepared {
+        rounds: experiment.mode(Mode::Quick).rounds,
+        experiment,
+        variants,
+        rules,
+        findings: Vec::new(),
+    }
 }
 
 fn options(dir: &Path) -> RunOptions {
@@ -331,4 +337,77 @@ fn cpu_pinning_does_not_leak_into_the_next_round() {
     assert_eq!(seen.len(), 9);
     assert!(seen.iter().all(|&n| n == before), "{seen:?} (expected {before} each)");
     assert_eq!(tcptail_bench::sys::allowed_cpus().unwrap().len(), before);
+}
+
+/// A step the host cannot take: says so on every call, counting them.
+struct NotHere(Arc<AtomicUsize>);
+
+impl VariantPlan for NotHere {
+    fn run(&self, _: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(RunError::NotApplicable("no CPU is isolated".into()))
+    }
+
+    fn describe(&self) -> String {
+        "isolated CPU".into()
+    }
+}
+
+#[test]
+fn a_variant_the_host_cannot_run_is_a_row_with_the_reason_not_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::default();
+    let mut p = prepared([30.0, 10.0, 5.0], None, &log);
+    let calls = Arc::new(AtomicUsize::new(0));
+    p.variants[2].plan = Box::new(NotHere(Arc::clone(&calls)));
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "asked once, not once per round");
+    assert!(e.error.is_none(), "{:?}", e.error);
+    let c = &e.variants[2];
+    assert_eq!(c.not_applicable.as_deref(), Some("no CPU is isolated"));
+    assert!(c.metrics.is_empty() && c.notes.is_empty(), "{c:?}");
+    // The other variants ran all three rounds and the verdict is theirs.
+    assert_eq!(e.variants[0].metrics["p50_us"].values.len(), 3);
+    assert_eq!(e.verdict, Verdict::Reproduced);
+    assert_eq!(e.rules.iter().map(|r| r.fired).collect::<Vec<_>>(), [true, false]);
+    assert_eq!(e.rules[0].evaluated.as_deref(), Some("31 > 22 ✓"));
+}
+
+/// A plan that declares a metric its rounds never produce.
+struct Forgetful(Fake);
+
+impl VariantPlan for Forgetful {
+    fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        self.0.run(ctx)
+    }
+
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn metrics(&self) -> Vec<String> {
+        vec!["p50_us".into(), "p99_us".into()]
+    }
+}
+
+#[test]
+fn a_round_without_a_declared_metric_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::default();
+    let mut p = prepared([30.0, 10.0, 5.0], None, &log);
+    p.variants[1].plan = Box::new(Forgetful(Fake {
+        name: "b".into(),
+        p50: 10.0,
+        log: Arc::clone(&log),
+        fail_in_round: None,
+        panic_in_round: None,
+    }));
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    let error = e.error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("3 variant-round(s) failed: b: round 1:"), "{error}");
+    assert!(error.contains("declared metric(s) missing or not finite: p99_us"), "{error}");
+    assert_eq!(e.variants[1].expected_metrics, ["p50_us", "p99_us"]);
+    assert!(e.variants[1].metrics.is_empty());
 }

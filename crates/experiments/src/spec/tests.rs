@@ -124,3 +124,24 @@ fn param_errors_point_at_the_line_that_set_the_value() {
     let err = e.param_error(&e.variants[0], Mode::Quick, "missing", "is required");
     assert_eq!(err.line, Some(e.variants[0].line), "{err}");
 }
+
+#[test]
+fn findings_are_read_with_their_lines_and_checked_for_keys() {
+    let finding = "\n[[finding]]\ntitle = \"QUICKACK\"\nwhen = \"off_off.p50_us > 1\"\nthen = \"yes\"\notherwise = \"no\"\n";
+    let text = format!("{GOOD}{finding}");
+    let e = Experiment::parse(&text, "x.toml").unwrap();
+    assert_eq!(e.findings.len(), 1);
+    let f = &e.findings[0];
+    assert_eq!(
+        (f.title.as_str(), f.then.as_str(), f.otherwise.as_str()),
+        ("QUICKACK", "yes", "no")
+    );
+    assert_eq!(f.line, text[..text.find("[[finding]]").unwrap()].matches('\n').count() + 1);
+    assert!(Experiment::parse(GOOD, "x.toml").unwrap().findings.is_empty());
+
+    let e = err(&format!("{GOOD}{}", finding.replace("then = \"yes\"\n", "")));
+    assert_eq!(e.key.as_deref(), Some("finding.then"), "{e}");
+    let e = err(&format!("{GOOD}{finding}colour = \"red\"\n"));
+    assert_eq!(e.key.as_deref(), Some("colour"), "{e}");
+    assert!(e.problem.contains("unknown key in [[finding]] (title, when, then, otherwise)"), "{e}");
+}

@@ -122,6 +122,48 @@ impl Cond {
     }
 }
 
+// ---- Explaining a condition with a run's values ----
+
+impl Cond {
+    /// The condition with every comparison's two sides replaced by their values and marked
+    /// `✓` (holds), `✗` (fails) or `?` (unknown), keeping `and`, `or`, `not` and the
+    /// grouping: `same_cpu.p99_us < 0.8 * baseline.p99_us and spin.p99_us < 40` becomes
+    /// `21.3 < 64.1 ✓ and 45 < 40 ✗`. A side without a value reads `n/a`.
+    pub(super) fn explain(&self, values: &dyn Values) -> String {
+        self.explain_in(values, None)
+    }
+
+    /// `parent` is the enclosing `and`/`or`, if any: a different connective nested in it
+    /// gets parentheses, so `a or (b and c)` reads as it evaluates.
+    fn explain_in(&self, values: &dyn Values, parent: Option<&'static str>) -> String {
+        let mark = |c: &Cond| match c.eval(values) {
+            Ok(true) => "✓",
+            Ok(false) => "✗",
+            Err(_) => "?",
+        };
+        match self {
+            Cond::Cmp(op, a, b) => {
+                let side = |n: &Num| n.eval(values).map_or_else(|_| "n/a".into(), format_value);
+                format!("{} {op} {} {}", side(a), side(b), mark(self))
+            }
+            Cond::Has(r) => format!("has({r}) {}", mark(self)),
+            Cond::Not(inner) => format!("not ({})", inner.explain_in(values, None)),
+            Cond::And(a, b) | Cond::Or(a, b) => {
+                let op = if matches!(self, Cond::And(..)) { "and" } else { "or" };
+                let text = format!(
+                    "{} {op} {}",
+                    a.explain_in(values, Some(op)),
+                    b.explain_in(values, Some(op))
+                );
+                match parent {
+                    Some(p) if p != op => format!("({text})"),
+                    _ => text,
+                }
+            }
+        }
+    }
+}
+
 // ---- Conditions: lexer and parser ----
 
 #[derive(Debug, Clone, PartialEq)]

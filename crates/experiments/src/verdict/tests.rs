@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use tcptail_report::{Metric, VariantResult, Verdict};
+use tcptail_report::{Metric, Outcome, VariantResult, Verdict};
 
 use super::condition::*;
 use super::*;
@@ -32,6 +32,8 @@ fn result(name: &str, metrics: &[(&str, f64, f64, f64)]) -> VariantResult {
             .collect(),
         series: Vec::new(),
         notes: Vec::new(),
+        not_applicable: None,
+        expected_metrics: Vec::new(),
     }
 }
 
@@ -399,7 +401,7 @@ proptest! {
     #[test]
     fn parser_never_panics_on_any_string(text in "\\PC{0,60}") {
         let _ = parse_condition(&text, VARIANTS);
-        let _ = parse_template(&text, VARIANTS);
+        let _ = parse_template(&text, VARIANTS, "reason");
     }
 
     #[test]
@@ -411,7 +413,7 @@ proptest! {
         if let Ok(c) = parse_condition(&text, VARIANTS) {
             let _ = c.eval(&values());
         }
-        if let Ok(pieces) = parse_template(&text, VARIANTS) {
+        if let Ok(pieces) = parse_template(&text, VARIANTS, "reason") {
             let rule = Rule { verdict: Verdict::Partly, when: None, reason: pieces, line: 1 };
             let _ = rule.reason(&values());
         }
@@ -419,3 +421,86 @@ proptest! {
 }
 
 mod builtins;
+
+#[test]
+fn conditions_explain_themselves_with_the_values() {
+    let v = values();
+    let explain = |text: &str| cond(text).explain(&v.as_slice());
+    assert_eq!(explain("b.x >= 2 * a.y"), "10 >= 4 ✓");
+    assert_eq!(explain("b.x.min > a.y and b.x.max < 11"), "8 > 2 ✓ and 12 < 11 ✗");
+    // A different connective nested in another is grouped; the same one is not.
+    assert_eq!(explain("a.x < 0 or b.x > 9 and a.y == 2"), "1 < 0 ✗ or (10 > 9 ✓ and 2 == 2 ✓)");
+    assert_eq!(explain("(a.x < 0 or b.x > 9) and a.y == 2"), "(1 < 0 ✗ or 10 > 9 ✓) and 2 == 2 ✓");
+    assert_eq!(explain("a.x < 0 or a.x < 1 or a.x < 2"), "1 < 0 ✗ or 1 < 1 ✗ or 1 < 2 ✓");
+    // Missing values, division by zero, has() and not.
+    assert_eq!(explain("gone.x > a.x"), "n/a > 1 ?");
+    assert_eq!(explain("a.x / c.zero > 1"), "n/a > 1 ?");
+    assert_eq!(
+        explain("not has(gone.x) and not (a.x > max(b.x, 3))"),
+        "not (has(gone.x) ✗) and not (1 > 10 ✗)"
+    );
+}
+
+#[test]
+fn rule_results_mark_the_decider_and_keep_evaluating_the_rest() {
+    let v = values();
+    let rules: Vec<Rule> = [
+        (Verdict::Reproduced, Some("b.x > 100")),
+        (Verdict::Partly, Some("b.x > 5")),
+        (Verdict::NotApplicable, Some("gone.x > 1")),
+        (Verdict::NotReproduced, None),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (verdict, when))| {
+        Rule::compile(&RuleSpec { verdict, line: i + 1, ..spec(when, "r") }, VARIANTS).unwrap()
+    })
+    .collect();
+    let d = decide(&rules, &v.as_slice());
+    assert_eq!(d.verdict, Verdict::Partly);
+    let outcomes: Vec<(Outcome, bool)> = d.rules.iter().map(|r| (r.outcome, r.fired)).collect();
+    assert_eq!(
+        outcomes,
+        [
+            (Outcome::Fails, false),
+            (Outcome::Holds, true),
+            (Outcome::Unknown, false),
+            (Outcome::Holds, false)
+        ]
+    );
+    assert_eq!(d.rules[0].evaluated.as_deref(), Some("10 > 100 ✗"));
+    assert_eq!((d.rules[3].when.as_deref(), d.rules[3].evaluated.as_deref()), (None, None));
+    assert_eq!(d.rules[2].line, 3);
+}
+
+#[test]
+fn findings_give_the_text_for_their_outcome_or_say_what_is_missing() {
+    let v = values();
+    let finding = |when: &str| {
+        let spec = crate::spec::FindingSpec {
+            title: "t".into(),
+            when: when.into(),
+            then: "yes {b.x}".into(),
+            otherwise: "no {a.x.max}".into(),
+            line: 3,
+        };
+        Finding::compile(&spec, VARIANTS).unwrap().evaluate(&v.as_slice())
+    };
+    let f = finding("b.x > a.x");
+    assert_eq!(
+        (f.outcome, f.text.as_str(), f.evaluated.as_str()),
+        (Outcome::Holds, "yes 10", "10 > 1 ✓")
+    );
+    assert_eq!(finding("b.x < a.x").text, "no 1");
+    let f = finding("gone.x > a.x");
+    assert_eq!(f.outcome, Outcome::Unknown);
+    assert_eq!(f.text, "not decided: needs gone.x, which this run did not measure");
+    let bad = crate::spec::FindingSpec {
+        title: "t".into(),
+        when: "a.x > 1".into(),
+        then: "{nope.x}".into(),
+        otherwise: "".into(),
+        line: 3,
+    };
+    assert_eq!(Finding::compile(&bad, VARIANTS).unwrap_err().key(), "then");
+}

@@ -203,6 +203,15 @@ impl Probe {
 }
 
 impl VariantPlan for Plan {
+    fn metrics(&self) -> Vec<String> {
+        let mut names = vec!["probe_p50_ms", "probe_p95_ms", "probe_p99_ms", "probe_count"];
+        names.extend(["probe_unanswered_count", "goodput_mbps", "retrans_pct", "flow_rtt_p50_ms"]);
+        if self.path.rate().is_some() {
+            names.push("link_pct");
+        }
+        names.into_iter().map(str::to_owned).collect()
+    }
+
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let ((samples, (sent, records)), lateness) = self.path.round(ctx, |live| {
             let listener = flows::listen(live)?;

@@ -76,6 +76,15 @@ impl Workload for Bulk {
 }
 
 impl VariantPlan for Plan {
+    fn metrics(&self) -> Vec<String> {
+        let mut names = vec!["goodput_mbps", "rtt_p50_ms", "rtt_p95_ms", "retrans_pct"];
+        names.push("rwnd_limited_pct");
+        if self.path.rate().is_some() {
+            names.push("link_pct");
+        }
+        names.into_iter().map(str::to_owned).collect()
+    }
+
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (samples, lateness) = self.path.round(ctx, |live| {
             let flows = BulkFlows::start(live, self.flows, Some(&self.cc), None)?;

@@ -173,6 +173,14 @@ impl Plan {
 }
 
 impl VariantPlan for Plan {
+    fn metrics(&self) -> Vec<String> {
+        let mut names = vec!["burst_ms", "burst_max_ms", "cwnd_before_pkts", "cwnd_after_pkts"];
+        if self.path.rate().is_some() {
+            names.push("burst_floor_ms");
+        }
+        names.into_iter().map(str::to_owned).collect()
+    }
+
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (records, lateness) = self.path.round(ctx, |live| {
             let listener = flows::listen(live)?;

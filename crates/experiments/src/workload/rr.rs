@@ -19,7 +19,8 @@
 //! Metrics: `p50_us` ... `p999_us`, `max_us`, `min_us`, `mean_us` (latency from the actual
 //! send: see [`round`]), `tx_per_s`, `samples_count`, `retrans_count`; open loop adds
 //! `sched_*_us` (from the scheduled send time) and `send_late_p99_us`; competing flows add
-//! `competing_mbps`; BBR adds `slow_<phase>_pct` and `all_<phase>_pct`. Series: `latency_us`
+//! `competing_mbps`; BBR adds `slow_<phase>_pct` and `all_<phase>_pct` (and both for
+//! `probe_bw`, its three sub-phases together). Series: `latency_us`
 //! (and `sched_latency_us` in open loop).
 
 pub mod placement;
@@ -153,6 +154,10 @@ impl Workload for RequestResponse {
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         self.spec.measure(ctx)
+    }
+
+    fn metrics(&self) -> Vec<String> {
+        self.spec.metrics()
     }
 
     fn describe(&self) -> String {

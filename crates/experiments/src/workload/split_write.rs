@@ -109,6 +109,12 @@ impl Workload for SplitWrite {
 }
 
 impl VariantPlan for Plan {
+    fn metrics(&self) -> Vec<String> {
+        let names = ["min_us", "mean_us", "p50_us", "p99_us", "max_us", "samples_count"];
+        let more = ["tx_per_s", "over_10ms_pct", "server_ato_us"];
+        names.into_iter().chain(more).map(str::to_owned).collect()
+    }
+
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (mut m, lateness) = self.path.round(ctx, |live| self.run_on(live, ctx))?;
         m.lateness = lateness;

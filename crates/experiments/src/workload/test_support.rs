@@ -3,7 +3,7 @@
 use toml::Value;
 
 use crate::params::Params;
-use crate::workload::{Measurement, RoundContext, VariantPlan};
+use crate::workload::{Measurement, RoundContext, RunError, VariantPlan};
 
 /// Parameters for an emulated path of `rate` and `rtt`, then `pairs` (which may override).
 pub(crate) fn emulated(rate: &str, rtt: &str, pairs: &[(&str, Value)]) -> Params {
@@ -16,6 +16,11 @@ pub(crate) fn emulated(rate: &str, rtt: &str, pairs: &[(&str, Value)]) -> Params
 /// Runs one round of `plan` with `seed` in a scratch directory. A real round needs root,
 /// network namespaces, veth or TUN and tc: without them it fails with the reason.
 pub(crate) fn run_once(plan: &dyn VariantPlan, seed: u64) -> Measurement {
+    run_round(plan, seed).expect("a real round needs root, namespaces, veth/TUN and tc")
+}
+
+/// [`run_once`], returning the round's error instead of failing on it.
+pub(crate) fn run_round(plan: &dyn VariantPlan, seed: u64) -> Result<Measurement, RunError> {
     let dir = tempfile::tempdir().expect("scratch directory");
     let ctx = RoundContext {
         round: 0,
@@ -24,5 +29,5 @@ pub(crate) fn run_once(plan: &dyn VariantPlan, seed: u64) -> Measurement {
         stop_requested: &|| false,
         progress: &|_| {},
     };
-    plan.run(&ctx).expect("a real round needs root, namespaces, veth/TUN and tc")
+    plan.run(&ctx)
 }

@@ -37,6 +37,8 @@ fn anchors_are_safe_and_unique() {
         verdict: Verdict::Partly,
         verdict_reason: String::new(),
         verdict_rule: String::new(),
+        rules: vec![],
+        findings: vec![],
         rounds: 0,
         variants: vec![],
         plots: vec![],
@@ -57,6 +59,8 @@ fn anchors_are_safe_and_unique() {
             .into(),
         series: vec![],
         notes: vec![],
+        not_applicable: None,
+        expected_metrics: vec![],
     };
     let mut e = exp("x");
     e.variants = vec![variant("cubic_x", "CUBIC <1 Gbit/s>"), variant("plain", "plain")];

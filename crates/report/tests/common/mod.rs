@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 
 use tcptail_report::{
-    Environment, ExperimentResult, Lateness, Metric, PlotSpec, Results, RunInfo, Series,
-    VariantResult, Verdict,
+    Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric, Outcome,
+    PlotSpec, Results, RuleResult, RunInfo, Series, VariantResult, Verdict,
 };
 
 /// Markup that runs a script if any field is not escaped.
@@ -61,7 +61,15 @@ fn variant(name: &str, scale: f64, seed: u64, notes: Vec<String>) -> VariantResu
     let mut config = BTreeMap::new();
     config.insert("cc".to_owned(), serde_json::Value::String(name.to_owned()));
     config.insert("rtt_ms".to_owned(), serde_json::json!(20));
-    VariantResult { name: name.to_owned(), config, metrics, series: vec![latency, goodput], notes }
+    VariantResult {
+        name: name.to_owned(),
+        config,
+        metrics,
+        series: vec![latency, goodput],
+        notes,
+        not_applicable: None,
+        expected_metrics: vec![],
+    }
 }
 
 fn experiment(name: &str, verdict: Verdict) -> ExperimentResult {
@@ -73,7 +81,26 @@ fn experiment(name: &str, verdict: Verdict) -> ExperimentResult {
         setup: "20 ms RTT, 50 Mbit/s bottleneck,\n5 rounds, variants interleaved.".into(),
         verdict,
         verdict_reason: "p99 of bbr is 0.42× cubic's (rule: < 0.8×)".into(),
-        verdict_rule: "p99_us[bbr] < 0.8 * p99_us[cubic]".into(),
+        verdict_rule: "when: bbr.p99_us < 0.8 * cubic.p99_us".into(),
+        rules: vec![
+            RuleResult {
+                verdict,
+                when: Some("bbr.p99_us < 0.8 * cubic.p99_us".into()),
+                evaluated: Some("640 < 1280 ✓".into()),
+                outcome: Outcome::Holds,
+                fired: true,
+                line: 40,
+            },
+            RuleResult {
+                verdict: Verdict::NotReproduced,
+                when: None,
+                evaluated: None,
+                outcome: Outcome::Holds,
+                fired: false,
+                line: 44,
+            },
+        ],
+        findings: vec![],
         rounds: 5,
         variants: vec![],
         plots: vec![],
@@ -111,11 +138,29 @@ pub fn sample() -> Results {
         },
     ];
     cc.table = vec!["p50_us".into(), "p99_us".into(), "goodput_mbps".into()];
+    // The emulator ran late in bbr's second round; reno's rounds were all on time.
+    let lateness = |rounds: &[f64]| Metric::from_rounds(LATENESS_METRIC, rounds).expect("finite");
+    cc.variants[1].metrics.insert(LATENESS_METRIC.into(), lateness(&[60.0, 350.0, 80.0]));
+    cc.variants[2].metrics.insert(LATENESS_METRIC.into(), lateness(&[50.0, 70.0, 90.0]));
+    // A step this host cannot take.
+    let mut isolcpus = variant("isolcpus", 100.0, 4, vec![]);
+    isolcpus.metrics.clear();
+    isolcpus.series.clear();
+    isolcpus.not_applicable =
+        Some("no CPU is isolated on this host (/sys/devices/system/cpu/isolated is empty)".into());
+    cc.variants.push(isolcpus);
+    cc.findings = vec![FindingResult {
+        title: "BBR phase of slow requests".into(),
+        when: "bbr.slow_probe_bw_up_pct.min > 2 * bbr.all_probe_bw_up_pct.max".into(),
+        evaluated: "9 > 25 ✗".into(),
+        outcome: Outcome::Fails,
+        text: "PROBE_BW up is not over-represented among slow requests".into(),
+    }];
     cc.lateness = Some(Lateness {
-        worst_p99_us: 40.0,
+        worst_p99_us: 350.0,
         max_us: 900.0,
         bound_us: 200.0,
-        flagged_paths: 0,
+        flagged_paths: 1,
         paths: 2,
     });
 
@@ -164,6 +209,15 @@ pub fn sample() -> Results {
     hostile.setup = HOSTILE.into();
     hostile.verdict_reason = HOSTILE.into();
     hostile.verdict_rule = HOSTILE.into();
+    hostile.rules[0].when = Some(HOSTILE.into());
+    hostile.rules[0].evaluated = Some(QUOTES.into());
+    hostile.findings = vec![FindingResult {
+        title: HOSTILE.into(),
+        when: HOSTILE.into(),
+        evaluated: HOSTILE.into(),
+        outcome: Outcome::Unknown,
+        text: QUOTES.into(),
+    }];
     hostile.notes = vec![HOSTILE.into(), QUOTES.into()];
     hostile.variants =
         vec![variant(HOSTILE, 150.0, 99, vec![HOSTILE.into()]), variant(QUOTES, 120.0, 98, vec![])];
@@ -217,6 +271,11 @@ pub fn sample() -> Results {
 /// renderer): a CDF or time series with a finite point (positive x on a log axis) in some
 /// variant, or a bar metric with a finite median (positive on a log axis) in some variant.
 pub fn plots_with_data(results: &Results) -> usize {
+    plots_with_data_per_experiment(results).iter().sum()
+}
+
+/// [`plots_with_data`] for each experiment, in order: the `<svg>` each section must hold.
+pub fn plots_with_data_per_experiment(results: &Results) -> Vec<usize> {
     use tcptail_report::SeriesKind;
     let drawable = |exp: &ExperimentResult, name: &str, kind: SeriesKind, log_x: bool| {
         exp.variants.iter().filter_map(|v| v.series(name)).filter(|s| s.kind == kind).any(|s| {
@@ -245,5 +304,5 @@ pub fn plots_with_data(results: &Results) -> usize {
                 })
                 .count()
         })
-        .sum()
+        .collect()
 }

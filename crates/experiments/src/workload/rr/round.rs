@@ -75,6 +75,32 @@ impl RoundSpec {
         c
     }
 
+    /// The metrics every round produces: latency from the actual send, throughput and
+    /// retransmissions; open loop adds `sched_*` and `send_late_*`; competing flows add
+    /// `competing_mbps`; a BBR socket adds the phase shares (`slow_*`, `all_*`).
+    pub fn metrics(&self) -> Vec<String> {
+        let summary = ["min", "mean", "p50", "p95", "p99", "p999", "max"];
+        let mut names: Vec<String> = summary.iter().map(|p| format!("{p}_us")).collect();
+        names.extend(["samples_count", "tx_per_s", "retrans_count"].map(str::to_owned));
+        if matches!(self.load, Load::Open { .. }) {
+            names.extend(summary.iter().map(|p| format!("sched_{p}_us")));
+            names.extend(["send_late_p99_us", "send_late_max_us"].map(str::to_owned));
+        }
+        if self.competing_flows > 0 {
+            names.push("competing_mbps".to_owned());
+        }
+        if self.profile.congestion.as_deref() == Some("bbr") {
+            for phase in PHASES {
+                let key = phase.as_str().replace('-', "_");
+                names.push(format!("slow_{key}_pct"));
+                names.push(format!("all_{key}_pct"));
+            }
+            names
+                .extend(["slow_probe_bw_pct", "all_probe_bw_pct", "slow_count"].map(str::to_owned));
+        }
+        names
+    }
+
     /// Builds the path, runs one round on it, removes it and returns the measurement.
     pub fn measure(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (mut m, lateness) = self.path.round(ctx, |live| self.run_on(live, ctx))?;
@@ -251,7 +277,7 @@ const PHASES: [BbrPhase; 7] = [
 
 /// The BBR phase at send of the slow requests (above the round's p99 of the primary
 /// latency) and of all requests: `slow_probe_bw_up_pct`, `all_probe_bw_up_pct`, ..., and
-/// `slow_probe_bw_pct` for the three PROBE_BW sub-phases together.
+/// `slow_probe_bw_pct`/`all_probe_bw_pct` for the three PROBE_BW sub-phases together.
 fn bbr_phases(m: &mut Measurement, samples: &[AttributedSample]) {
     let service = |s: &AttributedSample| s.latency_ns.saturating_sub(s.send_late_ns);
     let with_phase: Vec<(u64, BbrPhase)> =
@@ -280,5 +306,6 @@ fn bbr_phases(m: &mut Measurement, samples: &[AttributedSample]) {
     }
     let probe_bw = [BbrPhase::ProbeBwUp, BbrPhase::ProbeBwDown, BbrPhase::ProbeBwCruise];
     m.metric("slow_probe_bw_pct", probe_bw.iter().map(|p| share(&slow, *p)).sum());
+    m.metric("all_probe_bw_pct", probe_bw.iter().map(|p| share(&all, *p)).sum());
     m.metric("slow_count", slow.len() as f64);
 }

@@ -1,0 +1,98 @@
+//! `[[verdict]]` and `[[finding]]` tables: read and checked for their keys; the conditions and
+//! templates themselves are compiled by [`crate::verdict`] once the variants are known.
+
+use toml::Spanned;
+use toml::de::DeValue;
+
+use super::{Experiment, FindingSpec, RuleSpec, Source, SpecError};
+use tcptail_report::Verdict;
+
+/// Rejects a key of a `[[name]]` table that is not in `known`.
+fn check_keys(
+    src: &Source<'_>,
+    name: &str,
+    table: &toml::de::DeTable<'_>,
+    known: &[&str],
+) -> Result<(), SpecError> {
+    for (k, kv) in table.iter() {
+        let key = k.get_ref().as_ref();
+        if !known.contains(&key) {
+            return Err(src.at(
+                kv,
+                key,
+                format!("unknown key in [[{name}]] ({})", known.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Experiment {
+    pub(super) fn parse_rules(
+        &mut self,
+        src: &Source<'_>,
+        v: Option<&Spanned<DeValue<'_>>>,
+    ) -> Result<(), SpecError> {
+        let Some(v) = v else {
+            return Err(src.err(
+                None,
+                Some("verdict"),
+                "at least one [[verdict]] rule is required",
+            ));
+        };
+        let items = src.tables("verdict", v)?;
+        for (i, item) in items.iter().enumerate() {
+            let t = src.table("verdict", item)?;
+            check_keys(src, "verdict", t, &["verdict", "when", "reason"])?;
+            let verdict = match t.get("verdict") {
+                Some(vv) => {
+                    let s = src.string("verdict", vv)?;
+                    Verdict::parse(&s).ok_or_else(|| {
+                        src.at(vv, "verdict", format!("`{s}`: expected reproduced, partly, not-reproduced or not-applicable"))
+                    })?
+                }
+                None => return Err(src.at(item, "verdict.verdict", "is required")),
+            };
+            let when = t.get("when").map(|w| src.string("when", w)).transpose()?;
+            let reason = match t.get("reason") {
+                Some(r) => src.string("reason", r)?,
+                None => return Err(src.at(item, "verdict.reason", "is required")),
+            };
+            let last = i + 1 == items.len();
+            if when.is_none() && !last {
+                return Err(src.at(item, "when", "only the last [[verdict]] rule may omit `when`"));
+            }
+            if when.is_some() && last {
+                return Err(src.at(item, "when", "the last [[verdict]] rule must not have `when`: it is the verdict when no rule holds"));
+            }
+            self.rules.push(RuleSpec { verdict, when, reason, line: src.line(item.span()) });
+        }
+        Ok(())
+    }
+
+    pub(super) fn parse_findings(
+        &mut self,
+        src: &Source<'_>,
+        v: Option<&Spanned<DeValue<'_>>>,
+    ) -> Result<(), SpecError> {
+        let Some(v) = v else {
+            return Ok(());
+        };
+        for item in src.tables("finding", v)? {
+            let t = src.table("finding", item)?;
+            check_keys(src, "finding", t, &["title", "when", "then", "otherwise"])?;
+            let required = |key: &str| match t.get(key) {
+                Some(value) => src.string(key, value),
+                None => Err(src.at(item, &format!("finding.{key}"), "is required")),
+            };
+            self.findings.push(FindingSpec {
+                title: required("title")?,
+                when: required("when")?,
+                then: required("then")?,
+                otherwise: required("otherwise")?,
+                line: src.line(item.span()),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! The metrics table of one experiment: a row per variant, a column per metric (median over
+//! rounds with its min–max spread, each round's value in the cell's tooltip).
+//!
+//! Two things every table shows whatever the experiment file's `table` lists:
+//! - the built-in emulator's p99 release lateness per variant ([`LATENESS_METRIC`]) whenever a
+//!   variant ran on an emulated path, with the rounds above the experiment's bound named and
+//!   the variant's name marked `late`: a reader sees which numbers the machine may have bent;
+//! - a row for each variant this host cannot run ([`VariantResult::not_applicable`]), with
+//!   the reason across the metric columns, instead of a silent gap.
+
+use std::fmt::Write as _;
+
+use super::{escape, fmt_num, natural_cmp, swatch};
+use crate::results::{ExperimentResult, LATENESS_METRIC, Metric, VariantResult, unit_of};
+
+/// The rounds (1-based) of `m` above `bound` µs.
+fn late_rounds(m: &Metric, bound: f64) -> Vec<usize> {
+    m.values.iter().enumerate().filter(|(_, v)| **v > bound).map(|(i, _)| i + 1).collect()
+}
+
+fn rounds_phrase(rounds: &[usize]) -> String {
+    let list: Vec<String> = rounds.iter().map(usize::to_string).collect();
+    format!("round{} {}", if rounds.len() == 1 { "" } else { "s" }, list.join(", "))
+}
+
+fn cell(m: &Metric) -> String {
+    let rounds: Vec<String> = m.values.iter().map(|&x| fmt_num(x)).collect();
+    let spread = if m.min == m.max {
+        String::new()
+    } else {
+        format!(" <span class=\"spread\">[{}–{}]</span>", fmt_num(m.min), fmt_num(m.max))
+    };
+    format!(
+        "<td title=\"rounds: {}\">{} <span class=\"unit\">{}</span>{spread}",
+        escape(&rounds.join(", ")),
+        fmt_num(m.median),
+        escape(&m.unit),
+    )
+}
+
+/// The name cell: swatch, name, the file's label under it, and a `late` mark.
+fn name_cell(index: usize, v: &VariantResult, late: bool) -> String {
+    // The experiment file's label says what the variant is; the name is what rules use.
+    let label = match v.config.get("label") {
+        Some(serde_json::Value::String(l)) if *l != v.name => {
+            format!("<span class=\"vlabel\">{}</span>", escape(l))
+        }
+        _ => String::new(),
+    };
+    let mark = if late { r#" <span class="flagged">late</span>"# } else { "" };
+    format!("<td>{}{}{mark}{label}</td>", swatch(index), escape(&v.name))
+}
+
+pub(super) fn metrics_table(h: &mut String, exp: &ExperimentResult) {
+    h.push_str("<h3>Results</h3>\n");
+    if exp.variants.is_empty() {
+        h.push_str("<p class=\"nodata\">No variant finished.</p>\n");
+        return;
+    }
+    let mut columns: Vec<&str> = exp.table.iter().map(String::as_str).collect();
+    if columns.is_empty() {
+        let mut all: Vec<&str> = exp
+            .variants
+            .iter()
+            .flat_map(|v| v.metrics.keys().map(String::as_str))
+            .filter(|m| *m != LATENESS_METRIC)
+            .collect();
+        all.sort_by(|a, b| natural_cmp(a, b));
+        all.dedup();
+        columns = all;
+    }
+    let lateness_column = exp.variants.iter().any(|v| v.metrics.contains_key(LATENESS_METRIC))
+        && !columns.contains(&LATENESS_METRIC);
+    let bound = exp.lateness.map(|l| l.bound_us);
+    h.push_str("<div class=\"table-wrap\"><table>\n<thead><tr><th>variant</th>");
+    for col in &columns {
+        let unit = exp
+            .variants
+            .iter()
+            .find_map(|v| v.metrics.get(*col))
+            .map_or(unit_of(col), |m| m.unit.as_str());
+        let unit = if unit.is_empty() { String::new() } else { format!(" ({})", escape(unit)) };
+        let _ = write!(h, "<th>{}<span class=\"unit\">{unit}</span></th>", escape(col));
+    }
+    if lateness_column {
+        let bound = bound.map_or(String::new(), |b| format!(", bound {}", fmt_num(b)));
+        let _ = write!(h, "<th>emulator lateness p99<span class=\"unit\"> (µs{bound})</span></th>");
+    }
+    h.push_str("</tr></thead>\n<tbody>\n");
+    for (vi, v) in exp.variants.iter().enumerate() {
+        let lateness = v.metrics.get(LATENESS_METRIC);
+        let late = match (lateness, bound) {
+            (Some(m), Some(b)) => late_rounds(m, b),
+            _ => Vec::new(),
+        };
+        h.push_str("<tr>");
+        h.push_str(&name_cell(vi, v, !late.is_empty()));
+        if let Some(why) = &v.not_applicable {
+            let span = columns.len() + usize::from(lateness_column);
+            let _ = write!(
+                h,
+                "<td class=\"na\" colspan=\"{span}\"><strong>not applicable here:</strong> {}</td>",
+                escape(why)
+            );
+            h.push_str("</tr>\n");
+            continue;
+        }
+        for col in &columns {
+            match v.metrics.get(*col) {
+                None => h.push_str("<td>—</td>"),
+                Some(m) => {
+                    h.push_str(&cell(m));
+                    h.push_str("</td>");
+                }
+            }
+        }
+        if lateness_column {
+            match lateness {
+                None => h.push_str("<td>—</td>"),
+                Some(m) => {
+                    h.push_str(&cell(m));
+                    if !late.is_empty() {
+                        let _ = write!(
+                            h,
+                            " <span class=\"flagged\">late in {}</span>",
+                            rounds_phrase(&late)
+                        );
+                    }
+                    h.push_str("</td>");
+                }
+            }
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</tbody></table></div>\n");
+}
