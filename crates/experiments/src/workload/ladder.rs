@@ -5,19 +5,20 @@
 //! | `rung =` | what it sets |
 //! |---|---|
 //! | `baseline` | nothing: both ends free to run anywhere |
-//! | `split-cpus` | client and server pinned to different CPUs (the seed's "CPU affinity" with the NIC's CPU out of reach: a veth has no IRQ to pin) |
+//! | `split-cpus` | client and server pinned to different CPUs (the seed's "CPU affinity"; each end keeps a CPU of its own as the seed's two machines did) |
 //! | `same-cpu` | client and server pinned to the same CPU |
+//! | `irq-affinity` | the seed's Benchmark 3: `same-cpu` with the path device's IRQ pinned there too; decided per round from the host: a device with no interrupt line (veth, TUN) makes it not applicable, and a real one would mean changing the host's IRQ affinity, which tcptail never does |
+//! | `isolcpus` | the seed's Benchmark 4: `same-cpu` on a CPU isolated from the scheduler (`isolcpus=`); not applicable when `/sys/devices/system/cpu/isolated` is empty |
 //! | `busy-poll` | `same-cpu` plus `SO_BUSY_POLL` (`busy_poll`, default 50 µs) at both ends |
 //! | `spin` | application polling: non-blocking sockets spun on at both ends, one CPU each |
 //!
 //! Other keys: the path keys ([`crate::path`], default veth), `size` (frames, default 64 B),
 //! `duration` (default 1 s: one "run"), `warmup` (default 200 ms), `cpu` (the server's CPU).
-//! Metrics per run: `min_us`, `mean_us`, `p50_us`, `p99_us`, `p999_us`, `max_us`,
+//! Metrics per run: `min_us`, `mean_us`, `p50_us`, `p95_us`, `p99_us`, `p999_us`, `max_us`,
 //! `tx_per_s`, `samples_count`. Series: `latency_us`.
 //!
-//! The rungs the seed also climbs and this machine cannot (interrupt affinity: a veth pair
-//! raises no device interrupt; `isolcpus`: a boot parameter) are the experiment file's notes,
-//! not rungs that would silently measure the same thing twice.
+//! A rung this host cannot take returns [`RunError::NotApplicable`] with what was found, so
+//! the report shows it as a row with the reason instead of measuring the same thing twice.
 
 use std::time::Duration;
 
@@ -32,7 +33,24 @@ use crate::path::PathPlan;
 use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
 
 /// The rungs, in ladder order.
-pub const RUNGS: [&str; 5] = ["baseline", "split-cpus", "same-cpu", "busy-poll", "spin"];
+pub const RUNGS: [&str; 7] =
+    ["baseline", "split-cpus", "same-cpu", "irq-affinity", "isolcpus", "busy-poll", "spin"];
+
+/// The metrics every run of every rung produces.
+const METRICS: [&str; 9] = [
+    "min_us",
+    "mean_us",
+    "p50_us",
+    "p95_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "tx_per_s",
+    "samples_count",
+];
+
+/// Where the kernel lists the CPUs isolated from the scheduler (`isolcpus=`).
+const ISOLATED_CPUS: &str = "/sys/devices/system/cpu/isolated";
 
 /// The `tuning-ladder` engine.
 pub struct TuningLadder;
@@ -60,6 +78,7 @@ impl Workload for TuningLadder {
         let (request_len, reply_len) = super::rr::frame_sizes(params, 64)?;
         let placement_kind = match rung.as_str() {
             "baseline" => "free",
+            // Pinned where the host allows; `run` moves it to an isolated CPU, if any.
             "split-cpus" | "spin" => "split",
             _ => "same-cpu",
         };
@@ -94,7 +113,27 @@ impl Workload for TuningLadder {
 
 impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        let mut m = self.spec.measure(ctx)?;
+        let mut spec = self.spec.clone();
+        match self.rung.as_str() {
+            "isolcpus" => {
+                let cpu = isolated_cpu(&read_isolated()?)?;
+                spec.placement = Placement::SameCpu(cpu);
+            }
+            "irq-affinity" => {
+                let reason = self.spec.path.round(ctx, |live| {
+                    let interrupts = std::fs::read_to_string("/proc/interrupts")
+                        .map_err(|e| RunError::failed("read /proc/interrupts", e))?;
+                    let links = live
+                        .client()
+                        .exec("ip", ["-d", "-j", "link", "show"])
+                        .map_err(|e| RunError::failed("ip -d link show", e))?;
+                    Ok(no_irq_reason(&links, &interrupts))
+                })?;
+                return Err(RunError::NotApplicable(reason.0));
+            }
+            _ => {}
+        }
+        let mut m = spec.measure(ctx)?;
         // Keep what the ladder compares: the shared round code's retransmission and BBR
         // phase counters (the namespace default may be BBR) say nothing on an unshaped veth.
         m.metrics.retain(|k, _| !["retrans", "slow_", "all_"].iter().any(|p| k.starts_with(p)));
@@ -107,6 +146,10 @@ impl VariantPlan for Plan {
             );
         }
         Ok(m)
+    }
+
+    fn metrics(&self) -> Vec<String> {
+        METRICS.map(str::to_owned).to_vec()
     }
 
     fn describe(&self) -> String {
@@ -124,7 +167,80 @@ impl VariantPlan for Plan {
         if s.spin {
             d.push_str(", both ends spin on non-blocking sockets");
         }
+        match self.rung.as_str() {
+            "isolcpus" => d.push_str(" (moved to an isolated CPU, if the host has one)"),
+            "irq-affinity" => d.push_str(", and the path device's IRQ on that CPU"),
+            _ => {}
+        }
         d
+    }
+}
+
+fn read_isolated() -> Result<String, RunError> {
+    std::fs::read_to_string(ISOLATED_CPUS)
+        .map_err(|e| RunError::failed(format!("read {ISOLATED_CPUS}"), e))
+}
+
+/// The first CPU in the kernel's isolated list (`1`, `2-3,6`), or why the rung cannot run.
+fn isolated_cpu(list: &str) -> Result<usize, RunError> {
+    let list = list.trim();
+    if list.is_empty() {
+        return Err(RunError::NotApplicable(format!(
+            "no CPU is isolated on this host ({ISOLATED_CPUS} is empty): isolcpus= is a kernel \
+             boot parameter, and on a {}-CPU machine isolating one leaves the rest for \
+             everything else",
+            std::thread::available_parallelism().map_or(0, usize::from)
+        )));
+    }
+    let first = list.split([',', '-']).next().unwrap_or_default();
+    first.trim().parse().map_err(|_| {
+        RunError::failed(format!("read {ISOLATED_CPUS}"), format!("`{list}` is not a CPU list"))
+    })
+}
+
+/// Why the IRQ rung cannot run, from the client namespace's links (`ip -d -j link show`) and
+/// `/proc/interrupts`: the path's devices are software devices with no interrupt line, or (on
+/// a path over real hardware) pinning their IRQ would change the host, which the lab never
+/// does.
+fn no_irq_reason(links_json: &str, interrupts: &str) -> String {
+    let links: Vec<serde_json::Value> = serde_json::from_str(links_json).unwrap_or_default();
+    let devices: Vec<(String, String)> = links
+        .iter()
+        .filter_map(|l| {
+            let name = l.get("ifname")?.as_str()?;
+            (name != "lo").then(|| {
+                let kind = l
+                    .pointer("/linkinfo/info_kind")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("a device without a kind (tun)");
+                (name.to_owned(), kind.to_owned())
+            })
+        })
+        .collect();
+    let with_irq: Vec<&str> = devices
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| {
+            interrupts.lines().any(|l| l.split_whitespace().any(|w| w.trim_end_matches(':') == *n))
+        })
+        .collect();
+    let named: Vec<String> = devices.iter().map(|(n, k)| format!("{n} ({k})")).collect();
+    if with_irq.is_empty() {
+        format!(
+            "the path's device{} {} {} no interrupt line in /proc/interrupts: a software device \
+             raises no IRQ (its packets are processed in softirq on the sending CPU), so there \
+             is none to pin",
+            if named.len() == 1 { "" } else { "s" },
+            if named.is_empty() { "(none found)".to_owned() } else { named.join(", ") },
+            if named.len() == 1 { "has" } else { "have" },
+        )
+    } else {
+        format!(
+            "{} {} an IRQ, but pinning it would change the host's IRQ affinity, which the lab \
+             never does",
+            with_irq.join(", "),
+            if with_irq.len() == 1 { "has" } else { "have" }
+        )
     }
 }
 
@@ -133,7 +249,7 @@ mod tests {
     use super::*;
     use crate::workload;
     use crate::workload::rr::tests::assert_sane;
-    use crate::workload::test_support::run_once;
+    use crate::workload::test_support::{run_once, run_round};
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
         Params::from_pairs(pairs.iter().cloned())
@@ -146,7 +262,7 @@ mod tests {
     #[test]
     fn bad_parameters_are_named_by_key() {
         assert_eq!(refused(&[]).key, "rung");
-        assert_eq!(refused(&[("rung", "isolcpus".into())]).key, "rung");
+        assert_eq!(refused(&[("rung", "isolated".into())]).key, "rung");
         let bp = [("rung", "spin".into()), ("busy_poll", "50us".into())];
         assert_eq!(refused(&bp).key, "busy_poll");
         let bp = [("rung", "busy-poll".into()), ("busy_poll", "1h".into())];
@@ -170,10 +286,68 @@ mod tests {
         assert!(d("spin").contains("spin"));
     }
 
-    /// One short run of every rung on a real veth pair.
+    #[test]
+    fn isolated_cpu_lists() {
+        assert_eq!(isolated_cpu("1\n").unwrap(), 1);
+        assert_eq!(isolated_cpu("2-3,6").unwrap(), 2);
+        let empty = isolated_cpu("\n").unwrap_err().to_string();
+        assert!(empty.starts_with("not applicable here: no CPU is isolated"), "{empty}");
+        assert!(matches!(isolated_cpu("x"), Err(RunError::Failed { .. })));
+    }
+
+    #[test]
+    fn irq_reason_from_links_and_interrupts() {
+        let links =
+            r#"[{"ifname":"lo"},{"ifname":"tcptail-veth","linkinfo":{"info_kind":"veth"}}]"#;
+        let interrupts =
+            "           CPU0       CPU1\n 24:   1 2  PCI-MSI 49152-edge  virtio0-input.0\n";
+        let r = no_irq_reason(links, interrupts);
+        assert!(
+            r.starts_with("the path's device tcptail-veth (veth) has no interrupt line"),
+            "{r}"
+        );
+        let nic = " 30:   5 5  PCI-MSI  eth9\n";
+        let r = no_irq_reason(r#"[{"ifname":"eth9","linkinfo":{"info_kind":"x"}}]"#, nic);
+        assert!(r.starts_with("eth9 has an IRQ, but pinning it would change the host"), "{r}");
+    }
+
+    /// On this host: isolcpus is not applicable exactly when no CPU is isolated, and the IRQ
+    /// rung finds no interrupt line on a veth.
+    #[test]
+    fn host_checked_rungs_say_why_they_cannot_run() {
+        let plan = |rung: &str| {
+            let p = params(&[
+                ("rung", rung.into()),
+                ("duration", "200ms".into()),
+                ("warmup", "50ms".into()),
+            ]);
+            workload::plan(&TuningLadder, &p).unwrap()
+        };
+        let isolated = std::fs::read_to_string(ISOLATED_CPUS).unwrap();
+        let outcome = run_round(plan("isolcpus").as_ref(), 3);
+        match outcome {
+            Err(RunError::NotApplicable(why)) => {
+                assert!(isolated.trim().is_empty(), "{why}");
+                assert!(why.contains(ISOLATED_CPUS), "{why}");
+            }
+            Ok(m) => {
+                assert!(!isolated.trim().is_empty(), "ran without an isolated CPU");
+                assert_sane(&m);
+            }
+            Err(e) => panic!("isolcpus: {e}"),
+        }
+        match run_round(plan("irq-affinity").as_ref(), 3) {
+            Err(RunError::NotApplicable(why)) => {
+                assert!(why.contains("tcptail-veth (veth) has no interrupt line"), "{why}")
+            }
+            other => panic!("irq-affinity on veth: {:?}", other.map(|m| m.metrics)),
+        }
+    }
+
+    /// One short run of every rung the host can take on a real veth pair.
     #[test]
     fn every_rung_runs_on_veth() {
-        for rung in RUNGS {
+        for rung in RUNGS.into_iter().filter(|r| !["irq-affinity", "isolcpus"].contains(r)) {
             let p = params(&[
                 ("rung", rung.into()),
                 ("duration", "200ms".into()),

@@ -92,7 +92,9 @@ fn loss() {
     let d = decide(&rules, &run(85.0, 89.0));
     assert_eq!(d.verdict, Verdict::Reproduced);
     assert!(
-        d.reason.starts_with("At 5 % loss BBR keeps 85 Mbit/s (89 % of the link)"),
+        d.reason.starts_with(
+            "At 5 % loss BBR keeps 85 Mbit/s (89 % of the link, at least 84.5 % in every round)"
+        ),
         "{}",
         d.reason
     );
@@ -105,33 +107,108 @@ fn loss() {
         results(&[("cubic_1", &[("goodput_mbps", 30.0)]), ("bbr_1", &[("goodput_mbps", 90.0)])]);
     let d = decide(&rules, &smoke);
     assert_eq!(d.verdict, Verdict::NotApplicable);
-    assert_eq!(d.missing, ["bbr_5.link_pct", "bbr_5.goodput_mbps", "cubic_5.goodput_mbps"]);
+    assert_eq!(
+        d.missing,
+        ["bbr_5.link_pct.min", "bbr_5.goodput_mbps.min", "cubic_5.goodput_mbps.max"]
+    );
     assert!(
-        d.reason.starts_with("the rule at line 114 (`bbr_5.link_pct >= 80 and"),
+        d.reason.starts_with("the rule at line 114 (`bbr_5.link_pct.min >= 80 and"),
         "{}",
         d.reason
     );
     assert!(
         d.reason.ends_with(
-            "needs bbr_5.link_pct, bbr_5.goodput_mbps and cubic_5.goodput_mbps which this run did \
-             not measure"
+            "needs bbr_5.link_pct.min, bbr_5.goodput_mbps.min and cubic_5.goodput_mbps.max which \
+             this run did not measure"
         ),
         "{}",
         d.reason
     );
 }
 
+/// Quick mode does not run the slides' 128 kbit/s condition: the verdict can be at most
+/// `partly`, says the condition was not run, and is `not-applicable` when 10 Mbit/s shows
+/// nothing either.
 #[test]
-fn bloat_guards_full_mode_variants_with_has() {
+fn bloat_says_when_the_slides_condition_was_not_run() {
     let (_, rules) = builtin("bloat");
-    let vs = results(&[
-        ("cubic_tail_10m", &[("probe_p50_ms", 900.0), ("goodput_mbps", 9.5)]),
-        ("bbr_tail_10m", &[("probe_p50_ms", 40.0), ("goodput_mbps", 9.4)]),
-        ("cubic_codel_10m", &[("probe_p50_ms", 20.0)]),
-    ]);
-    let d = decide(&rules, &vs);
-    assert_eq!(d.verdict, Verdict::Reproduced);
+    let quick = |cubic: f64, bbr: f64| {
+        results(&[
+            ("cubic_tail_10m", &[("probe_p50_ms", cubic), ("goodput_mbps", 9.5)]),
+            ("bbr_tail_10m", &[("probe_p50_ms", bbr), ("goodput_mbps", 9.4)]),
+            ("cubic_codel_10m", &[("probe_p50_ms", 20.0), ("goodput_mbps", 9.3)]),
+        ])
+    };
+    let d = decide(&rules, &quick(900.0, 40.0));
+    assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
     assert!(d.rule.starts_with("when: not has(bbr_tail_128k.probe_p50_ms)"), "{}", d.rule);
+    assert!(d.reason.starts_with("The slides' condition (128 kbit/s) was not run"), "{}", d.reason);
+    // Lower beyond the spread, but not 2x: still partly, still saying what was not run.
+    let d = decide(&rules, &quick(100.0, 80.0));
+    assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
+    assert!(d.reason.starts_with("The slides' condition (128 kbit/s) was not run"), "{}", d.reason);
+    // Nothing at 10 Mbit/s either: not applicable, not a verdict on the slides' claim.
+    let d = decide(&rules, &quick(100.0, 100.0));
+    assert_eq!(d.verdict, Verdict::NotApplicable, "{}", d.reason);
+    assert!(d.reason.contains("was not run in this mode"), "{}", d.reason);
+    assert!(d.missing.is_empty(), "{:?}", d.missing);
+    // The finding on CoDel is decided from the same data.
+    let e = Experiment::builtin("bloat").unwrap();
+    let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
+    let codel = Finding::compile(&e.findings[0], &names).unwrap();
+    let f = codel.evaluate(&quick(900.0, 40.0).as_slice());
+    assert_eq!(f.outcome, Outcome::Holds);
+    assert!(f.text.starts_with("CoDel keeps CUBIC's queue short"), "{}", f.text);
+}
+
+/// The ladder's rules need each step beyond the run-to-run spread: a same-CPU rung that is
+/// lower only in its median (the situation that made the old rule say `partly` almost by
+/// construction) gives `not-reproduced`.
+#[test]
+fn tuning_ladder_needs_more_than_a_lower_median() {
+    let (e, rules) = builtin("tuning-ladder");
+    let ranges = |median: f64, lo: f64, hi: f64| {
+        [
+            ("mean_us", median, lo, hi),
+            ("min_us", 0.6 * median, 0.6 * lo, 0.6 * hi),
+            ("p99_us", 3.0 * median, 3.0 * lo, 3.0 * hi),
+        ]
+    };
+    let vs: Vec<VariantResult> = e
+        .variants
+        .iter()
+        .map(|v| match v.name.as_str() {
+            "baseline" => result("baseline", &ranges(70.0, 20.0, 90.0)),
+            "same_cpu" => result("same_cpu", &ranges(60.0, 18.0, 85.0)),
+            "spin" => result("spin", &ranges(65.0, 19.0, 88.0)),
+            "irq_affinity" | "isolcpus" => result(&v.name, &[]),
+            name => result(name, &ranges(75.0, 25.0, 95.0)),
+        })
+        .collect();
+    let d = decide(&rules, &vs);
+    assert_eq!(d.verdict, Verdict::NotReproduced, "{} ({})", d.reason, d.rule);
+    // Every rule is reported, evaluated, with the last one marked as the decider.
+    assert_eq!(d.rules.len(), rules.len());
+    assert_eq!(d.rules.iter().filter(|r| r.fired).count(), 1);
+    assert!(d.rules.last().unwrap().fired);
+    let partly = &d.rules[1];
+    assert_eq!(partly.outcome, Outcome::Fails);
+    assert_eq!(partly.evaluated.as_deref(), Some("85 < 20 ✗ or 88 < 20 ✗ or 264 < 60 ✗"));
+    // The busy-poll finding is decided from busy_poll against same_cpu.
+    let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
+    let busy = Finding::compile(&e.findings[0], &names).unwrap();
+    let f = busy.evaluate(&vs.as_slice());
+    assert_eq!(f.outcome, Outcome::Holds, "{}", f.evaluated);
+    assert!(f.text.starts_with("No effect measured"), "{}", f.text);
+    let mut moved = vs.clone();
+    let bp = moved.iter_mut().find(|v| v.name == "busy_poll").unwrap();
+    *bp = result("busy_poll", &ranges(200.0, 190.0, 210.0));
+    let f = busy.evaluate(&moved.as_slice());
+    assert_eq!(f.outcome, Outcome::Fails);
+    assert!(f.text.starts_with("SO_BUSY_POLL changed the latency"), "{}", f.text);
+    // The steps this host cannot take are findings decided by whether they ran.
+    let irq = Finding::compile(&e.findings[2], &names).unwrap().evaluate(&vs.as_slice());
+    assert_eq!((irq.outcome, irq.text.starts_with("Not applicable")), (Outcome::Fails, true));
 }
 
 /// Full-mode results for a built-in experiment: every (variant, metric) any of its rules
@@ -171,7 +248,10 @@ fn every_builtin_reproduces_on_a_difference_and_not_without_one() {
     let cases: [Case; 7] = [
         (
             "trading-cc",
-            &[("bbr_x", "p99_us", 200.0, 190.0, 210.0), ("cubic_x", "p99_us", 100.0, 95.0, 105.0)],
+            &[
+                ("bbr_dc", "p99_us", 200.0, 190.0, 210.0),
+                ("cubic_dc", "p99_us", 100.0, 95.0, 105.0),
+            ],
         ),
         (
             "idle-restart",
@@ -183,9 +263,14 @@ fn every_builtin_reproduces_on_a_difference_and_not_without_one() {
         (
             "tuning-ladder",
             &[
-                ("baseline", "p99_us", 100.0, 80.0, 150.0),
-                ("same_cpu", "p99_us", 60.0, 55.0, 70.0),
-                ("spin", "p99_us", 50.0, 49.0, 51.0),
+                ("baseline", "mean_us", 80.0, 60.0, 100.0),
+                ("baseline", "min_us", 50.0, 45.0, 55.0),
+                ("baseline", "p99_us", 150.0, 120.0, 200.0),
+                ("same_cpu", "mean_us", 15.0, 14.0, 16.0),
+                ("same_cpu", "min_us", 12.0, 11.0, 13.0),
+                ("spin", "mean_us", 10.0, 9.5, 10.5),
+                ("spin", "min_us", 8.0, 7.5, 8.5),
+                ("spin", "p99_us", 20.0, 19.0, 21.0),
             ],
         ),
         (
