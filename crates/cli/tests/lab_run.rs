@@ -1,7 +1,10 @@
 //! The real `tcptail lab run` and `lab report`, as root: every built-in experiment end to end
-//! in smoke mode (CI's check that the whole set runs and yields a verdict), experiment files
-//! checked before anything runs, Ctrl-C keeping what finished and removing everything, and
-//! the report re-rendered from results.json alone.
+//! in smoke mode (CI's check that the whole set runs: every experiment with a verdict in the
+//! allowed set and every rule evaluated, every variant with the metrics its engine declares
+//! or the reason this host cannot run it, every metric the rules and the table read present,
+//! and each report section with a plot for each plot that has data), `--list` against the
+//! built-in files, experiment files checked before anything runs, Ctrl-C keeping what
+//! finished and removing everything, and the report re-rendered from results.json alone.
 //!
 //! Runs are child processes whose namespaces are named `tcptail-<child pid>-...`; a guard
 //! removes any left after a failed test. One lock keeps runs from sharing the vCPUs (see
@@ -12,6 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tcptail_experiments::spec::{Experiment, Mode};
 
 mod common;
 
@@ -23,6 +27,47 @@ fn results(dir: &Path) -> Value {
 }
 
 const VERDICTS: [&str; 4] = ["reproduced", "partly", "not-reproduced", "not-applicable"];
+
+/// `variant.metric` references in a rule's or finding's text, for the variants in `ran`.
+fn references<'a>(text: &'a str, ran: &[&str]) -> Vec<(&'a str, &'a str)> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .filter_map(|word| {
+            let mut parts = word.split('.');
+            let (v, m) = (parts.next()?, parts.next()?);
+            ran.contains(&v).then_some((v, m))
+        })
+        .collect()
+}
+
+/// How many of an experiment's plots have data to draw (what its section must show).
+fn plots_with_data(e: &Value) -> usize {
+    let variants = e["variants"].as_array().expect("variants");
+    let has_series = |name: &str, kind: &str| {
+        variants.iter().any(|v| {
+            v["series"].as_array().is_some_and(|all| {
+                all.iter().any(|s| {
+                    s["name"] == name
+                        && s["kind"] == kind
+                        && s["points"].as_array().is_some_and(|p| !p.is_empty())
+                })
+            })
+        })
+    };
+    e["plots"]
+        .as_array()
+        .expect("plots")
+        .iter()
+        .filter(|plot| match plot["kind"].as_str() {
+            Some("ecdf") => has_series(plot["series"].as_str().unwrap_or(""), "cdf"),
+            Some("timeseries") => has_series(plot["series"].as_str().unwrap_or(""), "time"),
+            _ => plot["metrics"].as_array().is_some_and(|ms| {
+                ms.iter().any(|m| {
+                    variants.iter().any(|v| v["metrics"].get(m.as_str().unwrap_or("")).is_some())
+                })
+            }),
+        })
+        .count()
+}
 
 #[test]
 fn every_builtin_runs_end_to_end_in_smoke_mode() {
@@ -42,56 +87,116 @@ fn every_builtin_runs_end_to_end_in_smoke_mode() {
     assert_eq!(results["run"]["mode"], "smoke");
     assert_eq!(results["run"]["interrupted"], false);
     assert!(!results["environment"]["kernel"].as_str().unwrap_or("").is_empty());
+    let builtins = Experiment::builtins();
     let experiments = results["experiments"].as_array().expect("experiments");
     let names: Vec<&str> = experiments.iter().filter_map(|e| e["name"].as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "trading-cc",
-            "nagle-delack",
-            "idle-restart",
-            "tuning-ladder",
-            "sendq",
-            "loss",
-            "bloat",
-            "wan",
-            "rwin-limited"
-        ]
-    );
-    for e in experiments {
-        let name = e["name"].as_str().unwrap_or("?");
+    let expected: Vec<&str> = builtins.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, expected, "every built-in, in order");
+    let html = std::fs::read_to_string(dir.path().join("index.html")).expect("index.html");
+    let sections: Vec<&str> = html.split("<section class=\"experiment\"").skip(1).collect();
+    assert_eq!(sections.len(), builtins.len(), "one report section per experiment");
+    for ((e, spec), section) in experiments.iter().zip(&builtins).zip(&sections) {
+        let name = spec.name.as_str();
         assert!(e["error"].is_null(), "{name}: {}", e["error"]);
         let verdict = e["verdict"].as_str().unwrap_or("");
         assert!(VERDICTS.contains(&verdict), "{name}: verdict {verdict}");
         assert!(!e["verdict_reason"].as_str().unwrap_or("").is_empty(), "{name}: no reason");
         assert!(!e["claim"].as_str().unwrap_or("").is_empty(), "{name}: no claim");
-        for v in e["variants"].as_array().expect("variants") {
+        // Every rule of the file, evaluated, exactly one of them deciding.
+        let rules = e["rules"].as_array().expect("rules");
+        assert_eq!(rules.len(), spec.rules.len(), "{name}: rules listed");
+        assert_eq!(rules.iter().filter(|r| r["fired"] == true).count(), 1, "{name}: deciders");
+        assert_eq!(e["findings"].as_array().map(Vec::len), Some(spec.findings.len()), "{name}");
+        // Every variant the mode runs: its declared metrics, or the reason it cannot run.
+        let variants = e["variants"].as_array().expect("variants");
+        let ran: Vec<&str> =
+            spec.variants_in(Mode::Smoke).iter().map(|v| v.name.as_str()).collect();
+        let got: Vec<&str> = variants.iter().filter_map(|v| v["name"].as_str()).collect();
+        assert_eq!(got, ran, "{name}: the smoke variants");
+        let mut measured: Vec<&str> = Vec::new();
+        for v in variants {
+            let vname = v["name"].as_str().unwrap_or("?");
             let metrics = v["metrics"].as_object().expect("metrics");
-            assert!(!metrics.is_empty(), "{name}/{}: no metrics", v["name"]);
-            for (metric, m) in metrics {
-                let median = m["median"].as_f64().unwrap_or(f64::NAN);
-                assert!(median.is_finite(), "{name}/{}/{metric}: {m}", v["name"]);
+            if let Some(why) = v["not_applicable"].as_str() {
+                assert!(!why.is_empty() && metrics.is_empty(), "{name}/{vname}: {why}");
+                continue;
             }
+            measured.push(vname);
+            let declared = v["expected_metrics"].as_array().expect("expected_metrics");
+            assert!(
+                !declared.is_empty() || spec.workload == "sendq",
+                "{name}/{vname}: declares nothing"
+            );
+            for m in declared.iter().filter_map(Value::as_str) {
+                let median = metrics.get(m).and_then(|x| x["median"].as_f64());
+                assert!(median.is_some(), "{name}/{vname}: declared metric {m} missing");
+            }
+            assert!(!metrics.is_empty(), "{name}/{vname}: no metrics");
         }
+        // What the rules and findings read of the variants that ran, and what the table shows.
+        let texts =
+            spec.rules.iter().flat_map(|r| [r.when.clone().unwrap_or_default(), r.reason.clone()]);
+        let texts: Vec<String> = texts
+            .chain(
+                spec.findings
+                    .iter()
+                    .flat_map(|f| [f.when.clone(), f.then.clone(), f.otherwise.clone()]),
+            )
+            .collect();
+        for (v, m) in texts.iter().flat_map(|t| references(t, &measured)) {
+            let variant = variants.iter().find(|x| x["name"] == v).expect("ran");
+            assert!(variant["metrics"].get(m).is_some(), "{name}: {v}.{m} is read but missing");
+        }
+        for m in &spec.table {
+            assert!(
+                variants.iter().any(|v| v["metrics"].get(m.as_str()).is_some()),
+                "{name}: table column {m} has no value in any variant"
+            );
+        }
+        // The report's section for it: the rule table, and a plot for each plot with data.
+        assert!(section.contains(&format!("<code>{name}</code>")), "{name}: section order");
+        assert!(section.contains("← decided the verdict"), "{name}: no rule marked");
+        let plots = plots_with_data(e);
+        assert!(plots > 0, "{name}: no plot has data");
+        assert_eq!(section.matches("<svg").count(), plots, "{name}: plots in its section");
     }
-    let html = std::fs::read_to_string(dir.path().join("index.html")).expect("index.html");
-    for name in names {
-        assert!(html.contains(name), "index.html has no section for {name}");
-    }
-    assert!(html.contains("<svg"), "index.html has no plot");
     // The summary on stdout names every experiment's verdict.
-    assert!(done.stdout.contains("trading-cc") && done.stdout.contains("report:"));
+    for e in experiments {
+        let line =
+            format!("{:<14} {:<15}", e["name"].as_str().unwrap(), e["verdict"].as_str().unwrap());
+        assert!(done.stdout.contains(&line), "{line:?} not in:\n{}", done.stdout);
+    }
+    assert!(done.stdout.contains("report:"));
 }
 
 #[test]
-fn list_shows_every_builtin_with_its_rounds() {
+fn list_shows_every_builtin_with_its_variants_and_rounds() {
     let out = Command::new(bin()).args(["lab", "run", "--list"]).output().expect("run");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for name in ["trading-cc", "nagle-delack", "sendq", "loss", "bloat", "wan", "rwin-limited"] {
-        assert!(text.contains(name), "{name} missing from:\n{text}");
+    let builtins = Experiment::builtins();
+    // The header, one row per experiment, then a line in parentheses about the modes.
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with('('))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), builtins.len(), "{text}");
+    for (e, row) in builtins.iter().zip(&rows) {
+        let variants = e.variants_in(Mode::Quick).len().to_string();
+        let rounds = e.mode(Mode::Quick).rounds.to_string();
+        assert_eq!(row[..4], [e.name.as_str(), &variants, &rounds, &e.workload], "{text}");
     }
-    assert!(text.contains("quick mode"), "{text}");
+    assert!(text.contains("(quick mode;"), "{text}");
+    // Another mode lists that mode's numbers.
+    let out = Command::new(bin()).args(["lab", "run", "--list", "--full"]).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let bloat = Experiment::builtin("bloat").unwrap();
+    let line = text.lines().find(|l| l.starts_with("bloat ")).expect("bloat listed");
+    let full: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(full[1], bloat.variants_in(Mode::Full).len().to_string(), "{line}");
+    assert_eq!(full[2], bloat.mode(Mode::Full).rounds.to_string(), "{line}");
 }
 
 #[test]

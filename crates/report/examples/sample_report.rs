@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Prints `svg_expected=N` on stdout: how many plots have data, counted from the results
-//! alone, for the check to compare with the `<svg>` elements the browser sees.
+//! alone, for the check to compare with the `<svg>` elements the browser sees; then
+//! `svg_per_section=A B C ...`, the same count for each experiment's section in order.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -55,5 +56,8 @@ fn main() -> ExitCode {
     }
     eprintln!("sample_report: {} ({} experiments)", report.display(), results.experiments.len());
     println!("svg_expected={}", common::plots_with_data(&results));
+    let per: Vec<String> =
+        common::plots_with_data_per_experiment(&results).iter().map(usize::to_string).collect();
+    println!("svg_per_section={}", per.join(" "));
     ExitCode::SUCCESS
 }
