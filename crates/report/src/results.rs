@@ -428,13 +428,70 @@ impl Series {
         Series { name: name.into(), kind: SeriesKind::Time, points }
     }
 
-    /// Pools the CDFs of several rounds (each thinned to the same number of quantiles, so
-    /// pooling their points weighs rounds equally) into one.
+    /// Pools the CDFs of several rounds into one, each round weighing alike.
+    ///
+    /// A round's CDF is thinned unevenly ([`Series::cdf`] keeps every rank of the tail), so its
+    /// points are not equally likely: each point stands for the samples between it and the
+    /// point before, its step in `y`. Pooling therefore weighs every point by its step (divided
+    /// by the number of rounds), sorts all points by value and accumulates; pooling the raw
+    /// values instead would count the densely kept tail as a quarter of the distribution. The
+    /// result is thinned like [`Series::cdf`]: evenly in `y` for the body, every point above
+    /// 0.99, the extremes always.
     pub fn pool_cdfs(name: &str, rounds: &[&Series]) -> Series {
-        let mut values: Vec<f64> =
-            rounds.iter().flat_map(|s| s.points.iter().map(|p| p[0])).collect();
-        Series::cdf(name, &mut values)
+        let n = rounds.len() as f64;
+        let mut weighted: Vec<(f64, f64)> = Vec::new();
+        for s in rounds {
+            let mut before = 0.0;
+            for p in &s.points {
+                if p[0].is_finite() && p[1].is_finite() {
+                    weighted.push((p[0], (p[1] - before).max(0.0) / n));
+                    before = p[1];
+                }
+            }
+        }
+        weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut pooled: Vec<[f64; 2]> = Vec::with_capacity(weighted.len());
+        let mut y = 0.0;
+        for (x, w) in weighted {
+            y += w;
+            // Sums of steps carry rounding noise in the 17th digit, which JSON does not read
+            // back exactly; twelve decimals are far finer than any plot.
+            let y = (y * 1e12).round() / 1e12;
+            match pooled.last_mut() {
+                Some(last) if last[0] == x => last[1] = y,
+                _ => pooled.push([x, y]),
+            }
+        }
+        // Rounding can leave the last step a hair off 1.
+        if let Some(last) = pooled.last_mut() {
+            last[1] = 1.0;
+        }
+        Series { name: name.to_owned(), kind: SeriesKind::Cdf, points: thin_cdf(pooled) }
     }
+}
+
+/// Keeps at most about [`MAX_POINTS`] points of a CDF: the first, one per `1/body` step of
+/// `y` in the body, every point above 0.99 (the last [`MAX_POINTS`]/4 of them at most), and
+/// the last.
+fn thin_cdf(points: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
+    if points.len() <= MAX_POINTS {
+        return points;
+    }
+    let tail_start = points
+        .iter()
+        .position(|p| p[1] > 0.99)
+        .unwrap_or(points.len())
+        .max(points.len().saturating_sub(MAX_POINTS / 4));
+    let body = (MAX_POINTS - (points.len() - tail_start)).max(2) as f64;
+    let mut kept = Vec::with_capacity(MAX_POINTS + 1);
+    let mut next_y = 0.0;
+    for (i, p) in points.iter().enumerate() {
+        if i == 0 || i >= tail_start || p[1] >= next_y {
+            kept.push(*p);
+            next_y = p[1] + 1.0 / body;
+        }
+    }
+    kept
 }
 
 /// A plot an experiment file asks for.

@@ -100,3 +100,56 @@ fn a_foreign_file_is_named_in_the_error() {
     let err = Results::read(&path).unwrap_err().to_string();
     assert!(err.contains("results.json") && err.contains("not a tcptail results file"), "{err}");
 }
+
+#[test]
+fn pooled_cdfs_weigh_points_by_the_samples_they_stand_for() {
+    // Two rounds of 10,000 samples: 99.8 % near 10 µs, 0.2 % at 8000 µs. Each round's CDF
+    // keeps every rank of its last 1 %, so the slow samples are over-represented among its
+    // points; pooling must still put 99.8 % of the weight near 10 µs.
+    let round = |jitter: f64| {
+        let mut v: Vec<f64> = (0..10_000)
+            .map(|i| if i < 9_980 { 10.0 + jitter * f64::from(i % 7) } else { 8000.0 })
+            .collect();
+        Series::cdf("latency_us", &mut v)
+    };
+    let (a, b) = (round(0.01), round(0.02));
+    let tail_points = a.points.iter().filter(|p| p[0] >= 8000.0).count();
+    // Counted as points, the tail would look ten times (here 25 times) heavier than it is.
+    let share = tail_points as f64 / a.points.len() as f64;
+    assert!(share > 10.0 * 0.002, "the thinning keeps a dense tail: {share}");
+    let pooled = Series::pool_cdfs("latency_us", &[&a, &b]);
+    let below =
+        |x: f64| pooled.points.iter().filter(|p| p[0] <= x).map(|p| p[1]).fold(0.0, f64::max);
+    assert!((below(11.0) - 0.998).abs() < 1e-9, "share at or below 11 µs: {}", below(11.0));
+    assert_eq!(pooled.points.last(), Some(&[8000.0, 1.0]));
+    assert!(pooled.points.windows(2).all(|w| w[0][0] < w[1][0] && w[0][1] <= w[1][1]));
+    assert!(pooled.points.len() <= MAX_POINTS + 1, "{}", pooled.points.len());
+    // What results.json holds reads back exactly.
+    let json = serde_json::to_string(&pooled).unwrap();
+    assert_eq!(serde_json::from_str::<Series>(&json).unwrap(), pooled);
+    // One round pools to itself: at each value, the round's share at or below it.
+    let alone = Series::pool_cdfs("latency_us", &[&a]);
+    for p in &alone.points {
+        let own = a.points.iter().filter(|q| q[0] == p[0]).map(|q| q[1]).fold(0.0, f64::max);
+        assert!((own - p[1]).abs() < 1e-9, "{p:?} vs {own}");
+    }
+}
+
+#[test]
+fn pooling_thins_many_points_keeping_the_tail() {
+    let rounds: Vec<Series> = (0..8)
+        .map(|r| {
+            let mut v: Vec<f64> = (0..20_000).map(|i| f64::from(i) + f64::from(r) * 0.5).collect();
+            Series::cdf("x_us", &mut v)
+        })
+        .collect();
+    let refs: Vec<&Series> = rounds.iter().collect();
+    let pooled = Series::pool_cdfs("x_us", &refs);
+    assert!(pooled.points.len() <= MAX_POINTS + 1, "{}", pooled.points.len());
+    assert_eq!(pooled.points[0][0], 0.0);
+    assert_eq!(pooled.points.last().unwrap()[1], 1.0);
+    // The median of the pool is the median of the rounds (~10,000).
+    let median = pooled.points.iter().find(|p| p[1] >= 0.5).unwrap()[0];
+    assert!((median - 10_000.0).abs() < 200.0, "{median}");
+    assert!(pooled.points.iter().filter(|p| p[1] > 0.99).count() >= 50);
+}
