@@ -4,13 +4,15 @@
 //! The application [`offer`](FreshSender::offer)s messages (by key) whenever it has them and
 //! calls [`pump`](FreshSender::pump) whenever the socket may take more (for a non-blocking
 //! socket: when `pump` returned early and `POLLOUT` or
-//! [`retry_after`](FreshSender::retry_after) says so). A message is written whole: one that
-//! was partly accepted by a non-blocking socket is finished before anything else, and is never
-//! merged or dropped once started. [`FreshSender::stats`] reports the estimate, time blocked,
+//! [`retry_after`](FreshSender::retry_after) says so). A message is popped only once the
+//! bound leaves room ([`BoundedSender::ready`]), so the one that goes is the freshest at that
+//! moment, and then written through [`BoundedSender::send`] in pieces that each fit the bound.
+//! A message once started is finished before anything else (also across `WouldBlock` on a
+//! non-blocking socket), and is never merged or dropped. [`FreshSender::stats`] reports the estimate, time blocked,
 //! bytes written and the messages merged or dropped.
 
 use std::hash::Hash;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -44,7 +46,7 @@ pub struct FreshSender<K, S> {
     messages_sent: u64,
 }
 
-impl<K: Eq + Hash + Clone, S: AsFd + Write> FreshSender<K, S> {
+impl<K: Eq + Hash + Clone, S: AsFd> FreshSender<K, S> {
     /// Wraps `stream` with the bound `config` and the queue `policy`.
     pub fn new(stream: S, config: GovernorConfig, policy: FreshnessPolicy) -> io::Result<Self> {
         Ok(FreshSender {
@@ -76,7 +78,7 @@ impl<K: Eq + Hash + Clone, S: AsFd + Write> FreshSender<K, S> {
         loop {
             if let Some((msg, mut off)) = self.partial.take() {
                 while off < msg.len() {
-                    match self.sender.write_unchecked(&msg[off..]) {
+                    match self.sender.send(&msg[off..]) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                         Ok(n) => off += n,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -100,6 +102,7 @@ impl<K: Eq + Hash + Clone, S: AsFd + Write> FreshSender<K, S> {
             if self.queue.is_empty() {
                 return Ok(done);
             }
+            // Pick the message only once the socket can take it, so it is the freshest.
             match self.sender.ready() {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(done),

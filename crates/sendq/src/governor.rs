@@ -2,39 +2,72 @@
 //! under a bound.
 //!
 //! It never reads the clock or touches a socket. The caller gives it `now` (any monotonic
-//! [`Duration`] since an arbitrary zero, a virtual clock in tests) and the socket's state as
-//! [`Inputs`] (from `tcp_info`), and it answers with a [`Verdict`]: admit the next write or wait
-//! a given time and ask again, and possibly a new `TCP_NOTSENT_LOWAT` value to apply.
+//! [`Duration`] since an arbitrary zero, a virtual clock in tests), the socket's state as
+//! [`Inputs`] (from `tcp_info`) through [`Governor::observe`], and the bytes it wants to write
+//! through [`Governor::admit`]; the answer is an [`Admission`]: write at most so many bytes,
+//! wait (a time, or for the kernel's `POLLOUT`), or read `tcp_info` first.
 //!
 //! # The estimate (the poster's equations 1-3)
 //!
 //! `delay = notsent / R`: `notsent` is `tcpi_notsent_bytes` (the poster's "occupied buffer
 //! minus BDP", measured directly). `R` is `tcpi_delivery_rate` when its latest sample was not
 //! application-limited, otherwise `min(pacing_rate, cwnd × mss / srtt)` over whichever is known
-//! (`min_rtt` replaces a zero `srtt`). No usable rate means no estimate, and the governor then
-//! admits: capabilities degrade, they never wedge the writer.
+//! (`min_rtt` replaces a zero `srtt`).
 //!
 //! # Modes
 //!
-//! - [`Mode::NoControl`]: always admit (the baseline).
-//! - [`Mode::StaticLowat`]: set `TCP_NOTSENT_LOWAT` once; the kernel blocks the writer.
-//! - [`Mode::Threshold`]: the poster's proposal: admit iff the estimate is at most the
-//!   threshold, else wait `estimate - threshold` (clamped to `[min_wait, max_wait]`) and
-//!   re-read `tcp_info`.
-//! - [`Mode::AdaptiveLowat`]: beyond the poster: keep `TCP_NOTSENT_LOWAT` at
-//!   `2 × threshold × R`. The kernel withholds `POLLOUT` and blocks writes while
-//!   `notsent ≥ lowat`, and wakes the writer when `2 × notsent < lowat`, i.e. exactly when the
-//!   estimate falls below the threshold; no polling. The value is re-computed when the rate
-//!   moves by more than [`GovernorConfig::lowat_hysteresis`].
+//! - [`Mode::NoControl`]: the governor never holds a write back (the baseline); the kernel's
+//!   send buffer alone decides.
+//! - [`Mode::StaticLowat`]: set `TCP_NOTSENT_LOWAT` once; the kernel alone decides.
+//! - [`Mode::Threshold`]: the poster's proposal, polling `tcp_info`: the byte bound is
+//!   `B = T × R` with `R` from the latest `tcp_info` read.
+//! - [`Mode::AdaptiveLowat`]: beyond the poster: `TCP_NOTSENT_LOWAT` is kept at `L = T × R`
+//!   (re-computed when `R` moves by more than [`GovernorConfig::lowat_hysteresis`]) and the
+//!   byte bound is `B = L`, the value set on the socket. The kernel then does the waiting:
+//!   it withholds `POLLOUT` while `2 × notsent ≥ L` and wakes a writer when `2 × notsent < L`,
+//!   so no `tcp_info` polling is needed while the writer waits.
+//!
+//! In both threshold modes `B` is clamped to [`GovernorConfig::min_bound`] ..
+//! [`GovernorConfig::max_bound`] (a bound of a few bytes would wake the writer too often to keep
+//! the pipe full, and a LOWAT of 0 means "no LOWAT" to the kernel).
+//!
+//! # The guarantee
+//!
+//! In the threshold modes every admitted write is capped to the room left under the bound:
+//! [`Admission::Admit`]`(n)` has `u + n ≤ B`, where `u` is an upper bound of `notsent`: the
+//! `notsent` of the latest observation plus everything written since (the kernel only sends,
+//! so `notsent` can only have shrunk apart from what the caller wrote). Hence, for a writer
+//! that writes only what it is admitted:
+//!
+//! > after every write, `notsent ≤ B`, i.e. the estimate `notsent / R` is at most the threshold
+//! > `T` (or `min_bound / R` when that is larger), with `R` the rate of the latest `tcp_info`
+//! > read (adaptive mode: the rate the LOWAT was last computed from, within
+//! > `lowat_hysteresis` of the latest).
+//!
+//! The kernel's own rule is weaker: it refuses a new segment only once `notsent ≥ LOWAT`, and
+//! a write that starts below LOWAT may end above it by up to one segment (up to 64 KB with
+//! GSO). Capping each write to the room left means the kernel's overshoot never happens
+//! through the governor; it still bounds writes that bypass it (at `L` plus one segment).
+//!
+//! A writer that waits is admitted again once at least half the bound is free (`u ≤ B - B/2`,
+//! or less when it wants fewer bytes): the kernel's LOWAT wake-up rule. So in adaptive mode
+//! the governor and the kernel agree: a wait ([`Admission::WaitWritable`]) is only ever asked
+//! on a fresh observation with `2 × notsent ≥ L` (the kernel withholds `POLLOUT`, so polling
+//! for it does not spin), and a fresh observation with `2 × notsent < L` (what `POLLOUT`
+//! reports) is always admitted (so the writer the kernel wakes is never sent back to wait).
+//!
+//! Without a usable rate, threshold mode has no bound and admits (capabilities degrade, they
+//! never wedge the writer); adaptive mode keeps the LOWAT it has (at first `min_bound`).
 //!
 //! # Invariants (property-tested)
 //!
-//! - In threshold mode a write is never admitted while the freshest estimate exceeds the
-//!   threshold; the cached fast path ([`Governor::admit_cached`]) only admits when an *upper
-//!   bound* of the estimate (last `notsent` plus everything written since, at the last rate)
-//!   is within the threshold and the snapshot is younger than [`GovernorConfig::refresh`].
-//! - Every wait is finite (at most [`GovernorConfig::max_wait`]), and an empty queue is always
-//!   admitted: the writer never blocks forever once the queue drains.
+//! - An admitted write never takes the upper bound of `notsent` above `B` (see above).
+//! - A wait is only asked on a fresh observation, never on the cached upper bound, and every
+//!   timed wait lies in `[min_wait, max_wait]`: the writer never blocks forever once the queue
+//!   drains, and an empty queue is always admitted.
+//! - Observations are at most [`GovernorConfig::refresh`] old when a write is admitted, in
+//!   every mode, so [`Governor::last_estimate`] (the sender's stats) is never staler than that
+//!   while the writer writes.
 
 use std::time::Duration;
 
@@ -50,10 +83,10 @@ pub enum Mode {
     NoControl,
     /// A fixed `TCP_NOTSENT_LOWAT` in bytes.
     StaticLowat(u32),
-    /// Wait while `notsent / rate` exceeds this (the poster's design, polling `tcp_info`).
+    /// Keep `notsent / rate` at most this (the poster's design, polling `tcp_info`).
     Threshold(Duration),
-    /// `TCP_NOTSENT_LOWAT` kept at `2 × threshold × rate`, so the kernel wakes the writer when
-    /// the estimate falls below this threshold.
+    /// The same bound with `TCP_NOTSENT_LOWAT` kept at `threshold × rate`, so the kernel
+    /// wakes a waiting writer (when half of it is free) without `tcp_info` polling.
     AdaptiveLowat(Duration),
 }
 
@@ -167,14 +200,15 @@ pub struct GovernorConfig {
     /// Longest wait before re-reading `tcp_info` (default 5 ms): bounds how long a writer can
     /// oversleep a drained queue or a wrong rate.
     pub max_wait: Duration,
-    /// How old a `tcp_info` snapshot may be for the cached fast path and for re-computing the
-    /// adaptive LOWAT (default 2 ms).
+    /// How old an observation may be when a write is admitted without a new `tcp_info` read
+    /// (default 2 ms), in every mode: it bounds the age of the rate the threshold modes
+    /// use and of the estimate the stats report.
     pub refresh: Duration,
-    /// Smallest adaptive LOWAT (default 4096 bytes): below a few segments the kernel would wake
-    /// the writer too often to keep the pipe full.
-    pub min_lowat: u32,
-    /// Largest adaptive LOWAT (default 16 MiB).
-    pub max_lowat: u32,
+    /// Smallest byte bound in the threshold modes (default 4096 bytes; at least 1): below a
+    /// few segments the writer would be woken too often to keep the pipe full.
+    pub min_bound: u32,
+    /// Largest byte bound in the threshold modes (default 16 MiB).
+    pub max_bound: u32,
     /// Relative change of the adaptive LOWAT that triggers a new `setsockopt` (default 1/8).
     pub lowat_hysteresis: f64,
 }
@@ -187,39 +221,44 @@ impl GovernorConfig {
             min_wait: Duration::from_micros(100),
             max_wait: Duration::from_millis(5),
             refresh: Duration::from_millis(2),
-            min_lowat: 4096,
-            max_lowat: 16 << 20,
+            min_bound: 4096,
+            max_bound: 16 << 20,
             lowat_hysteresis: 0.125,
         }
     }
 }
 
-/// Whether the next write may go.
+/// What to do before the next write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Admission {
-    /// Write now.
-    Admit,
-    /// Wait this long (finite, at least `min_wait`), then ask again with fresh inputs.
+    /// Write at most this many bytes now (never more than asked for).
+    Admit(u64),
+    /// The cached observation cannot decide (none yet, older than `refresh`, or its upper
+    /// bound leaves too little room): read `tcp_info`, [`Governor::observe`] it, ask again.
+    Refresh,
+    /// Threshold mode: wait this long (within `[min_wait, max_wait]`), then refresh.
     Wait(Duration),
+    /// Adaptive mode: wait for the kernel's `POLLOUT` (withheld now; it comes when
+    /// `2 × notsent < LOWAT`), at most `max_wait`, then refresh.
+    WaitWritable,
 }
 
-/// The governor's answer to one observation.
+/// What one observation changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// Write or wait.
-    pub admission: Admission,
+pub struct Observation {
     /// Apply this `TCP_NOTSENT_LOWAT` before writing (then report it with
     /// [`Governor::lowat_applied`]).
     pub set_lowat: Option<u32>,
-    /// The estimate this verdict was based on.
+    /// The estimate of the observed inputs.
     pub estimate: Option<Estimate>,
 }
 
+/// The latest observation.
 #[derive(Debug, Clone, Copy)]
 struct Snapshot {
     at: Duration,
     notsent: u64,
-    rate: u64,
+    rate: Option<u64>,
 }
 
 /// The decision core; see the [module docs](self).
@@ -228,14 +267,28 @@ pub struct Governor {
     config: GovernorConfig,
     lowat: Option<u32>,
     last: Option<Snapshot>,
+    /// Bytes written since `last`.
     written_since: u64,
+    /// Nothing was written and no wait was asked since `last`: its `notsent` is exact.
+    exact: bool,
+    /// No decision was made on `last` yet: it is used whatever its age, so a `refresh` shorter
+    /// than a `tcp_info` read cannot send the writer round in circles.
+    unused: bool,
     last_estimate: Option<Estimate>,
 }
 
 impl Governor {
     /// A governor with `config`.
     pub fn new(config: GovernorConfig) -> Governor {
-        Governor { config, lowat: None, last: None, written_since: 0, last_estimate: None }
+        Governor {
+            config,
+            lowat: None,
+            last: None,
+            written_since: 0,
+            exact: false,
+            unused: false,
+            last_estimate: None,
+        }
     }
 
     /// The configuration.
@@ -253,32 +306,29 @@ impl Governor {
         self.last_estimate
     }
 
-    /// Decides on fresh `inputs` observed at `now`.
-    pub fn observe(&mut self, now: Duration, inputs: &Inputs) -> Verdict {
+    /// When the latest observation was made.
+    pub fn observed_at(&self) -> Option<Duration> {
+        self.last.map(|s| s.at)
+    }
+
+    /// Records fresh `inputs` observed at `now`; says which LOWAT to apply.
+    pub fn observe(&mut self, now: Duration, inputs: &Inputs) -> Observation {
         let estimate = inputs.estimate();
         self.last_estimate = estimate;
         self.written_since = 0;
-        self.last = estimate.map(|e| Snapshot {
+        self.exact = true;
+        self.unused = true;
+        self.last = Some(Snapshot {
             at: now,
             notsent: u64::from(inputs.notsent_bytes),
-            rate: e.rate,
+            rate: estimate.map(|e| e.rate),
         });
-        let (admission, set_lowat) = match self.config.mode {
-            Mode::NoControl => (Admission::Admit, None),
-            Mode::StaticLowat(bytes) => {
-                (Admission::Admit, (self.lowat != Some(bytes)).then_some(bytes))
-            }
-            Mode::Threshold(threshold) => match estimate {
-                Some(e) if e.delay > threshold => {
-                    let wait =
-                        (e.delay - threshold).clamp(self.config.min_wait, self.config.max_wait);
-                    (Admission::Wait(wait), None)
-                }
-                _ => (Admission::Admit, None),
-            },
+        let set_lowat = match self.config.mode {
+            Mode::NoControl | Mode::Threshold(_) => None,
+            Mode::StaticLowat(bytes) => (self.lowat != Some(bytes)).then_some(bytes),
             Mode::AdaptiveLowat(threshold) => {
-                let target = estimate.map(|e| self.adaptive_lowat(threshold, e.rate));
-                let set = match (target, self.lowat) {
+                let target = estimate.map(|e| self.bound_for(threshold, e.rate));
+                match (target, self.lowat) {
                     (Some(t), Some(cur)) => {
                         let change = (f64::from(t) - f64::from(cur)).abs() / f64::from(cur.max(1));
                         (change > self.config.lowat_hysteresis).then_some(t)
@@ -286,20 +336,36 @@ impl Governor {
                     (Some(t), None) => Some(t),
                     // No rate yet: start from the smallest bound, so the very first burst
                     // cannot fill the buffer.
-                    (None, None) => Some(self.config.min_lowat),
+                    (None, None) => Some(self.min_bound()),
                     (None, Some(_)) => None,
-                };
-                (Admission::Admit, set)
+                }
             }
         };
-        Verdict { admission, set_lowat, estimate }
+        Observation { set_lowat, estimate }
     }
 
-    /// `2 × threshold × rate`, clamped to the configured bounds.
-    pub fn adaptive_lowat(&self, threshold: Duration, rate: u64) -> u32 {
-        let bytes = 2 * u128::from(rate) * threshold.as_nanos() / 1_000_000_000;
+    fn min_bound(&self) -> u32 {
+        self.config.min_bound.max(1)
+    }
+
+    /// `threshold × rate` in bytes, clamped to `[min_bound, max_bound]`.
+    pub fn bound_for(&self, threshold: Duration, rate: u64) -> u32 {
+        let bytes = u128::from(rate) * threshold.as_nanos() / 1_000_000_000;
         let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-        bytes.clamp(self.config.min_lowat, self.config.max_lowat.max(self.config.min_lowat))
+        bytes.clamp(self.min_bound(), self.config.max_bound.max(self.min_bound()))
+    }
+
+    /// The byte bound on `notsent` now: `None` without one (no control, static LOWAT, or
+    /// threshold mode without a rate).
+    pub fn bound(&self) -> Option<u64> {
+        match self.config.mode {
+            Mode::NoControl | Mode::StaticLowat(_) => None,
+            Mode::Threshold(t) => {
+                let rate = self.last?.rate?;
+                Some(u64::from(self.bound_for(t, rate)))
+            }
+            Mode::AdaptiveLowat(_) => self.lowat.map(u64::from),
+        }
     }
 
     /// Records that `lowat` is now set on the socket.
@@ -310,24 +376,51 @@ impl Governor {
     /// Records `bytes` written since the last observation (for the cached upper bound).
     pub fn on_written(&mut self, bytes: u64) {
         self.written_since = self.written_since.saturating_add(bytes);
+        if bytes > 0 {
+            self.exact = false;
+        }
     }
 
-    /// Whether a write may go at `now` without reading `tcp_info` again.
+    /// Decides on a write of up to `want` bytes at `now` (see the [module docs](self)).
     ///
-    /// True for the modes that need no per-write decision once their LOWAT is set. In
-    /// threshold mode, true only with a snapshot younger than `refresh` whose upper bound
-    /// `(notsent + written since) / rate` is within the threshold (the queue can only have
-    /// shrunk since, apart from what we wrote).
-    pub fn admit_cached(&self, now: Duration) -> bool {
-        let fresh = |s: &Snapshot| now.saturating_sub(s.at) <= self.config.refresh;
-        match self.config.mode {
-            Mode::NoControl => true,
-            Mode::StaticLowat(b) => self.lowat == Some(b),
-            Mode::AdaptiveLowat(_) => self.lowat.is_some() && self.last.as_ref().is_some_and(fresh),
-            Mode::Threshold(threshold) => self.last.as_ref().is_some_and(|s| {
-                fresh(s)
-                    && delay_of(s.notsent.saturating_add(self.written_since), s.rate) <= threshold
-            }),
+    /// A wait is only asked on an exact observation, and asking it spends that observation:
+    /// the next call after a [`Admission::Wait`] or [`Admission::WaitWritable`] answers
+    /// [`Admission::Refresh`]. The first call after an observation decides on it whatever
+    /// its age; later ones ask for a refresh once it is older than `refresh`.
+    pub fn admit(&mut self, now: Duration, want: u64) -> Admission {
+        let Some(last) = self.last else { return Admission::Refresh };
+        if !std::mem::take(&mut self.unused) && now.saturating_sub(last.at) > self.config.refresh {
+            return Admission::Refresh;
+        }
+        let bound = match self.config.mode {
+            Mode::NoControl => return Admission::Admit(want),
+            Mode::StaticLowat(b) if self.lowat == Some(b) => return Admission::Admit(want),
+            // Not applied yet (the caller skipped `lowat_applied`): observe again.
+            Mode::StaticLowat(_) => return Admission::Refresh,
+            Mode::AdaptiveLowat(_) if self.lowat.is_none() => return Admission::Refresh,
+            Mode::Threshold(_) | Mode::AdaptiveLowat(_) => match self.bound() {
+                Some(b) => b,
+                None => return Admission::Admit(want),
+            },
+        };
+        let upper = last.notsent.saturating_add(self.written_since);
+        let room = bound.saturating_sub(upper);
+        // Half the bound free, or all of what is wanted: the kernel's LOWAT wake-up rule.
+        let need = want.min(bound / 2).max(1);
+        if room >= need {
+            return Admission::Admit(want.min(room));
+        }
+        if !self.exact {
+            return Admission::Refresh;
+        }
+        self.exact = false;
+        match (self.config.mode, last.rate) {
+            (Mode::Threshold(_), Some(rate)) => {
+                let excess = upper - (bound - need);
+                let wait = delay_of(excess, rate).clamp(self.config.min_wait, self.config.max_wait);
+                Admission::Wait(wait)
+            }
+            _ => Admission::WaitWritable,
         }
     }
 }

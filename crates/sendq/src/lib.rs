@@ -8,13 +8,15 @@
 //!
 //! - [`governor`]: the sans-IO decision core (time is an input; tested with a virtual clock):
 //!   no control, static `TCP_NOTSENT_LOWAT`, the poster's threshold, and an *adaptive* LOWAT of
-//!   `2 × threshold × rate` so the kernel wakes the writer exactly when the estimate falls
-//!   below the threshold, without polling `tcp_info`.
+//!   `threshold × rate` so the kernel itself wakes a waiting writer (when half the bound is
+//!   free), without polling `tcp_info`. In both threshold modes every write is capped to the
+//!   room left, so `notsent ≤ threshold × rate` holds after every write, on every path.
 //! - [`freshness`]: a keyed latest-value queue in front of the socket (conflation) with
 //!   drop-stale, because bounding the socket queue alone only moves the wait into the
 //!   application.
 //! - [`sender`]: [`BoundedSender`], the thin adapter over a real socket: a blocking socket
-//!   waits, a non-blocking one returns `WouldBlock` (`EAGAIN`).
+//!   waits, a non-blocking one returns `WouldBlock` (`EAGAIN`); its stats count every wait,
+//!   the kernel's included, and keep the estimate fresh in every mode.
 //! - [`fresh_sender`]: [`FreshSender`], the queue and the wrapper together: offer messages
 //!   by key, pump them out as the bound allows, read merged/dropped counts.
 //! - [`experiment`]: the poster's lab experiment on an emulated path between two network
@@ -53,5 +55,5 @@ pub mod sender;
 
 pub use fresh_sender::{FreshSender, FreshSenderStats};
 pub use freshness::{FreshnessPolicy, FreshnessQueue, FreshnessStats};
-pub use governor::{Admission, Estimate, Governor, GovernorConfig, Inputs, Mode, Verdict};
+pub use governor::{Admission, Estimate, Governor, GovernorConfig, Inputs, Mode, Observation};
 pub use sender::{BoundedSender, SenderStats};

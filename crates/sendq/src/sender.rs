@@ -1,30 +1,52 @@
 //! [`BoundedSender`]: the thin adapter that applies a [`Governor`] to a real TCP socket.
 //!
-//! Before each write it asks the governor whether the write may go, reading `tcp_info` only
-//! when the governor's cached upper bound cannot decide ([`Governor::admit_cached`]), and
-//! applies any `TCP_NOTSENT_LOWAT` the governor asks for. What happens when a write may not
-//! go follows the socket's mode, as the poster proposes:
+//! Every write goes through the governor ([`Governor::admit`]): it is capped to the room left
+//! under the bound, reading `tcp_info` only when the governor's cached upper bound cannot
+//! decide, and any `TCP_NOTSENT_LOWAT` the governor asks for is applied. So the guarantee of
+//! the [governor](crate::governor) holds on every path ([`BoundedSender::send`],
+//! [`BoundedSender::send_all`], [`Write`], [`BoundedSender::ready`]): after each write through
+//! the wrapper, `notsent` is at most the bound. What happens when a write may not go follows
+//! the socket's mode, as the poster proposes:
 //!
 //! - a **blocking** socket waits: it sleeps the governor's wait in threshold mode, or polls for
-//!   `POLLOUT` (which the kernel withholds while `notsent ≥ lowat`) in the LOWAT modes, never
+//!   `POLLOUT` (which the kernel withholds while `2 × notsent ≥ lowat`) in adaptive mode, never
 //!   longer than `max_wait` at a time so a changed rate is noticed;
-//! - a **non-blocking** socket returns [`io::ErrorKind::WouldBlock`] (`EAGAIN`) and
-//!   [`BoundedSender::retry_after`] says when to try again; in the LOWAT modes the kernel
-//!   itself returns `EAGAIN` and `POLLOUT` in an event loop signals recovery.
+//! - a **non-blocking** socket returns [`io::ErrorKind::WouldBlock`] (`EAGAIN`), and
+//!   [`BoundedSender::retry_after`] says when to try again (threshold mode) or is `None`:
+//!   wait for `POLLOUT` in an event loop, which in adaptive mode comes exactly when the next
+//!   write will be admitted.
 //!
-//! A kernel without `TCP_NOTSENT_LOWAT` (or `tcp_info` fields) degrades: the failure is counted
-//! in [`SenderStats::lowat_unsupported`] and writes go on uncontrolled rather than failing.
-//! The clock is read here (`Instant`), never in the governor.
+//! The kernel can still refuse a write the governor admitted (a full send buffer: the only
+//! limit in no-control mode; the LOWAT in static mode). Writes are first tried with
+//! `MSG_DONTWAIT` whatever the socket's mode, so such a refusal is seen here, not hidden
+//! inside a blocking `write`: a non-blocking socket returns `WouldBlock`, and a blocking one
+//! then writes the rest of what was admitted with a plain blocking `send`, so the kernel
+//! blocks and wakes it exactly as it would an unwrapped writer (a `POLLOUT` poll wakes later
+//! than the kernel's own blocked writer: on the poster's path it kept ~13 ms more data queued
+//! in no-control mode), while the time spent inside that call is measured. Either way the
+//! refusal is counted ([`SenderStats::kernel_refusals`], [`SenderStats::waits`]) and
+//! `tcp_info` is read again.
+//!
+//! The stats are truthful in every mode: [`SenderStats::time_blocked`] covers every wait
+//! (governor sleeps, `POLLOUT` polls, time inside a write the kernel blocked), and
+//! [`SenderStats::estimate`] is re-read after every wait or refusal and is never older than
+//! [`GovernorConfig::refresh`] when a write is admitted, also in the no-control and
+//! static-LOWAT modes (one `tcp_info` read per `refresh` while writing).
+//!
+//! A kernel without `TCP_NOTSENT_LOWAT` degrades: the failure is counted in
+//! [`SenderStats::lowat_unsupported`] and writes are then bounded by the governor alone. The
+//! clock is read here (`Instant`), never in the governor.
 
 use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
+use rustix::net::SendFlags;
 use serde::{Deserialize, Serialize};
 use socket2::SockRef;
 
-use crate::governor::{Admission, Estimate, Governor, GovernorConfig, Inputs, Mode};
+use crate::governor::{Admission, Estimate, Governor, GovernorConfig, Inputs};
 
 /// What a [`BoundedSender`] did so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -33,21 +55,25 @@ pub struct SenderStats {
     pub bytes_written: u64,
     /// Successful write calls.
     pub writes: u64,
-    /// Time spent waiting for the governor or for `POLLOUT` before writes.
+    /// Time a blocking socket spent waiting, for the bound or for the kernel's buffer.
     pub time_blocked: Duration,
-    /// Waits (blocking) or `WouldBlock` returns (non-blocking) caused by the bound.
+    /// Waits (blocking) or `WouldBlock` returns (non-blocking), for the bound or the kernel.
     pub waits: u64,
     /// `WouldBlock` returned to the caller.
     pub would_block: u64,
+    /// Writes the governor admitted and the kernel refused (`EAGAIN`: its buffer or LOWAT).
+    pub kernel_refusals: u64,
     /// `tcp_info` reads.
     pub info_reads: u64,
     /// `TCP_NOTSENT_LOWAT` changes applied.
     pub lowat_sets: u64,
     /// The LOWAT currently set.
     pub lowat: Option<u32>,
-    /// Whether setting `TCP_NOTSENT_LOWAT` failed (the kernel lacks it): writes go uncontrolled.
+    /// Whether setting `TCP_NOTSENT_LOWAT` failed (the kernel lacks it): writes are bounded by
+    /// the governor alone.
     pub lowat_unsupported: bool,
-    /// The latest send-queue delay estimate, with its inputs.
+    /// The latest send-queue delay estimate, with its inputs (`None` while the kernel gives
+    /// no usable rate).
     pub estimate: Option<Estimate>,
 }
 
@@ -62,9 +88,10 @@ pub struct BoundedSender<S> {
     stats: SenderStats,
 }
 
-impl<S: AsFd + Write> BoundedSender<S> {
-    /// Wraps `stream` (a connected TCP socket, blocking or not: its `O_NONBLOCK` flag decides
-    /// how a write that may not go is reported).
+impl<S: AsFd> BoundedSender<S> {
+    /// Wraps `stream` (a connected TCP socket, blocking or not: its `O_NONBLOCK` flag now
+    /// decides how a write that may not go is reported). Reads `tcp_info` once, and applies
+    /// the first LOWAT before any write so the first burst is already bounded.
     pub fn new(stream: S, config: GovernorConfig) -> io::Result<BoundedSender<S>> {
         let flags = rustix::fs::fcntl_getfl(stream.as_fd())?;
         let mut sender = BoundedSender {
@@ -75,10 +102,7 @@ impl<S: AsFd + Write> BoundedSender<S> {
             retry_after: None,
             stats: SenderStats::default(),
         };
-        // Apply a LOWAT before the first write, so the first burst is already bounded.
-        if !matches!(config.mode, Mode::NoControl | Mode::Threshold(_)) {
-            sender.refresh()?;
-        }
+        sender.refresh()?;
         Ok(sender)
     }
 
@@ -87,7 +111,9 @@ impl<S: AsFd + Write> BoundedSender<S> {
         &self.stream
     }
 
-    /// The wrapped stream, mutably (writing through it bypasses the bound and the counters).
+    /// The wrapped stream, mutably. Writing through it bypasses the bound and the counters
+    /// (in the LOWAT modes the kernel still refuses to start a segment once
+    /// `notsent ≥ lowat`).
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.stream
     }
@@ -107,8 +133,8 @@ impl<S: AsFd + Write> BoundedSender<S> {
         &self.governor
     }
 
-    /// After a `WouldBlock` in threshold mode: when the estimate should be back under the
-    /// threshold. `None` in the LOWAT modes (wait for `POLLOUT` instead).
+    /// After a `WouldBlock`: when the bound should admit again (threshold mode), or `None`:
+    /// wait for `POLLOUT` (adaptive mode, or the kernel's buffer was full).
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
@@ -121,154 +147,175 @@ impl<S: AsFd + Write> BoundedSender<S> {
         self.stream.as_fd()
     }
 
-    /// Reads `tcp_info`, lets the governor decide, applies a new LOWAT.
-    fn refresh(&mut self) -> io::Result<Admission> {
+    /// Reads `tcp_info`, lets the governor observe it, applies a new LOWAT.
+    fn refresh(&mut self) -> io::Result<()> {
         let info = tcptail_sock::tcp_info::tcp_info(self.fd())?;
         self.stats.info_reads += 1;
         let now = self.now();
-        let verdict = self.governor.observe(now, &Inputs::from_tcp_info(&info));
-        self.stats.estimate = verdict.estimate;
-        if let Some(lowat) = verdict.set_lowat {
+        let observation = self.governor.observe(now, &Inputs::from_tcp_info(&info));
+        self.stats.estimate = observation.estimate;
+        if let Some(lowat) = observation.set_lowat {
             match SockRef::from(&self.stream).set_tcp_notsent_lowat(lowat) {
                 Ok(()) => {
-                    self.governor.lowat_applied(lowat);
                     self.stats.lowat = Some(lowat);
                     self.stats.lowat_sets += 1;
                 }
-                Err(e) if is_unsupported(&e) => {
-                    // Degrade: record it and stop asking.
-                    self.stats.lowat_unsupported = true;
-                    self.governor.lowat_applied(lowat);
-                }
+                // Degrade: record it and stop asking.
+                Err(e) if is_unsupported(&e) => self.stats.lowat_unsupported = true,
                 Err(e) => return Err(e),
             }
-        }
-        Ok(verdict.admission)
-    }
-
-    /// Returns once a write may go (blocking socket), or `WouldBlock` (non-blocking socket).
-    ///
-    /// In the LOWAT modes a blocking socket also waits here for `POLLOUT`, so the whole wait
-    /// happens before the caller's write (and is counted in [`SenderStats::time_blocked`]);
-    /// [`BoundedSender::send`] skips that poll and lets the kernel block inside the write.
-    pub fn ready(&mut self) -> io::Result<()> {
-        self.admit()?;
-        if !self.nonblocking && self.governor.lowat().is_some() && !self.stats.lowat_unsupported {
-            self.wait_writable()?;
+            self.governor.lowat_applied(lowat);
         }
         Ok(())
     }
 
-    /// The governor's part of [`BoundedSender::ready`].
-    fn admit(&mut self) -> io::Result<()> {
+    /// Returns once a write may go: the bound leaves at least half of itself free and the
+    /// kernel reports `POLLOUT` (blocking socket), or `WouldBlock` (non-blocking socket).
+    ///
+    /// For a caller that picks what to write only when it can go (the freshest message).
+    pub fn ready(&mut self) -> io::Result<()> {
         self.retry_after = None;
         loop {
-            let now = self.now();
-            let admission =
-                if self.governor.admit_cached(now) { Admission::Admit } else { self.refresh()? };
-            match admission {
-                Admission::Admit => break,
-                Admission::Wait(wait) => {
-                    self.stats.waits += 1;
-                    if self.nonblocking {
-                        self.stats.would_block += 1;
-                        self.retry_after = Some(wait);
-                        return Err(io::ErrorKind::WouldBlock.into());
-                    }
-                    let start = Instant::now();
-                    std::thread::sleep(wait);
-                    self.stats.time_blocked += start.elapsed();
-                }
+            self.admitted(usize::MAX)?;
+            if poll_writable(self.fd(), Duration::ZERO)? {
+                return Ok(());
             }
+            self.wait_for_kernel()?;
         }
-        Ok(())
     }
 
-    /// Polls for `POLLOUT` (withheld by the kernel while `notsent ≥ lowat`), re-reading the
-    /// rate every `max_wait`.
-    fn wait_writable(&mut self) -> io::Result<()> {
-        let mut first = true;
-        let start = Instant::now();
-        loop {
-            let max_wait = self.governor.config().max_wait;
-            let timeout = rustix::time::Timespec {
-                tv_sec: i64::try_from(max_wait.as_secs()).unwrap_or(i64::MAX),
-                tv_nsec: i64::from(max_wait.subsec_nanos()),
-            };
-            let ready = {
-                let mut fds = [PollFd::new(&self.stream, PollFlags::OUT)];
-                let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
-                let n = rustix::event::poll(&mut fds, Some(if first { &zero } else { &timeout }))?;
-                n > 0
-            };
-            if ready {
-                break;
-            }
-            if first {
-                self.stats.waits += 1;
-            }
-            first = false;
-            self.refresh()?;
-        }
-        if !first {
-            self.stats.time_blocked += start.elapsed();
-        }
-        Ok(())
-    }
-
-    /// Waits for the bound (the governor; in the LOWAT modes the kernel blocks or returns
-    /// `EAGAIN` inside the write), then writes once; returns the bytes written.
+    /// Writes once, as much of `buf` as the bound admits; returns the bytes written (at least
+    /// one for a non-empty `buf`). A blocking socket first waits until at least half the bound
+    /// (or all of `buf`) fits, and then, if the kernel's buffer is full, blocks in the kernel
+    /// for the rest of what was admitted, as a plain blocking write would.
     pub fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.admit()?;
-        let n = self.stream.write(buf)?;
-        self.record(n);
-        Ok(n)
-    }
-
-    /// Waits for the bound once, then writes all of `buf` (a blocking socket's `write_all`).
-    pub fn send_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.admit()?;
-        self.write_all_unchecked(buf)
-    }
-
-    /// Writes once without consulting the bound (after [`BoundedSender::ready`]); returns the
-    /// bytes written.
-    pub fn write_unchecked(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.stream.write(buf)?;
-        self.record(n);
-        Ok(n)
-    }
-
-    /// Writes all of `buf` without consulting the bound (after [`BoundedSender::ready`]).
-    pub fn write_all_unchecked(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.stream.write(buf) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+        self.retry_after = None;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let admitted = &buf[..self.admitted(buf.len())?];
+            let written = match send_flags(self.fd(), admitted, SendFlags::DONTWAIT) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => 0,
+                Err(e) => return Err(e.into()),
+            };
+            self.record(written);
+            if written == admitted.len() || (self.nonblocking && written > 0) {
+                return Ok(written);
+            }
+            // The kernel holds writes back: its buffer is full, or its LOWAT reached.
+            self.stats.kernel_refusals += 1;
+            self.stats.waits += 1;
+            self.refresh()?;
+            if self.nonblocking {
+                self.stats.would_block += 1;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            // Block inside the kernel's write, exactly as an unwrapped blocking write does
+            // (same wake-up), and count the time.
+            let start = Instant::now();
+            let more = send_flags(self.fd(), &admitted[written..], SendFlags::empty());
+            self.stats.time_blocked += start.elapsed();
+            match more {
                 Ok(n) => {
                     self.record(n);
-                    buf = &buf[n..];
+                    return Ok(written + n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(rustix::io::Errno::INTR) if written > 0 => return Ok(written),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    fn record(&mut self, written: usize) {
+        if written > 0 {
+            self.stats.bytes_written += written as u64;
+            self.stats.writes += 1;
+            self.governor.on_written(written as u64);
+        }
+    }
+
+    /// Writes all of `buf` in as many bounded writes as it takes (for blocking sockets: on a
+    /// non-blocking socket a `WouldBlock` part-way loses how much was written; use
+    /// [`BoundedSender::send`] there).
+    pub fn send_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.send(buf)?;
+            buf = &buf[n..];
         }
         Ok(())
     }
 
-    fn record(&mut self, n: usize) {
-        self.stats.bytes_written += n as u64;
-        self.stats.writes += 1;
-        self.governor.on_written(n as u64);
+    /// How many bytes (of `want`) the governor admits now, after waiting for it.
+    fn admitted(&mut self, want: usize) -> io::Result<usize> {
+        loop {
+            let now = self.now();
+            match self.governor.admit(now, want as u64) {
+                Admission::Admit(n) => return Ok(usize::try_from(n).unwrap_or(want).min(want)),
+                Admission::Refresh => self.refresh()?,
+                Admission::Wait(wait) => self.wait(Some(wait))?,
+                Admission::WaitWritable => self.wait(None)?,
+            }
+        }
+    }
+
+    /// The kernel holds writes back (full buffer, or its LOWAT): re-read the estimate, then
+    /// wait for `POLLOUT` or say `WouldBlock`.
+    fn wait_for_kernel(&mut self) -> io::Result<()> {
+        self.refresh()?;
+        self.wait(None)
+    }
+
+    /// One wait: `Some(time)` sleeps, `None` polls for `POLLOUT` (at most `max_wait`); a
+    /// non-blocking socket returns `WouldBlock` instead.
+    fn wait(&mut self, time: Option<Duration>) -> io::Result<()> {
+        self.stats.waits += 1;
+        if self.nonblocking {
+            self.stats.would_block += 1;
+            self.retry_after = time;
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let start = Instant::now();
+        match time {
+            Some(d) => std::thread::sleep(d),
+            None => {
+                poll_writable(self.fd(), self.governor.config().max_wait)?;
+            }
+        }
+        self.stats.time_blocked += start.elapsed();
+        Ok(())
     }
 }
 
-impl<S: AsFd + Write> Write for BoundedSender<S> {
+impl<S: AsFd> Write for BoundedSender<S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.send(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.stream.flush()
+        Ok(())
+    }
+}
+
+/// `send(2)` with `flags`, never raising `SIGPIPE`.
+fn send_flags(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> rustix::io::Result<usize> {
+    rustix::net::send(fd, buf, flags | SendFlags::NOSIGNAL)
+}
+
+/// Whether the kernel reports `POLLOUT` within `timeout` (a signal counts as not yet).
+fn poll_writable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let timeout = rustix::time::Timespec {
+        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -1,57 +1,95 @@
-//! The send-queue experiment's CI subset on an emulated 30 Mbit/s, 10 ms path (CUBIC): no
-//! control vs the 10 ms threshold vs the threshold with freshness, asserting the issue's
-//! targets.
+//! The send-queue experiment's CI subset on the poster's emulated path (30 Mbit/s, 10 ms RTT,
+//! 100 chunks of 51,200 bytes every 10 ms), CUBIC and BBR, medians of 3 rounds, asserting
+//! the targets.
+//!
+//! Every target must hold, except one whose asked-for latency lies below the path's floor for
+//! any sender-side control ([`TargetCheck::out_of_reach`], computed from the run: chunk
+//! serialisation + one-way delay + the standing bottleneck queue the congestion control kept).
+//! On this path that is CUBIC against the autotuned buffer: 70 % below its ~65 ms asks for
+//! ~19.7 ms, under the ~25 ms floor. For such a target the test asserts what does hold: a cut
+//! of at least [`CUT_BELOW_THE_FLOOR`] (measured 45-47 %), and it stays reported as not met.
 //!
 //! Needs root with `CAP_NET_ADMIN`/`CAP_SYS_ADMIN`, iproute2 and `/dev/net/tun` (CI runs as
 //! root); without them it fails with the reason, never passes silently.
 
-use tcptail_sendq::experiment::{self, Cc, SendqConfig};
+use tcptail_sendq::experiment::{self, BASELINES, CONTROLLED, Cc, SendqConfig, TargetCheck};
+
+/// The cut asserted against a baseline whose 70 % target is out of physical reach.
+const CUT_BELOW_THE_FLOOR: f64 = 0.40;
 
 #[test]
 fn quick_experiment_meets_the_targets() {
     let config = SendqConfig::quick();
+    assert_eq!(config.rounds, 3);
     let report =
         experiment::run(&config, &mut |line| eprintln!("running {line}")).unwrap_or_else(|e| {
             panic!("the sendq experiment needs root, iproute2 and /dev/net/tun: {e}")
         });
     for v in &report.main.variants {
         eprintln!(
-            "{:<32} start p50 {:6.1} p99 {:6.1} | sched p50 {:6.1} p99 {:6.1} | {:5.2} Mbit/s | merged+dropped {:.2} | waits {} blocked {:?}",
+            "{:<32} start p50 {:6.1} ({:.1}-{:.1}) p99 {:6.1} | sched p50 {:6.1} p99 {:6.1} | {:5.2} Mbit/s | m+d {:.2} | queue {:.1} ms",
             v.name,
             v.from_start_ms.p50,
+            v.from_start_p50_spread.min,
+            v.from_start_p50_spread.max,
             v.from_start_ms.p99,
             v.from_schedule_ms.p50,
             v.from_schedule_ms.p99,
             v.goodput_mbps,
             v.fraction_merged_or_dropped,
-            v.sender.waits,
-            v.sender.time_blocked,
+            v.standing_queue_ms(),
         );
+        assert_eq!(v.rounds, 3, "{}", v.name);
+        assert!(v.runs.iter().all(|r| r.chunks_delivered > 0), "{}", v.name);
     }
     eprintln!("emulator lateness p99 {:.0} µs", report.main.emulator_lateness_p99_us);
-    let checks = report.targets(Cc::Cubic);
-    assert_eq!(checks.len(), 7, "{checks:#?}");
-    for c in &checks {
-        eprintln!("{} {}: {}", if c.pass { "PASS" } else { "FAIL" }, c.name, c.detail);
+    for cc in [Cc::Cubic, Cc::Bbr] {
+        let checks = report.targets(cc);
+        for c in &checks {
+            eprintln!(
+                "{} {}: target {}, measured {}{}",
+                if c.pass { "PASS" } else { "FAIL" },
+                c.name,
+                c.target,
+                c.measured,
+                c.out_of_reach
+                    .as_deref()
+                    .map(|w| format!(" [out of reach: {w}]"))
+                    .unwrap_or_default()
+            );
+        }
+        // Two controlled modes x two baselines x (latency, goodput); two fresh; two baselines.
+        assert_eq!(checks.len(), CONTROLLED.len() * BASELINES.len() * 2 + 4, "{checks:#?}");
+        for c in &checks {
+            if c.pass {
+                continue;
+            }
+            assert!(c.out_of_reach.is_some(), "{} failed within reach: {c:#?}", cc.name());
+            assert_honest_cut(&report, cc, c);
+        }
     }
-    // Every target holds except the 70 % cut against the *autotuned* buffer, which is out of
-    // physical reach on this path (its writes block, capping its own send-start latency; the
-    // threshold variant sits at the floor of chunk serialisation + one-way delay + CUBIC's
-    // bottleneck queue). It is reported, and must still be a clear cut.
-    let failed: Vec<_> = checks
-        .iter()
-        .filter(|c| !c.pass && !c.name.contains("70 % below no-control "))
-        .filter(|c| !c.name.ends_with("70 % below no-control"))
-        .collect();
-    assert!(failed.is_empty(), "{failed:#?}");
-    let thr = report.variant("cubic/threshold-10ms").unwrap();
-    let auto = report.variant("cubic/no-control").unwrap();
-    assert!(
-        thr.from_start_ms.p50 < 0.75 * auto.from_start_ms.p50,
-        "threshold {:.1} ms vs autotuned {:.1} ms",
-        thr.from_start_ms.p50,
-        auto.from_start_ms.p50
-    );
+    // BBR keeps no standing queue worth the name: every target holds, including 70 % against
+    // its autotuned buffer.
+    assert!(report.targets(Cc::Bbr).iter().all(|c| c.pass), "{:#?}", report.targets(Cc::Bbr));
     let json = serde_json::to_string(&report).unwrap();
-    assert!(json.contains("threshold-10ms+fresh"));
+    assert!(json.contains("adaptive-10ms+fresh"));
+}
+
+/// A latency target out of reach: the controlled variant still cuts the baseline's median by
+/// at least [`CUT_BELOW_THE_FLOOR`].
+fn assert_honest_cut(report: &experiment::SendqReport, cc: Cc, check: &TargetCheck) {
+    let name = |rest: &str| format!("{}/{rest}", cc.name());
+    let controlled = CONTROLLED.iter().find(|c| check.name.contains(&format!(" {c} "))).unwrap();
+    let base = BASELINES.iter().find(|b| check.name.contains(&format!("vs {b} "))).unwrap();
+    let c = report.variant(&name(controlled)).unwrap();
+    let b = report.variant(&name(base)).unwrap();
+    let cut = 1.0 - c.from_start_ms.p50 / b.from_start_ms.p50;
+    assert!(
+        cut >= CUT_BELOW_THE_FLOOR,
+        "{}: {controlled} {:.1} ms vs {base} {:.1} ms: only {:.0} % lower",
+        cc.name(),
+        c.from_start_ms.p50,
+        b.from_start_ms.p50,
+        cut * 100.0
+    );
 }

@@ -1,9 +1,12 @@
-//! [`BoundedSender`] on real loopback sockets: a non-blocking writer gets `WouldBlock` from the
-//! bound and recovers once the queue drains; a blocking writer waits but never forever; the
-//! LOWAT modes set the socket option.
+//! [`BoundedSender`] on real loopback sockets: the bound holds after every write on every path
+//! (`send`, `send_all`, `Write`) in both threshold modes; a non-blocking writer gets
+//! `WouldBlock` from the bound (threshold and adaptive LOWAT) or the kernel and recovers once
+//! the queue drains; a blocking writer waits but never forever; the stats count the kernel's
+//! waits too and keep the estimate fresh in every mode; the LOWAT modes set the socket option.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use socket2::SockRef;
@@ -58,7 +61,10 @@ fn non_blocking_returns_would_block_and_recovers() {
     let stats = sender.stats();
     assert!(sender.retry_after().is_some_and(|d| d > Duration::ZERO));
     let e = stats.estimate.expect("an estimate");
-    assert!(e.delay > Duration::from_micros(1), "{e:?}");
+    // Held back because less than half the bound (8 KB wanted) was free.
+    let bound = sender.governor().bound().expect("a bound");
+    assert!(u64::from(e.notsent_bytes) + (bound / 2).min(8 * 1024) > bound, "{e:?} {bound}");
+    assert_eq!(stats.kernel_refusals, 0, "the bound said no, not the kernel: {stats:?}");
     // Now the receiver drains: the sender must be admitted again.
     let reader = drain(server, stats.bytes_written + 64 * 1024);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -124,17 +130,186 @@ fn lowat_modes_set_the_socket_option() {
 }
 
 #[test]
-fn no_control_writes_everything_without_reading_tcp_info() {
+fn no_control_writes_everything_and_reads_tcp_info_at_a_bounded_rate() {
     let (client, server) = pair();
     let reader = drain(server, 1 << 20);
+    let start = Instant::now();
     let mut sender = BoundedSender::new(client, GovernorConfig::new(Mode::NoControl)).unwrap();
     for _ in 0..16 {
         sender.send_all(&[5u8; 64 * 1024]).unwrap();
     }
-    assert_eq!(sender.stats().info_reads, 0);
-    assert_eq!(sender.stats().bytes_written, 1 << 20);
+    let stats = sender.stats();
+    let elapsed_ms = start.elapsed().as_millis() as u64;
+    assert_eq!(stats.bytes_written, 1 << 20);
+    assert!(stats.estimate.is_some(), "{stats:?}");
+    // One read at construction, at most one per `refresh` (2 ms) while writing, one per wait.
+    assert!(stats.info_reads <= 2 + elapsed_ms / 2 + stats.waits, "{stats:?} in {elapsed_ms} ms");
     drop(sender);
     assert_eq!(reader.join().unwrap(), 1 << 20);
+}
+
+fn notsent(stream: &TcpStream) -> u64 {
+    u64::from(tcptail_sock::tcp_info::tcp_info(stream.as_fd()).unwrap().notsent_bytes.unwrap())
+}
+
+/// A reader that takes `step` bytes every `every`, until EOF: the sender's queue builds up.
+fn slow_drain(mut server: TcpStream, step: usize, every: Duration) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; step];
+        let mut got = 0;
+        loop {
+            std::thread::sleep(every);
+            match server.read(&mut buf) {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got += n as u64,
+            }
+        }
+    })
+}
+
+/// After every write, through every path, `notsent` is at most the governor's bound (the
+/// bound in force when the write was admitted; the kernel only ever lowers `notsent`).
+#[test]
+fn the_bound_holds_after_every_write_on_every_path() {
+    for mode in
+        [Mode::AdaptiveLowat(Duration::from_millis(1)), Mode::Threshold(Duration::from_millis(1))]
+    {
+        let (client, server) = pair();
+        let reader = slow_drain(server, 8 * 1024, Duration::from_millis(1));
+        let mut config = GovernorConfig::new(mode);
+        // The rate here is the slow reader's, or loopback's GB/s: pin the bound so the queue
+        // really reaches it (the clamp applies to both modes).
+        (config.min_bound, config.max_bound) = (24 * 1024, 24 * 1024);
+        let mut sender = BoundedSender::new(&client, config).unwrap();
+        let chunk = vec![9u8; 40 * 1024];
+        let mut total = 0u64;
+        let mut worst = 0u64;
+        for i in 0..60 {
+            match i % 3 {
+                0 => total += sender.send(&chunk).unwrap() as u64,
+                1 => {
+                    sender.send_all(&chunk).unwrap();
+                    total += chunk.len() as u64;
+                }
+                _ => {
+                    sender.write_all(&chunk).unwrap();
+                    total += chunk.len() as u64;
+                }
+            }
+            let bound = sender.governor().bound().expect("a bound");
+            let queued = notsent(&client);
+            assert!(queued <= bound, "{mode:?}: notsent {queued} > bound {bound} after write {i}");
+            worst = worst.max(queued);
+        }
+        let stats = sender.stats();
+        assert!(worst > 12 * 1024, "{mode:?}: the queue never approached the bound ({worst})");
+        assert!(stats.waits > 0 && stats.time_blocked > Duration::ZERO, "{mode:?}: {stats:?}");
+        if let Mode::AdaptiveLowat(_) = mode {
+            assert_eq!(SockRef::from(&client).tcp_notsent_lowat().unwrap() as u64, {
+                sender.governor().bound().unwrap()
+            });
+        }
+        drop(client);
+        assert_eq!(reader.join().unwrap(), total, "{mode:?}");
+    }
+}
+
+/// Adaptive LOWAT on a non-blocking socket: the bound (not the kernel) says `WouldBlock`
+/// exactly when the kernel withholds `POLLOUT`; `POLLOUT` comes once half the bound is free,
+/// and the next write then goes.
+#[test]
+fn non_blocking_adaptive_returns_would_block_and_recovers_on_pollout() {
+    let (client, server) = pair();
+    client.set_nonblocking(true).unwrap();
+    let mut config = GovernorConfig::new(Mode::AdaptiveLowat(Duration::from_millis(1)));
+    (config.min_bound, config.max_bound) = (16 * 1024, 16 * 1024);
+    let mut sender = BoundedSender::new(&client, config).unwrap();
+    assert_eq!(SockRef::from(&client).tcp_notsent_lowat().unwrap(), 16 * 1024);
+    let chunk = vec![7u8; 8 * 1024];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut written = 0u64;
+    loop {
+        match sender.send(&chunk) {
+            Ok(n) => {
+                written += n as u64;
+                assert!(notsent(&client) <= 16 * 1024);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("send: {e}"),
+        }
+        assert!(Instant::now() < deadline, "the bound never tripped: {:?}", sender.stats());
+    }
+    let stats = sender.stats();
+    assert_eq!((stats.would_block, stats.kernel_refusals), (1, 0), "{stats:?}");
+    assert_eq!(sender.retry_after(), None, "adaptive mode waits for POLLOUT");
+    let poll_out = |timeout: i32| {
+        let mut fds = [libc_poll_fd(&client)];
+        rustix::event::poll(&mut fds, Some(&timespec(timeout))).unwrap() > 0
+    };
+    assert!(!poll_out(0), "WouldBlock while the kernel reports POLLOUT: an event loop would spin");
+    // The peer drains; POLLOUT comes, and the write after it is admitted at once.
+    let reader = drain(server, written + 8 * 1024);
+    assert!(poll_out(5000), "POLLOUT never came");
+    let n = sender.send(&chunk).expect("admitted after POLLOUT");
+    assert_eq!(n, chunk.len(), "half the bound is free: a whole 8 KB write fits");
+    let stats = sender.stats();
+    assert_eq!(stats.would_block, 1, "{stats:?}");
+    drop(client);
+    assert_eq!(reader.join().unwrap(), written + n as u64);
+}
+
+fn libc_poll_fd(stream: &TcpStream) -> rustix::event::PollFd<'_> {
+    rustix::event::PollFd::new(stream, rustix::event::PollFlags::OUT)
+}
+
+fn timespec(ms: i32) -> rustix::time::Timespec {
+    rustix::time::Timespec {
+        tv_sec: i64::from(ms / 1000),
+        tv_nsec: i64::from(ms % 1000) * 1_000_000,
+    }
+}
+
+/// No control on a blocking socket whose kernel buffer fills: the time the kernel blocks the
+/// write is measured and counted, and the estimate is re-read at the refusal.
+#[test]
+fn no_control_counts_the_kernels_blocking_in_the_stats() {
+    let (client, server) = pair();
+    SockRef::from(&client).set_send_buffer_size(32 * 1024).unwrap();
+    let mut sender = BoundedSender::new(&client, GovernorConfig::new(Mode::NoControl)).unwrap();
+    let total = 1u64 << 20;
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drain(server, total).join().unwrap()
+    });
+    let start = Instant::now();
+    sender.send_all(&vec![1u8; total as usize]).unwrap();
+    let elapsed = start.elapsed();
+    let stats = sender.stats();
+    assert!(stats.kernel_refusals >= 1 && stats.waits >= 1, "{stats:?}");
+    assert!(stats.time_blocked >= Duration::from_millis(200), "{stats:?}");
+    assert!(stats.time_blocked <= elapsed, "{stats:?} in {elapsed:?}");
+    let e = stats.estimate.expect("re-read at the refusal");
+    assert!(e.notsent_bytes > 0, "{e:?}");
+    drop(client);
+    assert_eq!(reader.join().unwrap(), total);
+}
+
+/// Static LOWAT: the estimate follows the queue instead of keeping its construction value.
+#[test]
+fn static_lowat_keeps_the_estimate_fresh() {
+    let (client, server) = pair();
+    let mut sender =
+        BoundedSender::new(&client, GovernorConfig::new(Mode::StaticLowat(256 * 1024))).unwrap();
+    assert_eq!(sender.stats().estimate.map(|e| e.notsent_bytes), Some(0));
+    // The peer does not read: what does not fit its window stays unsent.
+    sender.send_all(&[3u8; 128 * 1024]).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    sender.send_all(&[3u8; 1024]).unwrap();
+    let stats = sender.stats();
+    let e = stats.estimate.expect("an estimate");
+    assert!(e.notsent_bytes > 32 * 1024, "stale estimate: {stats:?}");
+    assert!(stats.info_reads >= 2, "{stats:?}");
+    drop(server);
 }
 
 #[test]
@@ -154,6 +329,9 @@ fn non_blocking_lowat_gets_would_block_from_the_kernel_and_recovers() {
         assert!(Instant::now() < deadline, "never blocked: {:?}", sender.stats());
     }
     let written = sender.stats().bytes_written;
+    let stats = sender.stats();
+    assert!(stats.kernel_refusals >= 1 && stats.would_block >= 1, "{stats:?}");
+    assert!(stats.estimate.is_some_and(|e| e.notsent_bytes > 0), "re-read at EAGAIN: {stats:?}");
     // The peer's small window plus the 16 KB of unsent data, far below a full send buffer.
     assert!(written < 512 * 1024, "{written} bytes accepted before EAGAIN");
     let reader = drain(server, written + 4096);

@@ -93,6 +93,8 @@ impl Workload for SendQueue {
                 .map_err(|_| ParamError::new("chunk", "too large"))?,
             interval,
             chunks: usize::try_from(chunks).unwrap_or(usize::MAX),
+            // The lab runner repeats rounds itself.
+            rounds: 1,
             max_age,
             variants: Vec::new(),
             sweep_rates: Vec::new(),

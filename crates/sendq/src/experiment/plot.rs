@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{RateResults, VariantResult};
+use super::{RateResults, VariantSummary};
 
 const W: f64 = 760.0;
 const H: f64 = 460.0;
@@ -55,8 +55,8 @@ fn legend(s: &mut String, i: usize, name: &str, dashed: bool) {
 /// ECDF of `samples(variant)` (ms, log axis from 1 ms to 10 s) for every variant.
 pub fn ecdf_svg(
     title: &str,
-    variants: &[VariantResult],
-    samples: impl Fn(&VariantResult) -> Vec<f64>,
+    variants: &[VariantSummary],
+    samples: impl Fn(&VariantSummary) -> Vec<f64>,
 ) -> String {
     let mut s = header(title);
     let (lo, hi) = (0.0_f64, 4.0_f64); // log10 ms: 1 ms .. 10 s
@@ -114,7 +114,7 @@ pub fn ecdf_svg(
     s
 }
 
-/// Median latency from write start (solid) and from schedule (dashed) against bandwidth, one
+/// Median latency from send start (solid) and from schedule (dashed) against bandwidth, one
 /// line per variant name.
 pub fn sweep_svg(title: &str, sweep: &[RateResults]) -> String {
     let mut s = header(title);
@@ -158,7 +158,7 @@ pub fn sweep_svg(title: &str, sweep: &[RateResults]) -> String {
     }
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="{}" text-anchor="middle">bandwidth (Mbit/s); median latency (ms): solid from write start, dashed from schedule</text>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">bandwidth (Mbit/s); median latency (ms): solid from send start, dashed from schedule</text>"#,
         (LEFT + W - RIGHT) / 2.0,
         H - 12.0
     );

@@ -12,9 +12,18 @@ fn full_config_has_every_variant_of_the_issue() {
     {
         assert!(names.contains(&n.to_owned()), "{n}");
     }
-    assert_eq!(full.sweep_rates.len(), 5);
+    // 10-50 Mbit/s with the main 30 Mbit/s run: both baselines and both 10 ms modes, both CCs.
+    assert_eq!(full.sweep_rates.len(), 4);
+    assert_eq!(full.sweep_variants.len(), 8);
+    assert!(full.sweep_variants.iter().any(|v| v.name == "bbr/no-control-never-blocks"));
     full.validate().unwrap();
-    SendqConfig::quick().validate().unwrap();
+    let quick = SendqConfig::quick();
+    quick.validate().unwrap();
+    for cc in ["cubic", "bbr"] {
+        for rest in CONTROLLED.iter().chain(&BASELINES) {
+            assert!(quick.variants.iter().any(|v| v.name == format!("{cc}/{rest}")), "{rest}");
+        }
+    }
 }
 
 #[test]
@@ -25,6 +34,9 @@ fn invalid_configs_are_rejected() {
     let mut c = SendqConfig::quick();
     c.rate = BitRate(0);
     assert!(c.validate().is_err());
+    let mut c = SendqConfig::quick();
+    c.rounds = 0;
+    assert!(c.validate().is_err());
 }
 
 #[test]
@@ -34,9 +46,10 @@ fn path_is_symmetric_with_half_the_rtt_each_way() {
     assert_eq!(p.up.delay, Duration::from_millis(5));
 }
 
-fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantResult {
+/// A one-round result with the given medians; srtt 25 ms over a min_rtt of 10 ms.
+fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantSummary {
     let summary = |p50| LatencySummary { count: 1, p50, p90: p50, p99: p50, max: p50 };
-    VariantResult {
+    let run = VariantResult {
         name: name.to_owned(),
         variant: Variant::new(Control::Governed(Mode::NoControl), false, Cc::Cubic),
         chunks_offered: 1,
@@ -47,31 +60,63 @@ fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantRe
         from_start_ms: summary(start_p50),
         from_schedule_ms: summary(sched_p50),
         goodput_mbps: goodput,
+        srtt_p50_ms: 25.0,
+        min_rtt_ms: 10.0,
         sender: SenderStats::default(),
         chunks: Vec::new(),
-    }
+    };
+    let mut v = run.variant.clone();
+    v.name = name.to_owned();
+    VariantSummary::of(&v, vec![run])
 }
 
-#[test]
-fn targets_compare_against_both_baselines() {
-    let report = SendqReport {
+fn report(variants: Vec<VariantSummary>) -> SendqReport {
+    SendqReport {
         config: SendqConfig::quick(),
         main: RateResults {
             rate_bps: 30_000_000,
-            variants: vec![
-                result("cubic/no-control", 65.0, 230.0, 28.7),
-                result("cubic/no-control-never-blocks", 230.0, 230.0, 28.7),
-                result("cubic/threshold-10ms", 35.0, 230.0, 28.6),
-                result("cubic/threshold-10ms+fresh", 35.0, 40.0, 28.5),
-            ],
+            variants,
             emulator_lateness_p99_us: 10.0,
             emulator_lateness_flag: None,
         },
         sweep: Vec::new(),
-    };
+    }
+}
+
+#[test]
+fn targets_compare_against_both_baselines_and_name_the_floor() {
+    let report = report(vec![
+        result("cubic/no-control", 65.0, 230.0, 28.7),
+        result("cubic/no-control-never-blocks", 230.0, 230.0, 28.7),
+        result("cubic/threshold-10ms", 35.0, 230.0, 28.6),
+        result("cubic/threshold-10ms+fresh", 35.0, 40.0, 28.5),
+    ]);
     let checks = report.targets(Cc::Cubic);
     let pass: Vec<bool> = checks.iter().map(|c| c.pass).collect();
-    // 46 % cut against autotuned fails; 85 % against never-blocks passes; goodput 99.7 %.
+    // 46 % cut against autotuned fails; 85 % against never-blocks passes; goodput 99.7 %;
+    // fresh 40 ms < 43.7 ms; both baselines > 100 ms from schedule.
     assert_eq!(pass, [false, true, true, true, true, true, true], "{checks:#?}");
+    // 19.5 ms asked; floor 13.65 + 5 + 15 ms of standing queue: out of reach, with numbers.
+    let why = checks[0].out_of_reach.as_deref().expect("out of reach");
+    assert!(why.starts_with("19.5 ms is below the floor") && why.contains("33.7 ms"), "{why}");
+    assert!(checks[0].target.contains("<= 19.5 ms"), "{}", checks[0].target);
+    assert!(checks[1..].iter().all(|c| c.out_of_reach.is_none()));
     assert!(report.targets(Cc::Bbr).is_empty());
+}
+
+#[test]
+fn targets_fail_when_the_data_shows_no_effect() {
+    let report = report(vec![
+        result("bbr/no-control", 130.0, 230.0, 28.7),
+        result("bbr/no-control-never-blocks", 230.0, 230.0, 28.7),
+        result("bbr/adaptive-10ms", 120.0, 230.0, 20.0),
+        result("bbr/adaptive-10ms+fresh", 120.0, 120.0, 28.5),
+    ]);
+    let checks = report.targets(Cc::Bbr);
+    assert_eq!(checks.len(), 7);
+    // Cuts of 8 % and 48 %, 70 % goodput, 120 ms from schedule: only the baselines' > 100 ms.
+    let pass: Vec<bool> = checks.iter().map(|c| c.pass).collect();
+    assert_eq!(pass, [false, false, false, false, false, true, true], "{checks:#?}");
+    // 39 ms asked is above the floor (33.7 ms): a plain failure, not out of reach.
+    assert!(checks.iter().all(|c| c.out_of_reach.is_none()), "{checks:#?}");
 }

@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +17,7 @@ use crate::governor::{GovernorConfig, Mode};
 use crate::sender::{BoundedSender, SenderStats};
 
 /// Bytes of the header at the start of every chunk: magic, sequence number, scheduled time
-/// and write-start time (ns since the run's epoch), reserved.
+/// and send-start time (ns since the run's epoch), reserved.
 pub(crate) const HEADER_BYTES: usize = 32;
 const MAGIC: u32 = 0x5e4d_0001;
 /// The first chunk is scheduled this long after the connection is up.
@@ -29,7 +30,9 @@ pub struct ChunkRecord {
     pub seq: u32,
     /// When it was due.
     pub scheduled_ms: f64,
-    /// When its write started.
+    /// When the application handed it to the send path: the start of its `send_all` (before
+    /// any wait of the wrapper or the kernel), or, with freshness on, its scheduled time (the
+    /// freshness queue in front of the socket is part of the send path).
     pub start_ms: f64,
     /// When its last byte was read by the receiver.
     pub complete_ms: f64,
@@ -89,12 +92,18 @@ pub struct VariantResult {
     pub dropped_stale: u64,
     /// `(merged + dropped) / offered`.
     pub fraction_merged_or_dropped: f64,
-    /// Latency from write start to completion.
+    /// Latency from send start (the application handing the chunk to the send path) to
+    /// completion.
     pub from_start_ms: LatencySummary,
     /// Latency from the scheduled time to completion.
     pub from_schedule_ms: LatencySummary,
     /// Delivered bytes over the time from the first chunk's schedule to the last completion.
     pub goodput_mbps: f64,
+    /// Median of the sending socket's smoothed RTT sampled after each chunk, ms: the path's
+    /// queueing as the congestion control leaves it.
+    pub srtt_p50_ms: f64,
+    /// The sending socket's minimum RTT, ms.
+    pub min_rtt_ms: f64,
     /// The sender wrapper's counters.
     pub sender: SenderStats,
     /// Every delivered chunk.
@@ -102,7 +111,7 @@ pub struct VariantResult {
 }
 
 impl VariantResult {
-    /// Latencies from write start, ms, in delivery order.
+    /// Latencies from send start, ms, in delivery order.
     pub fn from_start_samples(&self) -> Vec<f64> {
         self.chunks.iter().map(|c| c.complete_ms - c.start_ms).collect()
     }
@@ -205,7 +214,7 @@ pub fn run_variant(
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let records =
         receiver.join().map_err(|_| ExperimentError::Config("receiver panicked".into()))?;
-    let (stats, merged, dropped) = sent?;
+    let Sent { stats, merged, dropped, srtt_ms, min_rtt_ms } = sent?;
     let chunks = records.map_err(io_err("receive"))?;
 
     let from_start: Vec<f64> = chunks.iter().map(|c| c.complete_ms - c.start_ms).collect();
@@ -223,39 +232,66 @@ pub fn run_variant(
         from_start_ms: LatencySummary::of(&from_start),
         from_schedule_ms: LatencySummary::of(&from_sched),
         goodput_mbps,
+        srtt_p50_ms: LatencySummary::of(&srtt_ms).p50,
+        min_rtt_ms,
         sender: stats,
         chunks,
     })
 }
 
-/// The paced sender: returns the wrapper's stats, chunks merged and dropped.
+/// What the paced sender reports.
+struct Sent {
+    stats: SenderStats,
+    merged: u64,
+    dropped: u64,
+    /// The socket's smoothed RTT after each chunk, ms.
+    srtt_ms: Vec<f64>,
+    /// The socket's minimum RTT at the end, ms.
+    min_rtt_ms: f64,
+}
+
+/// The paced sender.
 fn send_chunks(
     stream: &TcpStream,
     config: &SendqConfig,
     v: &Variant,
     mode: Mode,
     epoch: Instant,
-) -> Result<(SenderStats, u64, u64), ExperimentError> {
+) -> Result<Sent, ExperimentError> {
     let mut sender =
         BoundedSender::new(stream, GovernorConfig::new(mode)).map_err(io_err("wrap the socket"))?;
     let sched = |i: usize| LEAD + config.interval * u32::try_from(i).unwrap_or(u32::MAX);
     let mut buf = vec![0u8; config.chunk_bytes];
-    let mut write = |sender: &mut BoundedSender<&TcpStream>, seq: usize| {
-        let start = epoch.elapsed();
+    // `start`: when the application handed the chunk to the send path, before any wait of
+    // the wrapper or the kernel, so every variant's latency from send start counts its own
+    // waits alike.
+    // After each chunk, the path's queueing as the sender sees it (smoothed RTT), sampled the
+    // same way for every variant, outside the wrapper.
+    let mut srtt_ms = Vec::with_capacity(config.chunks);
+    let mut min_rtt_ms = f64::NAN;
+    let mut write = |sender: &mut BoundedSender<&TcpStream>, seq: usize, start: Duration| {
         buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         buf[4..8].copy_from_slice(&u32::try_from(seq).unwrap_or(u32::MAX).to_le_bytes());
         buf[8..16].copy_from_slice(&ns(sched(seq)).to_le_bytes());
         buf[16..24].copy_from_slice(&ns(start).to_le_bytes());
-        sender.write_all_unchecked(&buf).map_err(io_err(format!("send chunk {seq}")))
+        sender.send_all(&buf).map_err(io_err(format!("send chunk {seq}")))?;
+        let info =
+            tcptail_sock::tcp_info::tcp_info(stream.as_fd()).map_err(io_err("read tcp_info"))?;
+        srtt_ms.push(ms(info.rtt()));
+        if let Some(us) = info.min_rtt_us {
+            min_rtt_ms = f64::from(us) / 1e3;
+        }
+        Ok::<(), ExperimentError>(())
     };
     let n = config.chunks;
     if !v.fresh {
         for i in 0..n {
             sleep_until(epoch, sched(i));
-            sender.ready().map_err(io_err("wait for the send queue"))?;
-            write(&mut sender, i)?;
+            let start = epoch.elapsed();
+            write(&mut sender, i, start)?;
         }
-        return Ok((sender.stats(), 0, 0));
+        let stats = sender.stats();
+        return Ok(Sent { stats, merged: 0, dropped: 0, srtt_ms, min_rtt_ms });
     }
     // One key: each new chunk supersedes an unsent older one (the freshest frame wins).
     let mut queue: FreshnessQueue<u8, usize> =
@@ -277,14 +313,17 @@ fn send_chunks(
             sleep_until(epoch, sched(next));
             continue;
         }
+        // Pick the chunk only once the socket can take it, so it is the freshest.
         sender.ready().map_err(io_err("wait for the send queue"))?;
         admit_due(&mut queue, &mut next);
         if let Some(item) = queue.pop(epoch.elapsed()) {
-            write(&mut sender, item.message)?;
+            // The freshness queue is part of the send path: the chunk entered it when due.
+            write(&mut sender, item.message, sched(item.message))?;
         }
     }
     let q = queue.stats();
-    Ok((sender.stats(), q.merged, q.dropped_stale))
+    let stats = sender.stats();
+    Ok(Sent { stats, merged: q.merged, dropped: q.dropped_stale, srtt_ms, min_rtt_ms })
 }
 
 #[cfg(test)]
