@@ -17,10 +17,15 @@
 //! | `max_age` | age past which `fresh` drops a chunk | 2 × `interval` |
 //! | path keys | `path = "emulated"` (required), `rate`, `rtt`, `buffer`, ... | |
 //!
-//! Metrics: latency from write start (`start_p50_ms` ... `start_max_ms`) and from the chunk's
-//! scheduled time (`sched_p50_ms` ...), `goodput_mbps`, `merged_dropped_pct`, `blocked_pct`
-//! (share of the round the writer spent waiting), and `sched_bound_ms` = 3 × RTT + one chunk's
-//! transmission time, the bound for the fresh variants.
+//! Metrics: latency from send start (`start_p50_ms` ... `start_max_ms`: from the moment the
+//! application hands the chunk to the send path, before any wait of the wrapper or the kernel,
+//! alike for every variant) and from the chunk's scheduled time (`sched_p50_ms` ...),
+//! `goodput_mbps`, `merged_dropped_pct`, `blocked_pct` (share of the sending time, from the
+//! first chunk's schedule to the last write, the writer spent waiting, for the bound or inside
+//! a write the kernel blocked), `queue_ms` (the standing
+//! bottleneck queue: median smoothed RTT minus minimum RTT of the sending socket) and
+//! `sched_bound_ms` = 3 × RTT + one chunk's transmission time, the bound for the fresh
+//! variants.
 
 use std::time::Duration;
 
@@ -130,13 +135,17 @@ impl VariantPlan for Plan {
                 .metric(&format!("{prefix}_p99_ms"), summary.p99)
                 .metric(&format!("{prefix}_max_ms"), summary.max);
         }
-        let round_s = config.interval.as_secs_f64() * config.chunks as f64;
         let transmission = BitRate(config.rate.0).transmission_time(config.chunk_bytes as u64);
         m.metric("goodput_mbps", r.goodput_mbps)
             .metric("merged_dropped_pct", r.fraction_merged_or_dropped * 100.0)
             .metric("delivered_count", r.chunks_delivered as f64)
-            .metric("blocked_pct", 100.0 * r.sender.time_blocked.as_secs_f64() / round_s)
+            .metric("blocked_pct", 100.0 * r.sender.time_blocked.as_secs_f64() * 1e3 / r.sending_ms)
             .metric("sched_bound_ms", (3 * config.rtt + transmission).as_secs_f64() * 1e3);
+        // Absent (not zero) when the kernel gave no RTT samples.
+        let queue = r.srtt_p50_ms - r.min_rtt_ms;
+        if queue.is_finite() {
+            m.metric("queue_ms", queue.max(0.0));
+        }
         m.series.push(Series::cdf("start_ms", &mut r.from_start_samples()));
         m.series.push(Series::cdf("sched_ms", &mut r.from_schedule_samples()));
         if r.sender.lowat_unsupported {
@@ -204,6 +213,9 @@ mod tests {
         assert!(get("start_p50_ms") > 0.0 && get("start_p50_ms") <= get("start_p99_ms"), "{m:?}");
         assert!(get("goodput_mbps") > 15.0 && get("goodput_mbps") < 31.0, "{m:?}");
         assert!((get("sched_bound_ms") - (30.0 + 13.65)).abs() < 0.1, "{m:?}");
+        assert!(get("queue_ms") >= 0.0 && get("queue_ms") < 50.0, "{m:?}");
+        let blocked = get("blocked_pct");
+        assert!(blocked > 0.0 && blocked <= 100.0, "threshold 10 ms waits on this path: {m:?}");
         assert!(m.lateness.is_some());
         assert_eq!(m.series.len(), 2);
     }

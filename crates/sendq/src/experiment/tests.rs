@@ -60,6 +60,7 @@ fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantSu
         from_start_ms: summary(start_p50),
         from_schedule_ms: summary(sched_p50),
         goodput_mbps: goodput,
+        sending_ms: 1000.0,
         srtt_p50_ms: 25.0,
         min_rtt_ms: 10.0,
         sender: SenderStats::default(),

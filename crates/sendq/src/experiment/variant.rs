@@ -99,6 +99,9 @@ pub struct VariantResult {
     pub from_schedule_ms: LatencySummary,
     /// Delivered bytes over the time from the first chunk's schedule to the last completion.
     pub goodput_mbps: f64,
+    /// From the first chunk's scheduled time until the sender had written its last chunk, ms
+    /// (longer than the schedule when the path cannot keep up).
+    pub sending_ms: f64,
     /// Median of the sending socket's smoothed RTT sampled after each chunk, ms: the path's
     /// queueing as the congestion control leaves it.
     pub srtt_p50_ms: f64,
@@ -210,6 +213,7 @@ pub fn run_variant(
         Control::NeverBlocks => Mode::NoControl,
     };
     let sent = send_chunks(&stream, config, v, mode, epoch);
+    let sending_ms = ms(epoch.elapsed().saturating_sub(LEAD));
     // EOF for the receiver, also after a failed send.
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let records =
@@ -232,6 +236,7 @@ pub fn run_variant(
         from_start_ms: LatencySummary::of(&from_start),
         from_schedule_ms: LatencySummary::of(&from_sched),
         goodput_mbps,
+        sending_ms,
         srtt_p50_ms: LatencySummary::of(&srtt_ms).p50,
         min_rtt_ms,
         sender: stats,
