@@ -154,7 +154,7 @@ fn print_table(report: &SendqReport) {
         report.config.rounds
     );
     println!(
-        "{:<36} {:>8} {:>13} {:>8} {:>8} | {:>8} {:>8} | {:>7} {:>6} {:>6}",
+        "{:<40} {:>8} {:>13} {:>8} {:>8} | {:>8} {:>8} | {:>7} {:>6} {:>6}",
         "variant",
         "start50",
         "start50 range",
@@ -169,7 +169,7 @@ fn print_table(report: &SendqReport) {
     for r in std::iter::once(&report.main).chain(&report.sweep) {
         for v in &r.variants {
             println!(
-                "{:<36} {:>8.1} {:>13} {:>8.1} {:>8.1} | {:>8.1} {:>8.1} | {:>7.2} {:>6.2} {:>6.1}",
+                "{:<40} {:>8.1} {:>13} {:>8.1} {:>8.1} | {:>8.1} {:>8.1} | {:>7.2} {:>6.2} {:>6.1}",
                 format!("{}@{}M", v.name, r.rate_bps / 1_000_000),
                 v.from_start_ms.p50,
                 format!("{:.1}-{:.1}", v.from_start_p50_spread.min, v.from_start_p50_spread.max),
