@@ -464,6 +464,7 @@ class SenderStats:
     time_blocked: datetime.timedelta
     waits: int
     would_block: int
+    kernel_refusals: int
     info_reads: int
     lowat_sets: int
     lowat: Optional[int]
@@ -504,7 +505,7 @@ class BoundedSender:
     """Keeps the delay of unsent data in ``sock``'s send buffer under a bound.
 
     ``mode``: ``"threshold"`` (wait while ``notsent / rate`` exceeds ``threshold``, default
-    10 ms), ``"adaptive-lowat"`` (``TCP_NOTSENT_LOWAT`` kept at ``2 x threshold x rate``),
+    10 ms), ``"adaptive-lowat"`` (``TCP_NOTSENT_LOWAT`` kept at ``threshold x rate``),
     ``"static-lowat"`` (``lowat`` bytes) or ``"none"``. On a blocking socket :meth:`send`
     waits (GIL released); on a non-blocking one it raises :class:`BlockingIOError` and
     :attr:`retry_after` says when to retry. The socket is borrowed, never closed.

@@ -57,9 +57,9 @@ def test_non_blocking_would_block_surfaces_as_blocking_io_error(stalled_server):
                 sender.send(chunk)
         stats = sender.stats()
         assert stats.bytes_written > 0
-        # Either the governor held the write back (retry_after says when) or the kernel's
-        # buffer was full (EAGAIN from the write itself).
-        assert stats.would_block >= 1 or sender.retry_after is None
+        # Every WouldBlock is counted, whether the governor held the write back (retry_after
+        # says when) or the kernel's buffer was full (EAGAIN from the write itself).
+        assert stats.would_block >= 1 and stats.waits >= stats.would_block
         if sender.retry_after is not None:
             assert sender.retry_after > datetime.timedelta(0)
 

@@ -65,6 +65,7 @@ fn sender_stats<'py>(py: Python<'py>, s: &SenderStats) -> PyResult<Bound<'py, Py
     d.set_item("time_blocked", s.time_blocked)?;
     d.set_item("waits", s.waits)?;
     d.set_item("would_block", s.would_block)?;
+    d.set_item("kernel_refusals", s.kernel_refusals)?;
     d.set_item("info_reads", s.info_reads)?;
     d.set_item("lowat_sets", s.lowat_sets)?;
     d.set_item("lowat", s.lowat)?;

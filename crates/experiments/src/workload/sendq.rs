@@ -141,7 +141,8 @@ impl VariantPlan for Plan {
             .metric("delivered_count", r.chunks_delivered as f64)
             .metric("blocked_pct", 100.0 * r.sender.time_blocked.as_secs_f64() * 1e3 / r.sending_ms)
             .metric("sched_bound_ms", (3 * config.rtt + transmission).as_secs_f64() * 1e3);
-        // Absent (not zero) when the kernel gave no RTT samples.
+        // Absent (not zero) when the kernel gave no RTT samples; the round then fails for
+        // missing a declared metric.
         let queue = r.srtt_p50_ms - r.min_rtt_ms;
         if queue.is_finite() {
             m.metric("queue_ms", queue.max(0.0));
@@ -152,6 +153,22 @@ impl VariantPlan for Plan {
             m.notes.push("TCP_NOTSENT_LOWAT was refused: writes were not controlled".into());
         }
         Ok(m)
+    }
+
+    fn metrics(&self) -> Vec<String> {
+        // `queue_ms` too: a round whose sender saw no RTT sample at all measured nothing.
+        let latency = ["start", "sched"]
+            .into_iter()
+            .flat_map(|view| ["p50", "p90", "p99", "max"].map(move |q| format!("{view}_{q}_ms")));
+        let totals = [
+            "goodput_mbps",
+            "merged_dropped_pct",
+            "delivered_count",
+            "blocked_pct",
+            "sched_bound_ms",
+            "queue_ms",
+        ];
+        latency.chain(totals.map(String::from)).collect()
     }
 
     fn describe(&self) -> String {
