@@ -22,13 +22,14 @@ use tcptail_sock::Profile;
 use tcptail_units::MessageRate;
 
 use crate::attribution::{self, AttributedSample};
-use crate::connection::{self, ConnectionOutcome};
+use crate::connection::{self, ConnectionOutcome, STOP_GRACE};
 use crate::context::{
     ConnectionPlacement, ContextProbe, RunContext, common_value, describe_placement,
 };
 use crate::pacer::Spacing;
 use crate::report::{BenchResult, RateReport, SampleRecord};
 use crate::stats::LatencyHistogram;
+use crate::watchdog::{Closer, Watchdog};
 use crate::{sys, wire};
 
 /// How requests are issued.
@@ -362,15 +363,34 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
     let n = config.connections;
     let barrier = Arc::new(Barrier::new(n));
     let start: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    // Blocking receives (closed loop without spinning) wait without a kernel timer; the
+    // watchdog enforces their response timeout and the stop grace (see `watchdog`).
+    let blocking = !config.spin && matches!(config.load, Load::Closed);
+    let tick = Watchdog::tick_for(config.response_timeout, connection::POLL_SLICE);
+    let watchdog = Watchdog::new(tick);
     let outcomes: Vec<Result<RawRun, BenchError>> = std::thread::scope(|scope| {
+        let _closer = Closer(&watchdog);
+        if blocking {
+            std::thread::Builder::new()
+                .name("tcptail-watchdog".into())
+                .spawn_scoped(scope, || watchdog.run(&|| control.stopped(), STOP_GRACE))
+                .expect("spawning the watchdog thread");
+        }
         let handles: Vec<_> = (0..n)
             .map(|index| {
                 let barrier = Arc::clone(&barrier);
                 let start = Arc::clone(&start);
+                let watchdog = &watchdog;
                 std::thread::Builder::new()
                     .name(format!("tcptail-client-{index}"))
                     .spawn_scoped(scope, move || {
-                        connection::run_connection(config, index, control, &barrier, &start)
+                        let shared = connection::Shared {
+                            control,
+                            barrier: &barrier,
+                            start: &start,
+                            watchdog,
+                        };
+                        connection::run_connection(config, index, &shared)
                     })
                     .expect("spawning a client thread")
             })

@@ -4,7 +4,10 @@
 //! (plus one `setsockopt(TCP_QUICKACK)` when the profile re-arms it), two clock reads and a
 //! histogram increment; kernel snapshots for attribution are taken outside the timed window in
 //! closed loop, and before the send (its cost shows as send lateness) in open loop. Nothing
-//! allocates per request unless every sample is being kept.
+//! allocates per request unless every sample is being kept. A blocking receive has no
+//! `SO_RCVTIMEO` (a kernel timer armed per receive costs ~4 % of loopback transactions/s):
+//! its deadlines are kept by the run's [`Watchdog`], which the loop tells of each wait with
+//! two relaxed atomic stores.
 //!
 //! # Requests that get no answer
 //!
@@ -23,7 +26,7 @@ use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::{Barrier, OnceLock};
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +38,7 @@ use crate::client::{BenchConfig, BenchError, Load, RawRun, RunControl, StopAfter
 use crate::report::SampleRecord;
 use crate::stats::{self, LatencyHistogram};
 use crate::sys;
+use crate::watchdog::{Watch, Watchdog};
 use crate::wire::{self, Header, HelloConfig, Welcome};
 
 mod open_loop;
@@ -60,19 +64,29 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Once a stop is asked for (Ctrl-C), requests already sent are waited for this long at most.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Longest single sleep in a wait, so that a stop or a deadline is noticed promptly; also
-/// the receive/send timeout of blocking sockets.
-const POLL_SLICE: Duration = Duration::from_millis(100);
+/// the send timeout of blocking sockets and the longest watchdog tick.
+pub(crate) const POLL_SLICE: Duration = Duration::from_millis(100);
 /// Busy-loop turns between clock reads while spinning on a socket that has nothing.
 const SPIN_TURNS_PER_CHECK: u32 = 256;
+
+/// What the connections of one run share.
+pub(crate) struct Shared<'a> {
+    pub(crate) control: &'a RunControl,
+    /// Every connection starts measuring at once, after all warmed up.
+    pub(crate) barrier: &'a Barrier,
+    /// The run's start, set by the first connection past the barrier.
+    pub(crate) start: &'a OnceLock<Instant>,
+    /// Keeps the deadlines of blocking receives.
+    pub(crate) watchdog: &'a Arc<Watchdog>,
+}
 
 pub(crate) fn run_connection(
     config: &BenchConfig,
     index: usize,
-    control: &RunControl,
-    barrier: &Barrier,
-    start: &OnceLock<Instant>,
+    shared: &Shared<'_>,
 ) -> Result<RawRun, BenchError> {
-    let prepared = prepare(config, index, control);
+    let Shared { control, barrier, start, .. } = *shared;
+    let prepared = prepare(config, index, shared);
     let mut conn = match prepared {
         Ok(conn) => conn,
         Err(e) => {
@@ -101,8 +115,9 @@ pub(crate) fn run_connection(
 fn prepare(
     config: &BenchConfig,
     index: usize,
-    control: &RunControl,
+    shared: &Shared<'_>,
 ) -> Result<Connection, BenchError> {
+    let control = shared.control;
     let connect_err = |step, source| BenchError::Connect {
         connection: index,
         server: config.server,
@@ -137,10 +152,16 @@ fn prepare(
     let congestion = tcptail_sock::apply::congestion_control(stream.as_fd()).ok();
     let nonblocking = config.spin || matches!(config.load, Load::Open { .. });
     stream.set_nonblocking(nonblocking).map_err(|e| connect_err("setting non-blocking", e))?;
-    // A blocking socket wakes up every POLL_SLICE while waiting, to notice deadlines and stops;
-    // it changes nothing while the server answers.
-    stream.set_read_timeout(Some(POLL_SLICE)).map_err(|e| connect_err("handshake", e))?;
+    // A blocking receive waits without a timeout (the watchdog keeps its deadline); a blocking
+    // send's timeout costs nothing until the socket is full, and then lets it notice stops.
+    stream.set_read_timeout(None).map_err(|e| connect_err("handshake", e))?;
     stream.set_write_timeout(Some(POLL_SLICE)).map_err(|e| connect_err("handshake", e))?;
+    let watch = if nonblocking {
+        None
+    } else {
+        let watch = shared.watchdog.watch(&stream, config.response_timeout);
+        Some(watch.map_err(|e| connect_err("watching the socket", e))?)
+    };
     let is_bbr = congestion.as_deref() == Some("bbr");
     let mut conn = Connection {
         request: vec![0u8; config.request_len as usize],
@@ -150,6 +171,7 @@ fn prepare(
         nonblocking,
         is_bbr,
         stream,
+        watch,
         cpus_seen: BTreeSet::new(),
         snapshot_costs: Vec::new(),
         m: Partial::default(),
@@ -260,6 +282,8 @@ struct Partial {
 
 struct Connection {
     stream: TcpStream,
+    /// Blocking sockets only: the watchdog's view of this connection's waits.
+    watch: Option<Watch>,
     request: Vec<u8>,
     reader: ResponseReader,
     policy: QuickAck,
@@ -376,9 +400,13 @@ impl Connection {
         let mut turns = 0u32;
         loop {
             let fd = self.stream.as_fd();
-            // A blocking socket waits inside recv, for at most POLL_SLICE.
-            if let Some(h) = self.reader.next(fd, self.policy)? {
-                return Ok(Some(h));
+            // A blocking socket waits inside recv until the answer comes or the watchdog
+            // shuts its read side down (end-of-file: the response timeout or the stop grace).
+            match self.reader.next(fd, self.policy) {
+                Ok(Some(h)) => return Ok(Some(h)),
+                Ok(None) => {}
+                Err(_) if self.watch.as_ref().is_some_and(Watch::fired) => return Ok(None),
+                Err(e) => return Err(e),
             }
             if self.spin {
                 turns = turns.wrapping_add(1);
@@ -439,11 +467,27 @@ impl Connection {
         let attribute = measured && config.attribute;
         let mut seq = 0u64;
         while !control.stopped() && !limit.reached(self.m.requests) {
+            if self.watch.as_ref().is_some_and(Watch::fired) {
+                // The watchdog gave up on the previous request just as its answer came in:
+                // this socket can receive nothing more.
+                self.m.warnings.push(format!(
+                    "connection {index}: answered at its response timeout ({:?}); the \
+                     connection stopped there",
+                    config.response_timeout
+                ));
+                break;
+            }
             let before = if attribute { self.snapshot() } else { None };
             let t0 = Instant::now();
             let mut patience = Patience::new(t0 + config.response_timeout, control);
+            if let Some(watch) = &mut self.watch {
+                watch.waiting();
+            }
             let whole = self.send_request(seq, config.reply_len, &mut patience)?;
             let answer = if whole { self.await_response(&mut patience)? } else { None };
+            if let Some(watch) = &mut self.watch {
+                watch.answered();
+            }
             let Some(header) = answer else {
                 let gave_up = Instant::now();
                 if !measured {

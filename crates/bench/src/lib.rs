@@ -34,4 +34,5 @@ pub mod report;
 pub mod server;
 pub mod stats;
 pub mod sys;
+mod watchdog;
 pub mod wire;

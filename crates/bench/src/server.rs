@@ -41,6 +41,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tcptail_sock::Profile;
 use tcptail_sock::apply::{ApplyReport, apply_profile};
 
+use crate::watchdog::{Closer, Watchdog};
 use crate::wire::{MAX_FRAME_LEN, Welcome, WireError};
 
 pub mod serve;
@@ -198,6 +199,9 @@ struct Shared {
     stop: AtomicBool,
     /// A clone of every live connection's socket, so shutdown can wake its thread.
     conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Keeps [`ServerConfig::idle_timeout`] for blocking connections, which receive without
+    /// `SO_RCVTIMEO` (a kernel timer per receive; see `crate::watchdog`).
+    watchdog: Arc<Watchdog>,
 }
 
 impl Shared {
@@ -290,6 +294,10 @@ impl Server {
             local_addr,
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
+            watchdog: Watchdog::new(Watchdog::tick_for(
+                config.idle_timeout,
+                Duration::from_secs(1),
+            )),
         });
         Ok(Server { shared, config, listener_report, kernel })
     }
@@ -322,6 +330,11 @@ impl Server {
     pub fn run(&self, events: &(dyn Fn(ServerEvent) + Sync)) {
         let shared = &*self.shared;
         thread::scope(|scope| {
+            let _closer = Closer(&shared.watchdog);
+            thread::Builder::new()
+                .name("tcptail-server-watchdog".into())
+                .spawn_scoped(scope, || shared.watchdog.run(&|| false, Duration::ZERO))
+                .expect("cannot spawn the server's watchdog thread");
             self.accept_loop(scope, events);
             shared.stop.store(true, Ordering::SeqCst);
             shared.close_connections();

@@ -29,6 +29,7 @@ use super::{
     Shared,
 };
 use crate::sys;
+use crate::watchdog::Watch;
 use crate::wire::{self, FrameError, FrameKind, FrameParser, HEADER_LEN, Header, HelloConfig};
 use crate::wire::{Welcome, WireError};
 
@@ -234,13 +235,16 @@ fn serve(
     let fd = stream.as_fd();
     let policy = hello.profile.quickack;
     let spin = hello.spin;
+    // Blocking: the watchdog shuts the read side of a connection idle for `idle_timeout` down
+    // (the receive then sees end-of-file); a send's timeout costs nothing until it waits.
+    let mut watch = None;
     if spin {
         stream.set_nonblocking(true)?;
     } else {
-        // A blocking receive that waits longer than this returns EAGAIN: the peer is idle.
-        stream.set_read_timeout(Some(config.idle_timeout))?;
+        watch = Some(shared.watchdog.watch(stream, config.idle_timeout)?);
         stream.set_write_timeout(Some(config.write_timeout))?;
     }
+    let idle_timeout = || End::Reject(RejectReason::IdleTimeout(config.idle_timeout));
     let mut rbuf = vec![0u8; RECV_BUF_LEN];
     // Invariant: resp[HEADER_LEN..] is all zeros; only the header is ever written.
     let mut resp = vec![0u8; (hello.reply_len as usize).min(RESPONSE_BUF_LEN)];
@@ -251,16 +255,20 @@ fn serve(
     // rbuf[start..end] holds received bytes not yet consumed by the parser.
     let (mut start, mut end) = (0, 0);
     loop {
+        if let Some(watch) = &mut watch {
+            watch.waiting();
+        }
         let n = match recv_with_policy(fd, &mut rbuf[end..], policy) {
+            Ok(0) if watch.as_ref().is_some_and(Watch::fired) => return Err(idle_timeout()),
             Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if shared.stopping() {
                     return Err(End::Closed);
                 }
-                // Blocking: the receive timeout passed. Spinning: count turns.
+                // Spinning: count turns (a blocking receive has no timeout).
                 if !spin || idle.expired() {
-                    return Err(End::Reject(RejectReason::IdleTimeout(config.idle_timeout)));
+                    return Err(idle_timeout());
                 }
                 std::hint::spin_loop();
                 continue;
