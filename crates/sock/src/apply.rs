@@ -24,7 +24,8 @@
 use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use socket2::{SockRef, TcpKeepalive};
@@ -317,7 +318,7 @@ fn apply_buffer(sock: &SockRef<'_>, direction: Direction, size: &BufferSize) -> 
     };
     let mut row =
         verify(option, requested, set, read, |_| true, |&v| ByteSize(v as u64).to_string());
-    let autotune_max = sysctl_words(autotune).get(2).cloned();
+    let autotune_max = autotune_max(autotune);
     row.note = Some(buffer_note(option, autotune, autotune_max.as_deref()));
     if row.outcome == OptionOutcome::Applied
         && let Some(actual) = read_back
@@ -504,6 +505,25 @@ fn on_off(on: bool) -> String {
 
 fn duration(d: Duration) -> String {
     HumanDuration(d).to_string()
+}
+
+/// The third word (the autotuning maximum) of `net.ipv4.tcp_wmem` or `tcp_rmem`, for a
+/// buffer row's note. Read at most once a second per key: a preloaded program applies its
+/// profile on every connect and accept, and two `/proc` reads per socket were a large share of
+/// that cost, for a note that only informs.
+fn autotune_max(name: &'static str) -> Option<String> {
+    static CACHE: Mutex<Vec<(&str, Instant, Option<String>)>> = Mutex::new(Vec::new());
+    const FRESH: Duration = Duration::from_secs(1);
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, read_at, value)) = cache.iter().find(|(key, _, _)| *key == name)
+        && read_at.elapsed() < FRESH
+    {
+        return value.clone();
+    }
+    let value = sysctl_words(name).get(2).cloned();
+    cache.retain(|(key, _, _)| *key != name);
+    cache.push((name, Instant::now(), value.clone()));
+    value
 }
 
 /// The whitespace-separated words of a sysctl, empty when it cannot be read.
