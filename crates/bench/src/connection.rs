@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -377,21 +377,36 @@ impl Connection {
             if written == self.request.len() {
                 return Ok(true);
             }
-            if self.spin {
-                turns = turns.wrapping_add(1);
-                if !turns.is_multiple_of(SPIN_TURNS_PER_CHECK) {
-                    std::hint::spin_loop();
-                    continue;
-                }
-            }
-            let now = Instant::now();
-            if patience.expired(now) {
+            if !self.keep_waiting(&mut turns, patience, sys::wait_writable)? {
                 return Ok(false);
             }
-            if self.nonblocking && !self.spin {
-                sys::wait_writable(self.stream.as_fd(), patience.slice(now))?;
+        }
+    }
+
+    /// Between two tries at a socket that was not ready: a spinning loop spins on, looking at
+    /// the clock only every [`SPIN_TURNS_PER_CHECK`] turns; a non-blocking one sleeps in `wait`
+    /// (poll for readable or writable) for at most one slice. False once `patience` ran out.
+    fn keep_waiting(
+        &self,
+        turns: &mut u32,
+        patience: &mut Patience<'_>,
+        wait: fn(BorrowedFd<'_>, Duration) -> io::Result<bool>,
+    ) -> Result<bool, LoopError> {
+        if self.spin {
+            *turns = turns.wrapping_add(1);
+            if !turns.is_multiple_of(SPIN_TURNS_PER_CHECK) {
+                std::hint::spin_loop();
+                return Ok(true);
             }
         }
+        let now = Instant::now();
+        if patience.expired(now) {
+            return Ok(false);
+        }
+        if self.nonblocking && !self.spin {
+            wait(self.stream.as_fd(), patience.slice(now))?;
+        }
+        Ok(true)
     }
 
     /// Blocks (or spins) until the next response frame is complete; `None` if `patience` ran
@@ -408,19 +423,8 @@ impl Connection {
                 Err(_) if self.watch.as_ref().is_some_and(Watch::fired) => return Ok(None),
                 Err(e) => return Err(e),
             }
-            if self.spin {
-                turns = turns.wrapping_add(1);
-                if !turns.is_multiple_of(SPIN_TURNS_PER_CHECK) {
-                    std::hint::spin_loop();
-                    continue;
-                }
-            }
-            let now = Instant::now();
-            if patience.expired(now) {
+            if !self.keep_waiting(&mut turns, patience, sys::wait_readable)? {
                 return Ok(None);
-            }
-            if self.nonblocking && !self.spin {
-                sys::wait_readable(fd, patience.slice(now))?;
             }
         }
     }
