@@ -6,8 +6,8 @@
 //! closed loop, and before the send (its cost shows as send lateness) in open loop. Nothing
 //! allocates per request unless every sample is being kept. A blocking receive has no
 //! `SO_RCVTIMEO` (a kernel timer armed per receive costs ~4 % of loopback transactions/s):
-//! its deadlines are kept by the run's [`Watchdog`], which the loop tells of each wait with
-//! two relaxed atomic stores.
+//! its deadlines are kept by the run's watchdog thread (the crate-private `watchdog` module),
+//! which the loop tells of each wait with two relaxed atomic stores.
 //!
 //! # Requests that get no answer
 //!
