@@ -239,6 +239,21 @@ impl Source<'_> {
         })
     }
 
+    /// The string at `key` of the `[[section]]` table `item`; its absence is an error at
+    /// `item` naming `section.key`.
+    fn required_string(
+        &self,
+        item: &Spanned<DeValue<'_>>,
+        table: &DeTable<'_>,
+        section: &str,
+        key: &str,
+    ) -> Result<String, SpecError> {
+        match table.get(key) {
+            Some(value) => self.string(key, value),
+            None => Err(self.at(item, &format!("{section}.{key}"), "is required")),
+        }
+    }
+
     fn strings(&self, key: &str, v: &Spanned<DeValue<'_>>) -> Result<Vec<String>, SpecError> {
         let Some(items) = v.get_ref().as_array() else {
             return Err(self.at(v, key, "expected a list of strings"));
@@ -448,10 +463,7 @@ impl Experiment {
         };
         for item in src.tables("variant", v)? {
             let t = src.table("variant", item)?;
-            let name = match t.get("name") {
-                Some(n) => src.string("name", n)?,
-                None => return Err(src.at(item, "variant.name", "is required")),
-            };
+            let name = src.required_string(item, t, "variant", "name")?;
             if !valid_name(&name) {
                 return Err(src.at(
                     t.get("name").expect("read above"),

@@ -54,10 +54,7 @@ impl Experiment {
                 None => return Err(src.at(item, "verdict.verdict", "is required")),
             };
             let when = t.get("when").map(|w| src.string("when", w)).transpose()?;
-            let reason = match t.get("reason") {
-                Some(r) => src.string("reason", r)?,
-                None => return Err(src.at(item, "verdict.reason", "is required")),
-            };
+            let reason = src.required_string(item, t, "verdict", "reason")?;
             let last = i + 1 == items.len();
             if when.is_none() && !last {
                 return Err(src.at(item, "when", "only the last [[verdict]] rule may omit `when`"));
@@ -81,10 +78,7 @@ impl Experiment {
         for item in src.tables("finding", v)? {
             let t = src.table("finding", item)?;
             check_keys(src, "finding", t, &["title", "when", "then", "otherwise"])?;
-            let required = |key: &str| match t.get(key) {
-                Some(value) => src.string(key, value),
-                None => Err(src.at(item, &format!("finding.{key}"), "is required")),
-            };
+            let required = |key: &str| src.required_string(item, t, "finding", key);
             self.findings.push(FindingSpec {
                 title: required("title")?,
                 when: required("when")?,
