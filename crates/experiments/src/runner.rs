@@ -17,7 +17,7 @@ use tcptail_report::{
 };
 
 use crate::spec::{Experiment, Mode, SpecError, VariantSpec};
-use crate::verdict::{self, Finding, Rule};
+use crate::verdict::{self, Finding, Rule, RuleError};
 use crate::workload::{self, Measurement, RoundContext, RunError, VariantPlan};
 
 /// One experiment, checked: every variant planned, every rule compiled.
@@ -73,29 +73,25 @@ impl Prepared {
             });
         }
         let names: Vec<&str> = experiment.variants.iter().map(|v| v.name.as_str()).collect();
+        // A rule or finding that does not compile is an error at its line of the file.
+        let file = &experiment.file;
+        let at_line = |line: usize| {
+            move |e: RuleError| SpecError {
+                file: file.clone(),
+                line: Some(line),
+                key: Some(e.key().to_owned()),
+                problem: e.to_string(),
+            }
+        };
         let rules = experiment
             .rules
             .iter()
-            .map(|spec| {
-                Rule::compile(spec, &names).map_err(|e| SpecError {
-                    file: experiment.file.clone(),
-                    line: Some(spec.line),
-                    key: Some(e.key().to_owned()),
-                    problem: e.to_string(),
-                })
-            })
+            .map(|spec| Rule::compile(spec, &names).map_err(at_line(spec.line)))
             .collect::<Result<Vec<_>, _>>()?;
         let findings = experiment
             .findings
             .iter()
-            .map(|spec| {
-                Finding::compile(spec, &names).map_err(|e| SpecError {
-                    file: experiment.file.clone(),
-                    line: Some(spec.line),
-                    key: Some(e.key().to_owned()),
-                    problem: e.to_string(),
-                })
-            })
+            .map(|spec| Finding::compile(spec, &names).map_err(at_line(spec.line)))
             .collect::<Result<Vec<_>, _>>()?;
         let rounds = rounds.unwrap_or(experiment.mode(mode).rounds).max(1);
         Ok(Prepared { experiment, variants, rules, findings, rounds })
