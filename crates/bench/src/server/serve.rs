@@ -91,18 +91,9 @@ pub(super) fn connection(
 /// Reads and discards what the peer still sends, for at most [`LINGER`], so that closing
 /// does not reset the connection while the Error frame may still be unread.
 fn linger(stream: &TcpStream) {
-    let deadline = Instant::now() + LINGER;
+    let mut reader = DeadlineReader { stream, deadline: Instant::now() + LINGER };
     let mut sink = [0u8; 4096];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return;
-        }
-        match (&*stream).read(&mut sink) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-    }
+    while let Ok(1..) = reader.read(&mut sink) {}
 }
 
 /// Refuses a connection from the accept thread without blocking it.
@@ -262,12 +253,13 @@ fn serve(
             Ok(0) if watch.as_ref().is_some_and(Watch::fired) => return Err(idle_timeout()),
             Ok(0) => return Ok(()),
             Ok(n) => n,
+            // Only a spinning (non-blocking) socket gets here: a blocking receive has no
+            // timeout, the watchdog ends its waits.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if shared.stopping() {
                     return Err(End::Closed);
                 }
-                // Spinning: count turns (a blocking receive has no timeout).
-                if !spin || idle.expired() {
+                if idle.expired() {
                     return Err(idle_timeout());
                 }
                 std::hint::spin_loop();
