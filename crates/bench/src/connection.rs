@@ -296,6 +296,16 @@ struct Connection {
     outcome: ConnectionOutcome,
 }
 
+/// A request sent and waiting for its response.
+struct Outstanding {
+    seq: u64,
+    /// When it was due (closed loop: when it was sent).
+    intended: Instant,
+    sent: Instant,
+    /// The kernel's state before it was sent (attribution on).
+    before: Option<KernelSnapshot>,
+}
+
 /// How long a wait for the server may last: until `deadline`, cut to [`STOP_GRACE`] from the
 /// moment a stop is noticed.
 struct Patience<'a> {
@@ -459,6 +469,40 @@ impl Connection {
         }
     }
 
+    /// Keeps what an answered request adds beyond the histograms: its attribution sample (the
+    /// kernel's state read again now, after the answer) and, when every sample is kept, its
+    /// record. `latency` runs from `req.intended`, `service` from `req.sent` (nanoseconds).
+    fn keep_answered(
+        &mut self,
+        config: &BenchConfig,
+        start: Instant,
+        index: usize,
+        req: Outstanding,
+        (latency, service): (u64, u64),
+    ) {
+        if let Some(before) = req.before
+            && let Some(after) = self.snapshot()
+        {
+            let send_late_ns = req.sent.saturating_duration_since(req.intended).as_nanos() as u64;
+            self.m.attributed.push(AttributedSample {
+                latency_ns: latency,
+                send_late_ns,
+                before,
+                after,
+            });
+        }
+        if config.keep_samples {
+            self.m.samples.push(SampleRecord {
+                intended_ns: (req.intended - start).as_nanos() as u64,
+                connection: index,
+                seq: req.seq,
+                latency_ns: latency,
+                service_ns: Some(service),
+                answered: true,
+            });
+        }
+    }
+
     fn closed_loop(
         &mut self,
         config: &BenchConfig,
@@ -530,24 +574,8 @@ impl Connection {
             self.m.end = Some(t1);
             if measured {
                 control.add_completed(1);
-                if attribute && let (Some(before), Some(after)) = (before, self.snapshot()) {
-                    self.m.attributed.push(AttributedSample {
-                        latency_ns: latency,
-                        send_late_ns: 0,
-                        before,
-                        after,
-                    });
-                }
-                if config.keep_samples {
-                    self.m.samples.push(SampleRecord {
-                        intended_ns: (t0 - start).as_nanos() as u64,
-                        connection: index,
-                        seq,
-                        latency_ns: latency,
-                        service_ns: Some(latency),
-                        answered: true,
-                    });
-                }
+                let req = Outstanding { seq, intended: t0, sent: t0, before };
+                self.keep_answered(config, start, index, req, (latency, latency));
                 if seq.is_multiple_of(4096) {
                     self.note_cpu();
                 }

@@ -17,21 +17,12 @@ use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use super::{Connection, Limit, LoopError, POLL_SLICE, STOP_GRACE, check_seq};
-use crate::attribution::{AttributedSample, KernelSnapshot};
+use super::{Connection, Limit, LoopError, Outstanding, POLL_SLICE, STOP_GRACE, check_seq};
+use crate::attribution::KernelSnapshot;
 use crate::client::{BenchConfig, Load, RunControl};
 use crate::pacer::Schedule;
-use crate::report::SampleRecord;
 use crate::sys;
 use crate::wire;
-
-/// An open-loop request waiting for its response.
-struct Outstanding {
-    seq: u64,
-    intended: Instant,
-    sent: Instant,
-    before: Option<KernelSnapshot>,
-}
 
 /// Why the loop ended.
 enum Ending {
@@ -223,31 +214,11 @@ impl Connection {
     ) {
         let latency = (done - req.intended).as_nanos() as u64;
         let service = (done - req.sent).as_nanos() as u64;
-        let late = req.sent.saturating_duration_since(req.intended).as_nanos() as u64;
         self.m.latency.record(latency);
         self.m.service.record(service);
         self.m.requests += 1;
         self.m.end = Some(done);
         control.add_completed(1);
-        if let Some(before) = req.before
-            && let Some(after) = self.snapshot()
-        {
-            self.m.attributed.push(AttributedSample {
-                latency_ns: latency,
-                send_late_ns: late,
-                before,
-                after,
-            });
-        }
-        if config.keep_samples {
-            self.m.samples.push(SampleRecord {
-                intended_ns: (req.intended - start).as_nanos() as u64,
-                connection: index,
-                seq: req.seq,
-                latency_ns: latency,
-                service_ns: Some(service),
-                answered: true,
-            });
-        }
+        self.keep_answered(config, start, index, req, (latency, service));
     }
 }
