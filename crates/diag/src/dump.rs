@@ -133,8 +133,7 @@ impl Dumper {
     ) -> Result<DumpStats, DiagError> {
         let code = req.filter.as_ref().and_then(Filter::bytecode);
         let mut stats = DumpStats::default();
-        let families = [(req.ipv4, libc::AF_INET as u8), (req.ipv6, libc::AF_INET6 as u8)];
-        for (_, family) in families.into_iter().filter(|(on, _)| *on) {
+        for family in families(req) {
             let one = self.dump_raw(
                 |seq| wire::dump_request(family, req.states, seq, code.as_deref()),
                 &mut each,
@@ -184,8 +183,7 @@ impl Dumper {
     pub fn capture(&mut self, req: &DumpRequest) -> Result<Vec<Vec<u8>>, DiagError> {
         let code = req.filter.as_ref().and_then(Filter::bytecode);
         let mut out = Vec::new();
-        let families = [(req.ipv4, libc::AF_INET as u8), (req.ipv6, libc::AF_INET6 as u8)];
-        for (_, family) in families.into_iter().filter(|(on, _)| *on) {
+        for family in families(req) {
             self.seq = self.seq.wrapping_add(1);
             let msg = wire::dump_request(family, req.states, self.seq, code.as_deref());
             self.sock.send(&msg).map_err(DiagError::Io)?;
@@ -201,6 +199,13 @@ impl Dumper {
         }
         Ok(out)
     }
+}
+
+/// The address families `req` asks for: each is dumped by a request of its own.
+fn families(req: &DumpRequest) -> impl Iterator<Item = u8> {
+    [(req.ipv4, libc::AF_INET as u8), (req.ipv6, libc::AF_INET6 as u8)]
+        .into_iter()
+        .filter_map(|(on, family)| on.then_some(family))
 }
 
 /// Receives the replies to request `seq` from a socket with port id `portid` until its
