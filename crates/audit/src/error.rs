@@ -115,6 +115,18 @@ pub enum Error {
         /// The winning lines (`file:line: key = value (profile: value)`).
         lines: Vec<String>,
     },
+    /// A plan carries text that would not stay on its own line of the `sysctl.d` file.
+    #[error(
+        "profile {profile}: {what} cannot be written to sysctl.d: {problem} (nothing was written)"
+    )]
+    UnsafeText {
+        /// The profile.
+        profile: String,
+        /// Which text.
+        what: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// `tune --revert` without a saved state.
     #[error("nothing to revert: no state file {}", path.display())]
     NoState {

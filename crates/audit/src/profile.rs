@@ -15,6 +15,18 @@
 //! valid sysctl name, `kernel.`/`vm.` keys and the known host-scope `net.core` keys are never
 //! declared per-namespace, and every error names the file, the line and, where there is one,
 //! the key. Parsing never touches the host.
+//!
+//! # Text that reaches `/etc/sysctl.d`
+//!
+//! `tune` writes a profile's name, each setting's rationale and source (as comments) and each
+//! value into a `sysctl.d` file, which systemd-sysctl and procps read line by line, splitting a
+//! line at its first `=`. So every piece of profile text is refused, with its file and line,
+//! unless it is one line: no newline, carriage return, Unicode line separator or other control
+//! character (a tab is allowed). Values also must not be empty or contain `=` (no sysctl tune
+//! sets takes one, and `key = a = b` reads differently to a human than to the parser), and a
+//! profile name is 1 to 64 characters from `[A-Za-z0-9._-]` (it names the file). A profile
+//! therefore cannot carry a setting that the dry run does not show as its own line;
+//! [`tune::render_file`](crate::tune::render_file) checks the same again on what it renders.
 
 use std::path::{Path, PathBuf};
 
@@ -219,19 +231,31 @@ impl Profile {
     }
 }
 
+type Text = toml::Spanned<String>;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawProfile {
-    name: String,
+    name: Text,
+    description: Option<Text>,
+    extends: Option<Text>,
     #[serde(default)]
-    description: String,
-    extends: Option<toml::Spanned<String>>,
-    #[serde(default)]
-    host: HostExpect,
+    host: RawHost,
     #[serde(default)]
     setting: Vec<RawSetting>,
     #[serde(default)]
     known_bad: Vec<RawKnownBad>,
+}
+
+/// [`HostExpect`] with the position of each string, so that bad text is refused by line.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    governor: Option<Text>,
+    irqbalance: Option<bool>,
+    isolated_cpus: Option<bool>,
+    thp: Option<Text>,
+    nic_rx_usecs_max: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -241,30 +265,19 @@ enum RawValue {
     Str(String),
 }
 
-impl RawValue {
-    fn text(&self) -> String {
-        match self {
-            RawValue::Int(i) => i.to_string(),
-            RawValue::Str(s) => normalize(s),
-        }
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSetting {
-    key: toml::Spanned<String>,
-    value: Option<RawValue>,
+    key: Text,
+    value: Option<toml::Spanned<RawValue>>,
     at_least: Option<u64>,
     at_most: Option<u64>,
     field: Option<usize>,
     scope: Option<Scope>,
     #[serde(default)]
     severity: Severity,
-    #[serde(default)]
-    rationale: String,
-    #[serde(default)]
-    source: String,
+    rationale: Option<Text>,
+    source: Option<Text>,
     #[serde(default)]
     remove: bool,
 }
@@ -272,12 +285,11 @@ struct RawSetting {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawKnownBad {
-    key: toml::Spanned<String>,
-    value: Option<RawValue>,
-    unless_set: Option<String>,
-    reason: String,
-    #[serde(default)]
-    source: String,
+    key: Text,
+    value: Option<toml::Spanned<RawValue>>,
+    unless_set: Option<Text>,
+    reason: Text,
+    source: Option<Text>,
     #[serde(default)]
     severity: Severity,
 }
@@ -311,39 +323,142 @@ pub fn inherent_scope(key: &str) -> Option<Scope> {
     }
 }
 
+/// Why `text` cannot be one line of a `sysctl.d` file, if it cannot: the first newline,
+/// carriage return, Unicode line separator or control character other than a tab.
+pub fn line_problem(text: &str) -> Option<String> {
+    text.chars().find_map(|c| match c {
+        '\n' => Some("a newline".to_owned()),
+        '\r' => Some("a carriage return".to_owned()),
+        '\t' => None,
+        '\u{2028}' | '\u{2029}' => Some(format!("a line separator (U+{:04X})", u32::from(c))),
+        c if c.is_control() => Some(format!("a control character (U+{:04X})", u32::from(c))),
+        _ => None,
+    })
+}
+
+/// Why `value` cannot be written as `key = value` in a `sysctl.d` file, if it cannot: it is
+/// not one line ([`line_problem`]), is empty, or contains `=`.
+pub fn value_problem(value: &str) -> Option<String> {
+    if let Some(p) = line_problem(value) {
+        return Some(format!("the value contains {p}"));
+    }
+    if value.trim().is_empty() {
+        return Some("the value is empty".to_owned());
+    }
+    value
+        .contains('=')
+        .then(|| "the value contains `=` (a sysctl.d line is split at its first `=`)".to_owned())
+}
+
+/// Whether `name` can name a profile: 1 to 64 characters from `[A-Za-z0-9._-]`, starting with
+/// a letter or digit (it becomes part of the `sysctl.d` file name and its header line).
+pub fn valid_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// A profile file being parsed: turns positions into lines and builds errors.
+struct Source<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn line<T>(&self, spanned: &toml::Spanned<T>) -> usize {
+        line_of(self.text, spanned.span().start)
+    }
+
+    fn error(&self, line: usize, key: &str, message: String) -> Error {
+        Error::Profile { file: self.file.to_owned(), line, key: key.to_owned(), message }
+    }
+
+    /// The string of `field` (of `key`'s entry), refused unless it is one line.
+    fn one_line(&self, key: &str, field: &str, text: Text) -> Result<String, Error> {
+        match line_problem(text.get_ref()) {
+            Some(p) => Err(self.error(
+                self.line(&text),
+                key,
+                format!(
+                    "`{field}` contains {p}: profile text must be one line (it is written to \
+                     sysctl.d)"
+                ),
+            )),
+            None => Ok(text.into_inner()),
+        }
+    }
+
+    fn optional(
+        &self,
+        key: &str,
+        field: &str,
+        text: Option<Text>,
+    ) -> Result<Option<String>, Error> {
+        text.map(|t| self.one_line(key, field, t)).transpose()
+    }
+
+    /// A value's text, refused unless it can be written as `key = value`.
+    fn value(&self, key: &str, value: toml::Spanned<RawValue>) -> Result<String, Error> {
+        let line = self.line(&value);
+        match value.into_inner() {
+            RawValue::Int(i) => Ok(i.to_string()),
+            RawValue::Str(s) => match value_problem(&s) {
+                Some(p) => Err(self.error(line, key, p)),
+                None => Ok(normalize(&s)),
+            },
+        }
+    }
+}
+
 fn parse(file: &Path, text: &str) -> Result<Parsed, Error> {
     let raw: RawProfile = toml::from_str(text).map_err(|e| Error::ProfileSyntax {
         file: file.to_owned(),
         line: e.span().map_or(0, |s| line_of(text, s.start)),
         message: e.message().to_owned(),
     })?;
-    let bad = |line: usize, key: &str, message: String| Error::Profile {
-        file: file.to_owned(),
-        line,
-        key: key.to_owned(),
-        message,
+    let src = Source { file, text };
+    let name_line = src.line(&raw.name);
+    let name = src.one_line("name", "name", raw.name)?;
+    if !valid_name(&name) {
+        return Err(src.error(
+            name_line,
+            "name",
+            format!(
+                "{name:?} is not a profile name: use 1 to 64 characters from [A-Za-z0-9._-], \
+                 starting with a letter or digit"
+            ),
+        ));
+    }
+    let description =
+        src.optional("description", "description", raw.description)?.unwrap_or_default();
+    let host = HostExpect {
+        governor: src.optional("host", "governor", raw.host.governor)?,
+        irqbalance: raw.host.irqbalance,
+        isolated_cpus: raw.host.isolated_cpus,
+        thp: src.optional("host", "thp", raw.host.thp)?,
+        nic_rx_usecs_max: raw.host.nic_rx_usecs_max,
     };
     let mut settings: Vec<Setting> = Vec::new();
     let mut removed = Vec::new();
     for s in raw.setting {
-        let line = line_of(text, s.key.span().start);
+        let line = src.line(&s.key);
         let key = s.key.into_inner();
         if !valid_key(&key) {
-            return Err(bad(line, &key, "not a valid sysctl key".into()));
+            return Err(src.error(line, &key, "not a valid sysctl key".into()));
         }
         if settings.iter().any(|o| o.key == key) || removed.contains(&key) {
-            return Err(bad(line, &key, "set twice in this file".into()));
+            return Err(src.error(line, &key, "set twice in this file".into()));
         }
         if s.remove {
             removed.push(key);
             continue;
         }
         let want = match (s.value, s.at_least, s.at_most) {
-            (Some(v), None, None) if s.field.is_none() => Want::Exact(v.text()),
+            (Some(v), None, None) if s.field.is_none() => Want::Exact(src.value(&key, v)?),
             (None, Some(value), None) => Want::AtLeast { field: s.field.unwrap_or(0), value },
             (None, None, Some(value)) => Want::AtMost { field: s.field.unwrap_or(0), value },
             _ => {
-                return Err(bad(
+                return Err(src.error(
                     line,
                     &key,
                     "needs exactly one of `value`, `at_least`, `at_most` (`field` only with a \
@@ -353,56 +468,54 @@ fn parse(file: &Path, text: &str) -> Result<Parsed, Error> {
             }
         };
         let Some(scope) = s.scope.or(inherent_scope(&key)) else {
-            return Err(bad(line, &key, "missing `scope` (\"netns\" or \"host\")".into()));
+            return Err(src.error(line, &key, "missing `scope` (\"netns\" or \"host\")".into()));
         };
         if scope == Scope::Netns && inherent_scope(&key) == Some(Scope::Host) {
-            return Err(bad(line, &key, "is host-wide: declare `scope = \"host\"`".into()));
+            return Err(src.error(line, &key, "is host-wide: declare `scope = \"host\"`".into()));
         }
-        if s.rationale.trim().is_empty() {
-            return Err(bad(line, &key, "missing `rationale`".into()));
+        let rationale = src.optional(&key, "rationale", s.rationale)?.unwrap_or_default();
+        if rationale.trim().is_empty() {
+            return Err(src.error(line, &key, "missing `rationale`".into()));
         }
-        settings.push(Setting {
-            key,
-            want,
-            scope,
-            severity: s.severity,
-            rationale: s.rationale,
-            source: s.source,
-        });
+        let source = src.optional(&key, "source", s.source)?.unwrap_or_default();
+        settings.push(Setting { key, want, scope, severity: s.severity, rationale, source });
     }
     let mut known_bad = Vec::new();
     for k in raw.known_bad {
-        let line = line_of(text, k.key.span().start);
+        let line = src.line(&k.key);
         let key = k.key.into_inner();
         if !valid_key(&key) {
-            return Err(bad(line, &key, "not a valid sysctl key".into()));
+            return Err(src.error(line, &key, "not a valid sysctl key".into()));
         }
-        if let Some(other) = &k.unless_set
+        let unless_set = src.optional(&key, "unless_set", k.unless_set)?;
+        if let Some(other) = &unless_set
             && !valid_key(other)
         {
-            return Err(bad(line, &key, format!("`unless_set = {other:?}` is not a valid key")));
+            return Err(src.error(
+                line,
+                &key,
+                format!("`unless_set = {other:?}` is not a valid key"),
+            ));
         }
         known_bad.push(KnownBad {
-            key,
-            value: k.value.map(|v| v.text()),
-            unless_set: k.unless_set,
-            reason: k.reason,
-            source: k.source,
+            value: k.value.map(|v| src.value(&key, v)).transpose()?,
+            unless_set,
+            reason: src.one_line(&key, "reason", k.reason)?,
+            source: src.optional(&key, "source", k.source)?.unwrap_or_default(),
             severity: k.severity,
+            key,
         });
     }
-    let extends = raw.extends.map(|e| {
-        let line = line_of(text, e.span().start);
-        (e.into_inner(), line)
-    });
-    Ok(Parsed {
-        profile: Profile {
-            name: raw.name,
-            description: raw.description,
-            settings,
-            known_bad,
-            host: raw.host,
+    let extends = raw.extends.map(|e| (src.line(&e), e.into_inner()));
+    let extends = match extends {
+        Some((line, parent)) => match line_problem(&parent) {
+            Some(p) => return Err(src.error(line, "extends", format!("contains {p}"))),
+            None => Some((parent, line)),
         },
+        None => None,
+    };
+    Ok(Parsed {
+        profile: Profile { name, description, settings, known_bad, host },
         extends,
         removed,
     })

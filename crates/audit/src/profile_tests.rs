@@ -206,3 +206,142 @@ proptest! {
         }
     }
 }
+
+/// A TOML basic string holding `s` exactly (control characters escaped).
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[test]
+fn text_that_reaches_sysctl_d_must_be_one_line() {
+    let setting = |field: &str, value: &str| {
+        let mut fields = [
+            ("key", toml_string("net.ipv4.tcp_ecn")),
+            ("value", toml_string("1")),
+            ("scope", toml_string("netns")),
+            ("rationale", toml_string("r")),
+            ("source", toml_string("s")),
+        ];
+        fields.iter_mut().find(|(f, _)| *f == field).expect("a setting field").1 =
+            toml_string(value);
+        let body: Vec<String> = fields.iter().map(|(f, v)| format!("{f} = {v}")).collect();
+        format!("name = \"x\"\n\n[[setting]]\n{}\n", body.join("\n"))
+    };
+    let injected = "1\nnet.core.somaxconn = 1";
+    // (profile text, line, key named, words in the message)
+    let cases = [
+        (
+            setting("rationale", "ok\nnet.ipv4.tcp_ecn = 0"),
+            7,
+            "net.ipv4.tcp_ecn",
+            "`rationale` contains a newline",
+        ),
+        (
+            setting("source", "seed\r\nkernel.sysrq = 1"),
+            8,
+            "net.ipv4.tcp_ecn",
+            "`source` contains a carriage return",
+        ),
+        (setting("rationale", "a\u{2028}b"), 7, "net.ipv4.tcp_ecn", "line separator (U+2028)"),
+        (setting("rationale", "bell\u{7}"), 7, "net.ipv4.tcp_ecn", "control character (U+0007)"),
+        (setting("value", injected), 5, "net.ipv4.tcp_ecn", "the value contains a newline"),
+        (setting("value", "0 = 1"), 5, "net.ipv4.tcp_ecn", "contains `=`"),
+        (setting("value", "  "), 5, "net.ipv4.tcp_ecn", "the value is empty"),
+        (
+            format!("name = {}\n", toml_string("x\nnet.core.somaxconn = 1")),
+            1,
+            "name",
+            "`name` contains a newline",
+        ),
+        ("name = \"a b\"\n".to_owned(), 1, "name", "is not a profile name"),
+        ("name = \"-x\"\n".to_owned(), 1, "name", "is not a profile name"),
+        ("name = \"x=1\"\n".to_owned(), 1, "name", "is not a profile name"),
+        (
+            "name = \"x\"\ndescription = \"\"\"\none\ntwo\"\"\"\n".to_owned(),
+            2,
+            "description",
+            "newline",
+        ),
+        (
+            format!("name = \"x\"\n[host]\ngovernor = {}\n", toml_string("performance\n")),
+            3,
+            "host",
+            "`governor` contains a newline",
+        ),
+        (
+            "name = \"x\"\n[[known_bad]]\nkey = \"net.ipv4.tcp_frto\"\nreason = \"a\\nb\"\n"
+                .to_owned(),
+            4,
+            "net.ipv4.tcp_frto",
+            "`reason` contains a newline",
+        ),
+    ];
+    for (text, line, key, words) in &cases {
+        let e = err(text);
+        let Error::Profile { file, line: l, key: k, message } = &e else { panic!("{text}: {e:?}") };
+        assert_eq!(file, Path::new("user.toml"));
+        assert_eq!((l, k.as_str()), (line, *key), "{text}: {e}");
+        assert!(message.contains(words), "{text}: {e}");
+        assert!(e.to_string().starts_with(&format!("user.toml:{line}: ")), "{e}");
+    }
+    // A tab is a tab, in a comment or between a multi-value's fields.
+    let p = parse_str("user.toml", &setting("value", "4096\t131072")).unwrap();
+    assert_eq!(p.settings[0].want, Want::Exact("4096 131072".into()));
+    parse_str("user.toml", &setting("rationale", "a\tb")).unwrap();
+}
+
+proptest! {
+    /// Whatever text a profile carries, it is refused with its file and line, or every piece of
+    /// it stays on its own line of the rendered sysctl.d file: the file sets exactly the
+    /// profile's keys to exactly its values.
+    #[test]
+    fn no_profile_text_can_add_a_line_to_the_file(
+        name in "[a-zA-Z0-9 =#;\n\r\u{2028}._-]{0,12}",
+        rationale in "[a-z =#;\n\r\t\u{0}\u{85}\u{2028}]{0,20}",
+        source in "[a-z =#;\n\r\t\u{b}\u{2029}]{0,20}",
+        value in "[0-9a-z =#;\n\r\t\u{c}]{0,12}",
+    ) {
+        let text = format!(
+            "name = {}\n[[setting]]\nkey = \"net.ipv4.tcp_ecn\"\nvalue = {}\nscope = \"netns\"\nrationale = {}\nsource = {}\n",
+            toml_string(&name), toml_string(&value), toml_string(&rationale), toml_string(&source)
+        );
+        let p = match parse_str("prop.toml", &text) {
+            Err(Error::Profile { file, line, .. }) => {
+                prop_assert_eq!(file, PathBuf::from("prop.toml"));
+                prop_assert!((1..=7).contains(&line));
+                return Ok(());
+            }
+            Err(e) => panic!("only Profile errors are expected here: {e:?}\n{text}"),
+            Ok(p) => p,
+        };
+        let plan = crate::tune::Plan {
+            profile: p.name.clone(),
+            entries: p.settings.iter().map(|s| crate::tune::Entry {
+                key: s.key.clone(),
+                scope: s.scope,
+                current: Some("2".into()),
+                value: s.want.to_string(),
+                changes: true,
+                rationale: s.rationale.clone(),
+                source: s.source.clone(),
+            }).collect(),
+            skipped: vec![],
+        };
+        let file = crate::tune::render_file(&plan);
+        prop_assert_eq!(file.lines().count(), 1 + 2 * plan.entries.len());
+        let lines = crate::host::parse_config("/f.conf", &file);
+        let set: Vec<(String, String)> = lines.into_iter().map(|l| (l.key, l.value)).collect();
+        prop_assert_eq!(set, vec![("net.ipv4.tcp_ecn".to_owned(), normalize(&value))]);
+        prop_assert!(plan.check_text().is_ok());
+    }
+}

@@ -35,7 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::checks::{HOST_NOT_CHANGEABLE, HOST_NOT_VISIBLE};
 use crate::host::{HostView, Snapshot, config_files, parse_config};
-use crate::profile::{Profile, Scope, normalize};
+use crate::profile::{
+    Profile, Scope, line_problem, normalize, valid_key, valid_name, value_problem,
+};
 
 /// One key of the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -244,6 +246,54 @@ pub fn validate_in_netns(plan: &Plan) -> Result<(), Error> {
     Ok(())
 }
 
+impl Plan {
+    /// Checks that every piece of text the `sysctl.d` file carries is one line (the profile
+    /// parser refuses such text with its file and line; this catches a [`Plan`] built any
+    /// other way), and that the rendered file sets exactly the plan's keys to its values:
+    /// nothing the dry run did not show.
+    pub fn check_text(&self) -> Result<(), Error> {
+        let unsafe_text = |what: String, problem: String| Error::UnsafeText {
+            profile: self.profile.clone(),
+            what,
+            problem,
+        };
+        if !valid_name(&self.profile) {
+            return Err(unsafe_text(
+                "the profile name".into(),
+                "use 1 to 64 characters from [A-Za-z0-9._-]".into(),
+            ));
+        }
+        for e in &self.entries {
+            if !valid_key(&e.key) {
+                return Err(unsafe_text(format!("key {:?}", e.key), "not a sysctl key".into()));
+            }
+            if let Some(p) = value_problem(&e.value) {
+                return Err(unsafe_text(format!("the value of {}", e.key), p));
+            }
+            for (field, text) in [("rationale", &e.rationale), ("source", &e.source)] {
+                if let Some(p) = line_problem(text) {
+                    return Err(unsafe_text(
+                        format!("the {field} of {}", e.key),
+                        format!("contains {p}"),
+                    ));
+                }
+            }
+        }
+        let file = render_file(self);
+        let set: Vec<(String, String)> =
+            parse_config("", &file).into_iter().map(|l| (l.key, l.value)).collect();
+        let want: Vec<(String, String)> =
+            self.entries.iter().map(|e| (e.key.clone(), normalize(&e.value))).collect();
+        if set != want || file.lines().count() != 1 + 2 * self.entries.len() {
+            return Err(unsafe_text(
+                "the rendered file".into(),
+                "it does not read back as exactly the plan's settings".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Renders the `sysctl.d` file: a header, one rationale comment line per key.
 pub fn render_file(plan: &Plan) -> String {
     let mut out = format!(
@@ -288,6 +338,7 @@ pub fn apply_with(
             return Err(Error::NoSuchKey { key: e.key.clone(), path });
         }
     }
+    plan.check_text()?;
     let state_file = state_path(config_root, &plan.profile);
     if state_file.exists() {
         return Err(Error::AlreadyApplied { state: state_file });

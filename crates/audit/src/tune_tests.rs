@@ -292,3 +292,25 @@ fn atomic_write_replaces() {
     assert_eq!(std::fs::read_to_string(&p).unwrap(), "two");
     assert_eq!(std::fs::read_dir(dir.path().join("a")).unwrap().count(), 1, "no temp file left");
 }
+
+#[test]
+fn apply_refuses_a_plan_whose_text_would_add_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let mut plan = plan_for(&parse_str("broken.toml", BROKEN).unwrap(), &f);
+    // A plan built by hand (not parsed from a profile) with a newline in a rationale.
+    plan.entries[0].rationale = "ok\nnet.ipv4.tcp_ecn = 0".into();
+    let view = HostView::at(f.path());
+    let err = apply(&plan, &view, f.path(), None).unwrap_err();
+    let Error::UnsafeText { what, problem, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(what, "the rationale of net.ipv4.tcp_slow_start_after_idle");
+    assert_eq!(problem, "contains a newline");
+    assert!(!f.path().join("etc/sysctl.d").exists() && !state_path(f.path(), "broken").exists());
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
+    plan.entries[0].rationale = "r".into();
+    plan.entries[1].value = "1 = 2".into();
+    assert!(matches!(apply(&plan, &view, f.path(), None), Err(Error::UnsafeText { .. })));
+    plan.entries[1].value = "1".into();
+    plan.profile = "b\nroken".into();
+    assert!(matches!(apply(&plan, &view, f.path(), None), Err(Error::UnsafeText { .. })));
+}
