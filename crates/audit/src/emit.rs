@@ -140,6 +140,7 @@ mod tests {
                 source: "seed 000".into(),
             }],
             skipped: vec![],
+            side_effects: vec![],
         }
     }
 

@@ -4,6 +4,10 @@
 //! [`FakeRoot::linux_6_18`] writes the defaults of a stock Linux 6.18 host (the values this
 //! project's machine showed), so a test states only what it changes. Nothing here touches the
 //! real host.
+//!
+//! Test hooks: a fixture tree may ask tcptail to stop at a named point ([`FakeRoot::hook`],
+//! run by [`run_hook`]), so that a test can kill a run there. A hook is read only from a
+//! fixture view, never from the live host.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -152,8 +156,33 @@ impl FakeRoot {
         self.file(".commands/tc-qdisc.json", &format!("[{}]", list.join(",")))
     }
 
+    /// Makes a run reading this tree stop at hook `name` (e.g.
+    /// [`tune::AFTER_FIRST_KEY`](crate::tune::AFTER_FIRST_KEY)): it writes
+    /// [`hook_reached`](Self::hook_reached) with its pid and sleeps until killed.
+    pub fn hook(&self, name: &str) -> &Self {
+        self.file(&format!(".hooks/{name}"), "pause\n")
+    }
+
+    /// The file a run writes when it reaches hook `name`.
+    pub fn hook_reached(&self, name: &str) -> PathBuf {
+        self.root.join(format!(".hooks/{name}.reached"))
+    }
+
     /// A running process `comm` with pid `pid`.
     pub fn process(&self, pid: u32, comm: &str) -> &Self {
         self.file(&format!("proc/{pid}/comm"), &format!("{comm}\n"))
+    }
+}
+
+/// Runs the fixture hook `name` of `view`, if its tree has one: `pause` records our pid in
+/// `.hooks/NAME.reached` and sleeps until the process is killed. Never does anything on the
+/// live host ([`HostView::fixture_hook`](crate::HostView::fixture_hook)).
+pub fn run_hook(view: &crate::HostView, name: &str) {
+    if view.fixture_hook(name).as_deref() == Some("pause") {
+        let reached = view.path(&format!(".hooks/{name}.reached"));
+        let _ = fs::write(reached, format!("{}\n", std::process::id()));
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
     }
 }

@@ -86,6 +86,22 @@ impl HostView {
         names
     }
 
+    /// Whether this is a child network namespace: `proc/sys/net/core` exists but
+    /// `net.core.default_qdisc`, which only the initial namespace has, does not.
+    pub fn child_netns(&self) -> bool {
+        self.path("proc/sys/net/core").is_dir()
+            && !self.sysctl_path("net.core.default_qdisc").exists()
+    }
+
+    /// A test hook of a fixture tree: the text of `<root>/.hooks/<name>`. Always `None` for
+    /// the live host and for any view of `/`, so no file on a real host can steer tcptail.
+    pub fn fixture_hook(&self, name: &str) -> Option<String> {
+        if self.live || self.root == Path::new("/") {
+            return None;
+        }
+        self.read(&format!(".hooks/{name}")).map(|t| t.trim().to_owned())
+    }
+
     fn command_output(&self, fixture: &str, program: &str, args: &[&str]) -> Option<String> {
         if !self.live {
             return self.read(&format!(".commands/{fixture}"));
@@ -147,6 +163,8 @@ pub struct Snapshot {
     /// True when `/proc` lists processes but not the kernel's `kthreadd`: a PID namespace of
     /// our own, where processes outside it (irqbalance) cannot be seen.
     pub own_pid_namespace: bool,
+    /// What decides which congestion controls can become the default here.
+    pub cc: crate::cc::Facts,
 }
 
 /// Keys every audit reads, whatever the profile.
@@ -354,9 +372,7 @@ impl Snapshot {
                 map
             })
             .filter(|m| !m.is_empty());
-        // net.core.default_qdisc only exists in the initial network namespace.
-        let child_netns = view.path("proc/sys/net/core").is_dir()
-            && !view.sysctl_path("net.core.default_qdisc").exists();
+        let child_netns = view.child_netns();
         Snapshot {
             sysctls,
             config,
@@ -371,6 +387,7 @@ impl Snapshot {
             child_netns,
             container: detect_container(view),
             own_pid_namespace,
+            cc: crate::cc::Facts::read(view),
         }
     }
 

@@ -11,7 +11,10 @@
 //!   FAIL / N/A with current value, recommendation, rationale and evidence), including the
 //!   seed's six production failure modes.
 //! - [`tune`]: the `sysctl.d` file and diff a profile implies, atomic apply with read-back
-//!   verification, rollback on a failure half-way, saved previous values and exact revert.
+//!   verification, rollback on a failure half-way, and the previous values saved durably;
+//!   [`revert`]: those values restored, refusing to clobber a change made since unless forced;
+//!   [`lock`]: one tune at a time; [`files`]: durable writes; [`cc`]: congestion-control
+//!   settings judged from the kernel's lists, never by a trial write.
 //! - [`verify`]: `--verify-with`: each per-namespace change measured before and after in a
 //!   lab, kept only if the chosen percentile improves beyond run-to-run noise.
 //! - [`emit`]: the same change as a plain `sysctl.d` file or an Ansible task list.
@@ -41,12 +44,16 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cc;
 pub mod checks;
 pub mod emit;
 mod error;
+pub mod files;
 pub mod fixture;
 pub mod host;
+pub mod lock;
 pub mod profile;
+pub mod revert;
 pub mod tune;
 pub mod verify;
 

@@ -41,8 +41,8 @@ pub const BUILTIN: [(&str, &str); 3] = [
     ("bulk-throughput", include_str!("../profiles/bulk-throughput.toml")),
 ];
 
-/// `net.core` keys that do not exist, or are read-only, in a child network namespace.
-pub const HOST_SCOPE_NET_KEYS: [&str; 9] = [
+/// `net.` keys that do not exist, or are read-only, in a child network namespace.
+pub const HOST_SCOPE_NET_KEYS: [&str; 10] = [
     "net.core.default_qdisc",
     "net.core.netdev_max_backlog",
     "net.core.netdev_budget",
@@ -52,6 +52,7 @@ pub const HOST_SCOPE_NET_KEYS: [&str; 9] = [
     "net.core.rmem_max",
     "net.core.wmem_default",
     "net.core.wmem_max",
+    "net.ipv4.tcp_allowed_congestion_control",
 ];
 
 /// Where a setting lives.

@@ -336,6 +336,7 @@ proptest! {
                 source: s.source.clone(),
             }).collect(),
             skipped: vec![],
+            side_effects: vec![],
         };
         let file = crate::tune::render_file(&plan);
         prop_assert_eq!(file.lines().count(), 1 + 2 * plan.entries.len());

@@ -1,40 +1,51 @@
 //! `tcptail tune`: the change a profile implies, applied atomically, verified, reversible.
 //!
 //! [`plan`] turns a profile and the current values into [`Entry`]s (the value to write, and
-//! whether it differs from today's). [`apply`] then:
+//! whether it differs from today's) and the [`SideEffect`]s the kernel will add by itself.
+//! [`apply`] then, holding the tune lock ([`TuneLock`]: one tune at a time):
 //!
-//! 1. checks every key exists under the view's root;
+//! 1. checks the plan's text ([`Plan::check_text`]) and that every key exists under the
+//!    view's root;
 //! 2. refuses ([`Error::Overridden`], nothing written) when a configuration file applied
 //!    after ours at boot sets one of our keys to another value: `99-tcptail-` sorts after the
 //!    stock `99-sysctl.conf`, but a local `99-z*.conf` or `/etc/sysctl.conf` (read last by
-//!    procps) would still win, so such a conflict is a failure, not a warning; then runs the
-//!    caller's validator (the CLI validates per-namespace keys in a throwaway network
-//!    namespace: [`validate_in_netns`]);
-//! 3. saves the previous values to `var/lib/tcptail/tune-NAME.json` and writes
-//!    `etc/sysctl.d/99-tcptail-NAME.conf` (both temp file + rename, under the config root);
-//! 4. writes each changed value and reads it back; a failure half-way restores what was
+//!    procps) would still win, so such a conflict is a failure, not a warning;
+//! 3. checks congestion-control settings from the kernel's lists ([`cc::check`]), never by a
+//!    trial write, then runs the caller's validator (the CLI tries the other per-namespace
+//!    keys in a throwaway network namespace: [`validate_in_netns`]);
+//! 4. saves the previous values to `var/lib/tcptail/tune-NAME.json`, then writes
+//!    `etc/sysctl.d/99-tcptail-NAME.conf` (both durably: temp file, fsync, rename, fsync of
+//!    the directory), so the previous values are on disk before the first key changes;
+//! 5. writes each changed value and reads it back; a failure half-way restores what was
 //!    written (in reverse order) and removes the file ([`Error::RolledBack`]). The state is
 //!    removed too when every value is back; when a restore fails it is kept (the only record
 //!    of the previous values) and the error names each key left changed;
-//! 5. re-reads every key from `/proc/sys` to verify.
+//! 6. re-reads every key from `/proc/sys` to verify, and records what the kernel changed by
+//!    itself (the allowed congestion controls) so that revert restores it too.
 //!
-//! [`revert`] writes the saved previous values back exactly, verifies them, and removes the
-//! file and the state.
+//! A run killed after step 4 leaves the state and the file: `tcptail tune --revert`
+//! ([`crate::revert`]) then restores every key it finds changed, and a new apply is refused
+//! until it has.
 //!
 //! Invariants: nothing is written outside the view's root and the config root; host-scope
 //! keys are skipped (not written, with the reason) inside a child network namespace or a
-//! container; a key's file is opened for writing without `O_CREAT`, so a missing key is an
-//! error, never a new file.
+//! container, and so is a restricted default congestion control in a child namespace; a key's
+//! file is opened for writing without `O_CREAT`, so a missing key is an error, never a new
+//! file.
 
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::cc::{self, SideEffect};
 use crate::checks::{HOST_NOT_CHANGEABLE, HOST_NOT_VISIBLE};
+use crate::error::with_causes;
+use crate::files::{remove_durably, write_durably};
 use crate::host::{HostView, Snapshot, config_files, parse_config};
+use crate::lock::TuneLock;
 use crate::profile::{
     Profile, Scope, line_problem, normalize, valid_key, valid_name, value_problem,
 };
@@ -67,6 +78,8 @@ pub struct Plan {
     pub entries: Vec<Entry>,
     /// Keys left out, with the reason.
     pub skipped: Vec<(String, String)>,
+    /// What the kernel will change by itself when the entries are written.
+    pub side_effects: Vec<SideEffect>,
 }
 
 /// `99-tcptail-NAME.conf` (the name reduced to `[a-z0-9-]`).
@@ -104,6 +117,12 @@ pub fn plan(profile: &Profile, snap: &Snapshot) -> Plan {
             continue;
         }
         let target = s.want.target(current.as_deref());
+        if let (cc::DEFAULT, Some(name)) = (s.key.as_str(), &target)
+            && cc::assess(name, &snap.cc) == cc::Assessment::RestrictedHere
+        {
+            skipped.push((s.key.clone(), cc::restricted_here(name, &snap.cc)));
+            continue;
+        }
         let value = target.clone().or_else(|| current.clone()).unwrap_or_default();
         entries.push(Entry {
             key: s.key.clone(),
@@ -115,12 +134,17 @@ pub fn plan(profile: &Profile, snap: &Snapshot) -> Plan {
             source: s.source.clone(),
         });
     }
-    Plan { profile: profile.name.clone(), entries, skipped }
+    let side_effects = entries
+        .iter()
+        .find(|e| e.key == cc::DEFAULT && e.changes)
+        .map(|e| cc::side_effects(&e.value, &snap.cc))
+        .unwrap_or_default();
+    Plan { profile: profile.name.clone(), entries, skipped, side_effects }
 }
 
 impl Plan {
     /// The entries that change something.
-    pub fn changes(&self) -> impl Iterator<Item = &Entry> {
+    pub fn changes(&self) -> impl Iterator<Item = &Entry> + Clone {
         self.entries.iter().filter(|e| e.changes)
     }
 
@@ -138,11 +162,22 @@ impl Plan {
         for (key, why) in &self.skipped {
             out.push_str(&format!("# skipped {key}: {why}\n"));
         }
+        for s in &self.side_effects {
+            out.push_str(&format!(
+                "# the kernel also changes {}: {} -> {} ({})\n",
+                s.key, s.before, s.after, s.why
+            ));
+        }
         out
+    }
+
+    /// The `(key, value)` pairs the apply writes.
+    fn writes(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
+        self.changes().map(|e| (e.key.as_str(), e.value.as_str()))
     }
 }
 
-/// Saved by [`apply`], read by [`revert`].
+/// Saved by [`apply`], read by [`revert`](crate::revert::revert).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     /// The profile applied.
@@ -151,6 +186,10 @@ pub struct State {
     pub file: PathBuf,
     /// `(key, value before, value applied)` for every key that was changed.
     pub changed: Vec<(String, String, String)>,
+    /// `(key, value before, value after)` for every key the kernel changed by itself and
+    /// revert restores (after the changed keys).
+    #[serde(default)]
+    pub side_effects: Vec<(String, String, String)>,
 }
 
 /// What [`apply`] did.
@@ -162,6 +201,10 @@ pub struct Applied {
     pub state: PathBuf,
     /// `(key, before, after)` for every changed key, all verified by re-reading.
     pub changed: Vec<(String, String, String)>,
+    /// What the kernel changed by itself, as read back.
+    pub side_effects: Vec<SideEffect>,
+    /// The pid recorded in a lock file left by a tune that died, when this one took it over.
+    pub took_over_lock: Option<u32>,
 }
 
 /// The state file of `profile` under `config_root`.
@@ -174,26 +217,10 @@ pub fn conf_path(config_root: &Path, profile: &str) -> PathBuf {
     config_root.join("etc/sysctl.d").join(file_name(profile))
 }
 
-/// Writes `text` to `path` atomically: a temp file in the same directory, then rename.
-pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
-    let err = |source| Error::Write { path: path.to_owned(), source };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(err)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("tcptail"),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(err)
+/// Saves `state` durably (temp file, fsync, rename, fsync of the directory).
+pub fn save_state(path: &Path, state: &State) -> Result<(), Error> {
+    let json = serde_json::to_string_pretty(state).expect("state serialises");
+    write_durably(path, &json, 0o644)
 }
 
 /// Writes one sysctl under `view` and reads it back (no `O_CREAT`).
@@ -230,9 +257,14 @@ fn verify(view: &HostView, key: &str, wanted: &str) -> Result<(), Error> {
 
 /// Validates per-namespace changes in a throwaway network namespace (needs root): catches
 /// keys that do not exist and values the kernel rejects, without touching the host.
+///
+/// The default congestion control is not tried there: a child namespace may only select
+/// algorithms in the host's allowed list, so a trial would refuse what the host itself can
+/// take; [`cc::check`] judges it from the kernel's lists instead.
 pub fn validate_in_netns(plan: &Plan) -> Result<(), Error> {
     use tcptail_netns::{Cleanup, Netns, ensure_root};
-    let keys: Vec<&Entry> = plan.changes().filter(|e| e.scope == Scope::Netns).collect();
+    let keys: Vec<&Entry> =
+        plan.changes().filter(|e| e.scope == Scope::Netns && e.key != cc::DEFAULT).collect();
     if keys.is_empty() {
         return Ok(());
     }
@@ -332,22 +364,25 @@ pub fn apply_with(
     validate: Option<Validator<'_>>,
     write: SysctlWriter<'_>,
 ) -> Result<Applied, Error> {
+    plan.check_text()?;
+    let lock = TuneLock::acquire(config_root)?;
     for e in &plan.entries {
         let path = view.sysctl_path(&e.key);
         if !path.exists() {
             return Err(Error::NoSuchKey { key: e.key.clone(), path });
         }
     }
-    plan.check_text()?;
     let state_file = state_path(config_root, &plan.profile);
     if state_file.exists() {
-        return Err(Error::AlreadyApplied { state: state_file });
+        return Err(Error::AlreadyApplied { profile: plan.profile.clone(), state: state_file });
     }
     let file = conf_path(config_root, &plan.profile);
     let lines = overridden_by(config_root, plan);
     if !lines.is_empty() {
         return Err(Error::Overridden { file, lines });
     }
+    let facts = cc::Facts::read(view);
+    cc::check(plan.writes(), &facts)?;
     if let Some(validate) = validate {
         validate(plan)?;
     }
@@ -356,12 +391,23 @@ pub fn apply_with(
         let before = view.sysctl(&e.key).unwrap_or_default();
         changed.push((e.key.clone(), before, normalize(&e.value)));
     }
-    let state = State { profile: plan.profile.clone(), file: file.clone(), changed };
-    let json = serde_json::to_string_pretty(&state).expect("state serialises");
-    write_atomic(&state_file, &json)?;
-    if let Err(e) = write_atomic(&file, &render_file(plan)) {
-        let _ = fs::remove_file(&file);
-        let _ = fs::remove_file(&state_file);
+    // What the kernel will change by itself, predicted now so that a revert after a killed
+    // apply restores it too; replaced by what reads back once the apply is done.
+    let predicted: Vec<SideEffect> = plan
+        .writes()
+        .find(|(k, _)| *k == cc::DEFAULT)
+        .map(|(_, name)| cc::side_effects(name, &facts))
+        .unwrap_or_default();
+    let mut state = State {
+        profile: plan.profile.clone(),
+        file: file.clone(),
+        changed,
+        side_effects: restorable(&predicted),
+    };
+    save_state(&state_file, &state)?;
+    if let Err(e) = write_durably(&file, &render_file(plan), 0o644) {
+        let _ = remove_durably(&file);
+        let _ = remove_durably(&state_file);
         return Err(e);
     }
     let mut done: Vec<&(String, String, String)> = Vec::new();
@@ -374,21 +420,56 @@ pub fn apply_with(
             failure = Some(e);
             break;
         }
+        if done.len() == 1 {
+            crate::fixture::run_hook(view, AFTER_FIRST_KEY);
+        }
     }
     if failure.is_none() {
         failure = state.changed.iter().find_map(|c| verify(view, &c.0, &c.2).err());
     }
     if let Some(cause) = failure {
-        return Err(roll_back(&done, view, &file, &state_file, write, cause));
+        return Err(roll_back(&done, &state.side_effects, view, &file, &state_file, write, cause));
     }
-    Ok(Applied { file, state: state_file, changed: state.changed })
+    let side_effects: Vec<SideEffect> = predicted
+        .into_iter()
+        .filter_map(|s| {
+            let after = view.sysctl(&s.key)?;
+            (after != s.before).then_some(SideEffect { after, ..s })
+        })
+        .collect();
+    if restorable(&side_effects) != state.side_effects {
+        state.side_effects = restorable(&side_effects);
+        save_state(&state_file, &state)?;
+    }
+    Ok(Applied {
+        file,
+        state: state_file,
+        changed: state.changed,
+        side_effects,
+        took_over_lock: lock.taken_over(),
+    })
 }
 
-/// Restores `done` in reverse order. The sysctl.d file always goes (it must not apply the
-/// half-failed profile at boot); the state goes only when every value is back, since it is
-/// then the only record of the previous values.
+/// The fixture hook [`apply`] runs after writing its first key (see
+/// [`FakeRoot::hook`](crate::fixture::FakeRoot::hook)).
+pub const AFTER_FIRST_KEY: &str = "tune-after-first-key";
+
+/// The side effects revert can undo, as saved in the state: the allowed list (the available
+/// list only grows by a module load, which revert does not undo).
+fn restorable(effects: &[SideEffect]) -> Vec<(String, String, String)> {
+    effects
+        .iter()
+        .filter(|s| s.key == cc::ALLOWED)
+        .map(|s| (s.key.clone(), s.before.clone(), s.after.clone()))
+        .collect()
+}
+
+/// Restores `done` in reverse order, then the side effects. The sysctl.d file always goes (it
+/// must not apply the half-failed profile at boot); the state goes only when every value is
+/// back, since it is then the only record of the previous values.
 fn roll_back(
     done: &[&(String, String, String)],
+    side_effects: &[(String, String, String)],
     view: &HostView,
     file: &Path,
     state_file: &Path,
@@ -397,19 +478,20 @@ fn roll_back(
 ) -> Error {
     let mut restored = 0;
     let mut not_restored = Vec::new();
-    for (key, before, _) in done.iter().rev().copied() {
+    let effects = side_effects.iter().filter(|(k, b, _)| view.sysctl(k).as_ref() != Some(b));
+    for (key, before, _) in done.iter().rev().copied().chain(effects) {
         if view.sysctl(key).as_deref() == Some(before.as_str()) {
             restored += 1;
             continue;
         }
         match write(view, key, before) {
             Ok(()) => restored += 1,
-            Err(e) => not_restored.push((key.clone(), before.clone(), e.to_string())),
+            Err(e) => not_restored.push((key.clone(), before.clone(), with_causes(&e))),
         }
     }
-    let _ = fs::remove_file(file);
+    let _ = remove_durably(file);
     let kept_state = if not_restored.is_empty() {
-        let _ = fs::remove_file(state_file);
+        let _ = remove_durably(state_file);
         None
     } else {
         Some(state_file.to_owned())
@@ -440,46 +522,6 @@ pub fn overridden_by(config_root: &Path, plan: &Plan) -> Vec<String> {
             })
         })
         .collect()
-}
-
-/// Restores the values saved when `profile` was applied, verifies them, and removes the
-/// sysctl.d file and the state. Returns the `(key, restored value)` pairs.
-pub fn revert(
-    view: &HostView,
-    config_root: &Path,
-    profile: &str,
-) -> Result<Vec<(String, String)>, Error> {
-    let path = state_path(config_root, profile);
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::NoState { path });
-        }
-        Err(source) => return Err(Error::Read { path, source }),
-    };
-    let state: State = serde_json::from_str(&text)
-        .map_err(|e| Error::BadState { path: path.clone(), message: e.to_string() })?;
-    let mut restored = Vec::new();
-    let mut first_err = None;
-    for (key, before, _) in state.changed.iter().rev() {
-        match write_sysctl(view, key, before) {
-            Ok(()) => restored.push((key.clone(), before.clone())),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    if let Some(e) = first_err {
-        // Keep the state so that a second `--revert` can retry.
-        return Err(e);
-    }
-    if state.file.exists() {
-        fs::remove_file(&state.file)
-            .map_err(|source| Error::Write { path: state.file.clone(), source })?;
-    }
-    fs::remove_file(&path).map_err(|source| Error::Write { path: path.clone(), source })?;
-    restored.reverse();
-    Ok(restored)
 }
 
 /// Profiles with saved state under `config_root`.

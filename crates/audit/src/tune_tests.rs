@@ -1,6 +1,8 @@
 use super::*;
+use crate::cc;
 use crate::fixture::FakeRoot;
 use crate::profile::{load, parse_str};
+use crate::revert::revert;
 
 fn plan_for(profile: &Profile, f: &FakeRoot) -> Plan {
     let snap =
@@ -103,13 +105,17 @@ fn apply_verify_revert_round_trip() {
     // A second apply is refused until reverted.
     assert!(matches!(apply(&plan, &view, f.path(), None), Err(Error::AlreadyApplied { .. })));
     assert_eq!(applied_profiles(f.path()), vec!["trading-latency".to_owned()]);
-    let restored = revert(&view, f.path(), "trading-latency").unwrap();
-    assert_eq!(restored.len(), applied.changed.len());
+    let reverted = revert(&view, f.path(), "trading-latency", false).unwrap();
+    assert_eq!(reverted.restored.len(), applied.changed.len());
+    assert!(reverted.unchanged.is_empty() && reverted.forced.is_empty(), "{reverted:?}");
     let after: Vec<(String, Option<String>)> =
         crate::fixture::LINUX_6_18.iter().map(|(k, _)| (k.to_string(), view.sysctl(k))).collect();
     assert_eq!(before, after, "revert restores every value exactly");
     assert!(!applied.file.exists() && !applied.state.exists());
-    assert!(matches!(revert(&view, f.path(), "trading-latency"), Err(Error::NoState { .. })));
+    assert!(matches!(
+        revert(&view, f.path(), "trading-latency", false),
+        Err(Error::NoState { profile: Some(p) }) if p == "trading-latency"
+    ));
 }
 
 const BROKEN: &str = r#"name = "broken"
@@ -166,7 +172,12 @@ fn a_failing_key_rolls_back_what_was_applied() {
     assert_eq!(*restored, 3, "two written and restored, the refused one unchanged: {err}");
     assert!(not_restored.is_empty() && kept_state.is_none(), "{err}");
     assert!(matches!(**cause, Error::Rejected { .. }), "{cause:?}");
-    assert!(err.to_string().contains("net.ipv4.tcp_keepalive_time"), "{err}");
+    // The message says what happened; the cause follows once, in the chain.
+    let chain = crate::error::with_causes(&err);
+    assert!(!err.to_string().contains("net.ipv4.tcp_keepalive_time"), "{err}");
+    assert_eq!(chain.matches("net.ipv4.tcp_keepalive_time = 30").count(), 1, "{chain}");
+    assert_eq!(chain.matches("Invalid argument").count(), 1, "{chain}");
+    assert!(err.next_step().unwrap().starts_with("nothing is left changed"), "{err:?}");
     assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
     assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("2"));
     assert_eq!(view.sysctl("net.ipv4.tcp_keepalive_time").as_deref(), Some("7200"));
@@ -196,7 +207,9 @@ fn a_restore_that_fails_keeps_the_previous_values_and_names_the_key() {
     assert_eq!(kept_state.as_deref(), Some(state_file.as_path()));
     let msg = err.to_string();
     assert!(msg.contains("NOT restored: net.ipv4.tcp_tw_reuse (previous value \"2\")"), "{msg}");
-    assert!(msg.contains("tcptail tune --revert"), "{msg}");
+    let next = err.next_step().unwrap();
+    assert!(next.contains(&state_file.display().to_string()), "{next}");
+    assert!(next.contains("tcptail tune --revert"), "{next}");
     // The only record of the previous values survives; the boot file does not.
     let state: State =
         serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
@@ -205,7 +218,7 @@ fn a_restore_that_fails_keeps_the_previous_values_and_names_the_key() {
     assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("1"), "left changed");
     assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
     // A later revert (the kernel accepting it now) restores the rest and removes the state.
-    revert(&view, f.path(), "broken").unwrap();
+    revert(&view, f.path(), "broken", false).unwrap();
     assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("2"));
     assert!(!state_file.exists());
 }
@@ -284,16 +297,6 @@ fn in_a_container_the_plan_never_writes_host_scope_keys() {
 }
 
 #[test]
-fn atomic_write_replaces() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("a/b.conf");
-    write_atomic(&p, "one").unwrap();
-    write_atomic(&p, "two").unwrap();
-    assert_eq!(std::fs::read_to_string(&p).unwrap(), "two");
-    assert_eq!(std::fs::read_dir(dir.path().join("a")).unwrap().count(), 1, "no temp file left");
-}
-
-#[test]
 fn apply_refuses_a_plan_whose_text_would_add_a_line() {
     let dir = tempfile::tempdir().unwrap();
     let f = FakeRoot::linux_6_18(dir.path());
@@ -313,4 +316,211 @@ fn apply_refuses_a_plan_whose_text_would_add_a_line() {
     plan.entries[1].value = "1".into();
     plan.profile = "b\nroken".into();
     assert!(matches!(apply(&plan, &view, f.path(), None), Err(Error::UnsafeText { .. })));
+}
+
+/// This machine's congestion-control lists: cubic registered but not allowed.
+fn restricted_cubic(f: &FakeRoot) {
+    f.sysctl(cc::DEFAULT, "bbr")
+        .sysctl(cc::AVAILABLE, "reno bbr cubic")
+        .sysctl(cc::ALLOWED, "reno bbr");
+}
+
+/// The kernel's rules for the default congestion control over a fixture tree: ENOENT for an
+/// unregistered algorithm, EPERM for a restricted one in a child namespace, and in the initial
+/// namespace the new default joins the allowed list (in registration order).
+fn kernel(view: &HostView, key: &str, value: &str) -> Result<(), Error> {
+    if key == cc::DEFAULT {
+        let facts = cc::Facts::read(view);
+        let errno = match cc::assess(value, &facts) {
+            cc::Assessment::Unavailable => Some(2),
+            cc::Assessment::RestrictedHere => Some(1),
+            _ => None,
+        };
+        if let Some(errno) = errno {
+            return Err(Error::Rejected {
+                key: key.to_owned(),
+                value: value.to_owned(),
+                context: String::new(),
+                source: std::io::Error::from_raw_os_error(errno),
+            });
+        }
+        let allowed: Vec<&str> = facts
+            .available
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a == value || facts.allowed.iter().any(|x| x == a))
+            .collect();
+        write_sysctl(view, key, value)?;
+        return write_sysctl(view, cc::ALLOWED, &allowed.join(" "));
+    }
+    write_sysctl(view, key, value)
+}
+
+fn cc_values(view: &HostView) -> Vec<Option<String>> {
+    [cc::DEFAULT, cc::AVAILABLE, cc::ALLOWED].iter().map(|k| view.sysctl(k)).collect()
+}
+
+#[test]
+fn a_restricted_default_applies_on_the_host_and_revert_restores_the_allowed_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    restricted_cubic(&f);
+    let view = HostView::at(f.path());
+    let before = cc_values(&view);
+    let plan = plan_for(&load("trading-latency").unwrap(), &f);
+    let e = plan.entries.iter().find(|e| e.key == cc::DEFAULT).unwrap();
+    assert!(e.changes && e.value == "cubic", "{e:?}");
+    assert!(plan.skipped.iter().all(|(k, _)| k != cc::DEFAULT), "{:?}", plan.skipped);
+    assert!(
+        plan.diff().contains(
+            "# the kernel also changes net.ipv4.tcp_allowed_congestion_control: reno bbr -> \
+             reno bbr cubic (the kernel allows the initial namespace's default in every \
+             namespace; revert restores the list)\n"
+        ),
+        "{}",
+        plan.diff()
+    );
+    let applied = apply_with(&plan, &view, f.path(), None, &kernel).unwrap();
+    assert_eq!(view.sysctl(cc::DEFAULT).as_deref(), Some("cubic"));
+    assert_eq!(view.sysctl(cc::ALLOWED).as_deref(), Some("reno bbr cubic"));
+    let effects: Vec<(&str, &str, &str)> = applied
+        .side_effects
+        .iter()
+        .map(|s| (s.key.as_str(), s.before.as_str(), s.after.as_str()))
+        .collect();
+    assert_eq!(effects, [(cc::ALLOWED, "reno bbr", "reno bbr cubic")]);
+    let state: State =
+        serde_json::from_str(&std::fs::read_to_string(&applied.state).unwrap()).unwrap();
+    assert_eq!(
+        state.side_effects,
+        [(cc::ALLOWED.to_owned(), "reno bbr".to_owned(), "reno bbr cubic".to_owned())]
+    );
+    let reverted = revert(&view, f.path(), "trading-latency", false).unwrap();
+    assert_eq!(
+        reverted.restored.last(),
+        Some(&(cc::ALLOWED.to_owned(), "reno bbr".to_owned())),
+        "the list is restored last, after the default"
+    );
+    assert_eq!(cc_values(&view), before, "the host's lists are exactly as before");
+}
+
+#[test]
+fn a_restricted_default_is_skipped_in_a_child_namespace_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    restricted_cubic(&f);
+    f.child_netns();
+    let view = HostView::at(f.path());
+    let plan = plan_for(&load("trading-latency").unwrap(), &f);
+    let (_, why) = plan.skipped.iter().find(|(k, _)| k == cc::DEFAULT).unwrap();
+    assert!(why.starts_with("restricted here: cubic is not in tcp_allowed_congestion_control"));
+    assert!(why.contains("(the kernel answers EPERM); apply it on the host"), "{why}");
+    assert!(plan.side_effects.is_empty());
+    assert!(!render_file(&plan).contains(cc::DEFAULT));
+    // The kernel model refuses cubic here (EPERM), so writing it would fail the apply: the
+    // plan never writes it, and the other keys apply.
+    assert!(kernel(&view, cc::DEFAULT, "cubic").is_err());
+    let applied = apply_with(&plan, &view, f.path(), None, &kernel).unwrap();
+    assert!(applied.changed.iter().all(|(k, _, _)| k != cc::DEFAULT));
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("0"));
+    assert_eq!(view.sysctl(cc::DEFAULT).as_deref(), Some("bbr"));
+    // An algorithm that is neither registered nor loadable is refused before any write.
+    let p = parse_str(
+        "x.toml",
+        "name = \"x\"\n[[setting]]\nkey = \"net.ipv4.tcp_congestion_control\"\nvalue = \"vegas\"\nscope = \"netns\"\nrationale = \"r\"\n",
+    )
+    .unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let g = FakeRoot::linux_6_18(dir2.path());
+    let err = apply(&plan_for(&p, &g), &HostView::at(g.path()), g.path(), None).unwrap_err();
+    assert!(matches!(&err, Error::CongestionControl { value, .. } if value == "vegas"), "{err}");
+    assert!(!state_path(g.path(), "x").exists());
+}
+
+#[test]
+fn revert_refuses_to_clobber_a_later_change_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let view = HostView::at(f.path());
+    let plan = plan_for(&parse_str("broken.toml", BROKEN).unwrap(), &f);
+    apply(&plan, &view, f.path(), None).unwrap();
+    // An operator changes two keys after tune.
+    f.sysctl("net.ipv4.tcp_tw_reuse", "0").remove_sysctl("net.ipv4.tcp_keepalive_time");
+    let err = revert(&view, f.path(), "broken", false).unwrap_err();
+    let Error::ChangedSince { changed, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(
+        changed,
+        &[
+            ("net.ipv4.tcp_keepalive_time".into(), "30".into(), "(no such key)".into()),
+            ("net.ipv4.tcp_tw_reuse".into(), "1".into(), "0".into()),
+        ]
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(
+            "2 keys changed since tune applied them: net.ipv4.tcp_keepalive_time (tune wrote \
+             \"30\", now \"(no such key)\"), net.ipv4.tcp_tw_reuse (tune wrote \"1\", now \"0\")"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("nothing was reverted") && msg.contains("--force"), "{msg}");
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("0"), "kept");
+    assert!(state_path(f.path(), "broken").exists() && conf_path(f.path(), "broken").exists());
+    // --force restores the saved values over the later ones.
+    f.sysctl("net.ipv4.tcp_keepalive_time", "45");
+    let reverted = revert(&view, f.path(), "broken", true).unwrap();
+    assert_eq!(
+        reverted.forced,
+        [
+            ("net.ipv4.tcp_keepalive_time".to_owned(), "45".to_owned()),
+            ("net.ipv4.tcp_tw_reuse".to_owned(), "0".to_owned())
+        ]
+    );
+    for (key, value) in [
+        ("net.ipv4.tcp_slow_start_after_idle", "1"),
+        ("net.ipv4.tcp_tw_reuse", "2"),
+        ("net.ipv4.tcp_keepalive_time", "7200"),
+    ] {
+        assert_eq!(view.sysctl(key).as_deref(), Some(value), "{key}");
+    }
+    assert!(!state_path(f.path(), "broken").exists() && !conf_path(f.path(), "broken").exists());
+}
+
+#[test]
+fn revert_after_an_apply_that_stopped_part_way_restores_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let view = HostView::at(f.path());
+    let plan = plan_for(&parse_str("broken.toml", BROKEN).unwrap(), &f);
+    apply(&plan, &view, f.path(), None).unwrap();
+    // As if the apply had died after its first key: the others still have their old values.
+    f.sysctl("net.ipv4.tcp_tw_reuse", "2").sysctl("net.ipv4.tcp_keepalive_time", "7200");
+    let reverted = revert(&view, f.path(), "broken", false).unwrap();
+    assert_eq!(
+        reverted.restored,
+        [("net.ipv4.tcp_slow_start_after_idle".to_owned(), "1".to_owned())]
+    );
+    assert_eq!(reverted.unchanged.len(), 2, "{reverted:?}");
+    assert_eq!(view.sysctl("net.ipv4.tcp_slow_start_after_idle").as_deref(), Some("1"));
+}
+
+#[test]
+fn one_tune_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    let view = HostView::at(f.path());
+    let plan = plan_for(&parse_str("broken.toml", BROKEN).unwrap(), &f);
+    let held = crate::lock::TuneLock::acquire(f.path()).unwrap();
+    let me = Some(std::process::id());
+    let err = apply(&plan, &view, f.path(), None).unwrap_err();
+    assert!(matches!(err, Error::Locked { pid, .. } if pid == me), "{err:?}");
+    assert!(!state_path(f.path(), "broken").exists());
+    assert_eq!(view.sysctl("net.ipv4.tcp_tw_reuse").as_deref(), Some("2"));
+    drop(held);
+    apply(&plan, &view, f.path(), None).unwrap();
+    let held = crate::lock::TuneLock::acquire(f.path()).unwrap();
+    let err = revert(&view, f.path(), "broken", false).unwrap_err();
+    assert!(matches!(err, Error::Locked { pid, .. } if pid == me), "{err:?}");
+    drop(held);
+    revert(&view, f.path(), "broken", false).unwrap();
 }

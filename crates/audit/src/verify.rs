@@ -194,6 +194,7 @@ mod tests {
                 entry("net.ipv4.tcp_keepalive_time", "7200", "30"),
             ],
             skipped: vec![],
+            side_effects: vec![],
         };
         let mut lab = Model {
             values: [

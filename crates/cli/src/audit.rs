@@ -19,8 +19,11 @@ use tcptail_audit::profile::{self, Profile};
 use tcptail_audit::tune::{self, Plan};
 use tcptail_audit::verify::{self, Lab};
 use tcptail_audit::{HostView, Snapshot, emit};
+use tcptail_audit::{cc, revert};
 use tcptail_netns::addr::SERVER_ADDR;
 use tcptail_netns::{Cleanup, Group, Topology, ensure_root, signal};
+
+use crate::NextStep;
 
 const AUDIT_AFTER_HELP: &str = "\
 Profiles: baseline (default: known-bad settings, failure modes, and the host's read-list
@@ -58,14 +61,25 @@ enum EmitFormat {
 
 const TUNE_AFTER_HELP: &str = "\
 Without --apply this is a dry run: it prints the sysctl.d file it would write (one rationale
-comment per key) and the diff against the current values.
+comment per key), the diff against the current values and what the kernel changes by itself.
 
---apply refuses when a sysctl file applied later at boot sets one of the keys to another
-value, validates per-namespace keys in a throwaway network namespace, writes
-/etc/sysctl.d/99-tcptail-NAME.conf atomically, applies and re-reads every value, and saves the
-previous values; a failure half-way rolls back (a value that cannot be restored is named and
-the saved values are kept for --revert). --revert restores them exactly. Host-scope keys are
-never written from a container or child namespace (the dry run says why).
+--apply takes a lock (one tune at a time: a second one is refused with the holder's pid; the
+lock of a tune that died is taken over), refuses when a sysctl file applied later at boot sets
+one of the keys to another value, checks the default congestion control against
+tcp_available_congestion_control (and an installed module tcp_NAME) rather than by a trial
+write, tries the other per-namespace keys in a throwaway network namespace, saves the previous
+values and writes /etc/sysctl.d/99-tcptail-NAME.conf durably (temp file, fsync, rename, fsync
+of the directory), then applies and re-reads every value. A failure half-way rolls back (a
+value that cannot be restored is named and the saved values are kept for --revert).
+
+Setting a default congestion control that tcp_allowed_congestion_control lacks (cubic where it
+is \"reno bbr\") works on the host, and the kernel then adds it to that list; revert restores
+the list. In a container or child network namespace such a default is skipped with the
+reason, as host-scope keys are (the kernel answers EPERM there).
+
+--revert restores the saved values and removes the file. A key changed since tune applied it is
+not overwritten: the revert is refused, naming each such key with both values, unless --force.
+A key still at its previous value (an apply that was killed part-way) is left as it is.
 
 --emit ansible takes the values from the profile, not from this host: bounds are resolved on
 each fleet host.
@@ -74,7 +88,8 @@ Examples:
   tcptail tune --profile trading-latency
   tcptail tune --profile trading-latency --emit ansible > tcptail.yml
   tcptail tune --profile ./desk.toml --apply
-  tcptail tune --revert --profile desk";
+  tcptail tune --revert --profile desk
+  tcptail tune --revert --force";
 
 /// Show, apply or revert the sysctl changes a profile implies.
 #[derive(Debug, Args)]
@@ -90,6 +105,9 @@ pub struct TuneArgs {
     /// --profile).
     #[arg(long, conflicts_with = "emit")]
     revert: bool,
+    /// With --revert: restore the saved values even over keys changed since the apply.
+    #[arg(long, requires = "revert")]
+    force: bool,
     /// Print the change in another form instead of the dry run.
     #[arg(long, value_enum, value_name = "FORMAT")]
     emit: Option<EmitFormat>,
@@ -122,19 +140,22 @@ pub struct TuneArgs {
 pub fn run_audit(args: AuditArgs) -> Result<ExitCode> {
     match audit(&args) {
         Ok(code) => Ok(code),
-        Err(err) if is_broken_pipe(&err) => Ok(ExitCode::SUCCESS),
+        Err(err) if crate::is_broken_pipe(&err) => Ok(ExitCode::SUCCESS),
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", crate::error_line(&err));
             Ok(ExitCode::from(2))
         }
     }
 }
 
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+/// A library error with `context` in front and its next step, if it has one, at the end.
+fn tune_error(err: tcptail_audit::Error, context: String) -> anyhow::Error {
+    let next = err.next_step();
+    let err = anyhow::Error::new(err).context(context);
+    match next {
+        Some(step) => err.context(NextStep(step)),
+        None => err,
+    }
 }
 
 fn view(root: Option<&Path>) -> Result<HostView> {
@@ -181,7 +202,7 @@ pub fn run_tune(args: TuneArgs) -> Result<ExitCode> {
         .or_else(|| args.root.clone())
         .unwrap_or_else(|| PathBuf::from("/"));
     if args.revert {
-        return revert(&view, &config_root, args.profile.as_deref());
+        return revert(&view, &config_root, args.profile.as_deref(), args.force);
     }
     let name = args.profile.as_deref().expect("clap requires --profile without --revert");
     let p = load(name)?;
@@ -194,13 +215,13 @@ pub fn run_tune(args: TuneArgs) -> Result<ExitCode> {
         Some(EmitFormat::Sysctl) => out.write_all(emit::sysctl(&plan).as_bytes())?,
         Some(EmitFormat::Ansible) => out.write_all(emit::ansible(&p).as_bytes())?,
         None if args.apply => apply(&plan, &view, &config_root, args.root.is_none(), &mut out)?,
-        None => dry_run(&plan, &config_root, &mut out)?,
+        None => dry_run(&plan, &view, &config_root, &mut out)?,
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn dry_run(plan: &Plan, config_root: &Path, out: &mut impl Write) -> Result<()> {
+fn dry_run(plan: &Plan, view: &HostView, config_root: &Path, out: &mut impl Write) -> Result<()> {
     let path = tune::conf_path(config_root, &plan.profile);
     writeln!(out, "# dry run: nothing written. Would write {}:", path.display())?;
     out.write_all(tune::render_file(plan).as_bytes())?;
@@ -208,6 +229,10 @@ fn dry_run(plan: &Plan, config_root: &Path, out: &mut impl Write) -> Result<()> 
     out.write_all(plan.diff().as_bytes())?;
     for o in tune::overridden_by(config_root, plan) {
         writeln!(out, "# conflict: {o} is applied later at boot and wins; --apply refuses")?;
+    }
+    let writes = plan.changes().map(|e| (e.key.as_str(), e.value.as_str()));
+    if let Err(e) = cc::check(writes, &cc::Facts::read(view)) {
+        writeln!(out, "# --apply refuses: {e}")?;
     }
     writeln!(out, "\n# apply with: tcptail tune --profile {} --apply", plan.profile)?;
     Ok(())
@@ -223,7 +248,10 @@ fn apply(
     let validate = |p: &Plan| tune::validate_in_netns(p);
     let validator: Option<tune::Validator<'_>> = if in_netns { Some(&validate) } else { None };
     let applied = tune::apply(plan, view, config_root, validator)
-        .with_context(|| format!("applying profile {}", plan.profile))?;
+        .map_err(|e| tune_error(e, format!("applying profile {}", plan.profile)))?;
+    if let Some(pid) = applied.took_over_lock {
+        eprintln!("note: took over the tune lock left by pid {pid}, which is no longer running");
+    }
     writeln!(
         out,
         "applied {} change(s) from profile {}, verified by re-reading /proc/sys",
@@ -233,6 +261,9 @@ fn apply(
     for (key, before, after) in &applied.changed {
         writeln!(out, "  {key}: {before} -> {after}")?;
     }
+    for s in &applied.side_effects {
+        writeln!(out, "  {}: {} -> {} (by the kernel: {})", s.key, s.before, s.after, s.why)?;
+    }
     for (key, why) in &plan.skipped {
         writeln!(out, "  skipped {key}: {why}")?;
     }
@@ -241,21 +272,40 @@ fn apply(
     Ok(())
 }
 
-fn revert(view: &HostView, config_root: &Path, profile: Option<&str>) -> Result<ExitCode> {
+fn revert(
+    view: &HostView,
+    config_root: &Path,
+    profile: Option<&str>,
+    force: bool,
+) -> Result<ExitCode> {
     let names = match profile {
         Some(p) => vec![profile_name(p)?],
         None => tune::applied_profiles(config_root),
     };
     if names.is_empty() {
-        bail!("nothing to revert: no saved tune state under {}", config_root.display());
+        return Err(tcptail_audit::Error::NoState { profile: None }.into());
     }
     let mut out = std::io::stdout().lock();
     for name in names {
-        let restored = tune::revert(view, config_root, &name)
-            .with_context(|| format!("reverting profile {name}"))?;
-        writeln!(out, "reverted profile {name}: {} value(s) restored", restored.len())?;
-        for (key, value) in restored {
-            writeln!(out, "  {key} = {value}")?;
+        let done = revert::revert(view, config_root, &name, force).map_err(|e| match e {
+            e @ tcptail_audit::Error::NoState { .. } => e.into(),
+            e => tune_error(e, format!("reverting profile {name}")),
+        })?;
+        if let Some(pid) = done.took_over_lock {
+            eprintln!(
+                "note: took over the tune lock left by pid {pid}, which is no longer running"
+            );
+        }
+        writeln!(out, "reverted profile {name}: {} value(s) restored", done.restored.len())?;
+        for (key, value) in &done.restored {
+            let forced = done.forced.iter().find(|(k, _)| k == key);
+            match forced {
+                Some((_, was)) => writeln!(out, "  {key} = {value} (forced over {was})")?,
+                None => writeln!(out, "  {key} = {value}")?,
+            }
+        }
+        for (key, value) in &done.unchanged {
+            writeln!(out, "  {key} = {value} (already the previous value)")?;
         }
     }
     Ok(ExitCode::SUCCESS)

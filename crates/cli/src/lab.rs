@@ -264,21 +264,9 @@ fn path(args: PathArgs) -> Result<ExitCode> {
     }
     // COMMAND ran: its exit code stands, the lab's own failures are printed beside it.
     for e in &outcome.lab_errors {
-        eprintln!("error: lab: {}", with_causes(e));
+        eprintln!("error: lab: {}", crate::chain_line(e));
     }
     Ok(exit_code(outcome.signal.map_or(outcome.exit_code, |s| 128 + s)))
-}
-
-/// An error and its causes, `outer: inner: ...`, as `{:#}` prints an anyhow chain.
-fn with_causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 fn exec(args: ExecArgs) -> Result<ExitCode> {

@@ -2,8 +2,10 @@
 //!
 //! Each subcommand lives in its own module as a clap `Args` struct beside its `run()`, which
 //! turns raw flags into a checked library configuration before any I/O. Errors are decided and
-//! printed here, once: `error: {:#}` and exit code 1 for a failed run, 2 for bad usage (clap's
-//! convention); a closed stdout (`tcptail bench ... | head`) exits 0.
+//! printed here, once ([`error_line`]): one line, `error: what was done: what failed: cause`,
+//! each cause once, then the next step when the command attached one ([`NextStep`]); exit code
+//! 1 for a failed run, 2 for bad usage (clap's convention); a closed stdout
+//! (`tcptail bench ... | head`) exits 0.
 
 use std::process::ExitCode;
 
@@ -67,16 +69,105 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_line(&err));
             ExitCode::from(1)
         }
     }
 }
 
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
+/// The next step after a failure, attached to an error with `.context(NextStep(..))`: printed
+/// at the end of the error's line instead of in front of its causes.
+#[derive(Debug)]
+pub(crate) struct NextStep(pub String);
+
+impl std::fmt::Display for NextStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An error as one line: each message of its chain, outermost first, joined by `: `, a message
+/// that the line already ends with (an error that printed its own source) skipped, then `; `
+/// and the [`NextStep`] when there is one.
+pub(crate) fn error_line(err: &anyhow::Error) -> String {
+    let next = err.downcast_ref::<NextStep>().map(|n| n.0.as_str());
+    let mut line = causes_line(err.chain().filter(|c| Some(c.to_string().as_str()) != next));
+    if let Some(next) = next {
+        line.push_str("; ");
+        line.push_str(next);
+    }
+    line
+}
+
+/// [`error_line`] for a library error and its sources.
+pub(crate) fn chain_line(err: &(dyn std::error::Error + 'static)) -> String {
+    causes_line(std::iter::successors(Some(err), |e| e.source()))
+}
+
+fn causes_line<'a>(chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
+    let mut line = String::new();
+    for cause in chain {
+        let text = cause.to_string();
+        if text.is_empty() || line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    /// An error that prints its source in its own message, as some libraries' errors do.
+    #[derive(Debug)]
+    struct Embeds {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Embeds {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "writing /x: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Embeds {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn each_cause_once_and_the_next_step_last() {
+        let io = || std::io::Error::from_raw_os_error(20);
+        let err = anyhow::Error::new(Embeds { source: io() }).context("applying profile p");
+        assert_eq!(
+            error_line(&err),
+            "applying profile p: writing /x: Not a directory (os error 20)",
+            "{err:#} prints the cause twice"
+        );
+        let err = Err::<(), _>(io())
+            .context("writing /x")
+            .context("applying profile p")
+            .context(NextStep("fix it, then run `tcptail tune --revert`".into()))
+            .unwrap_err();
+        assert_eq!(
+            error_line(&err),
+            "applying profile p: writing /x: Not a directory (os error 20); fix it, then run \
+             `tcptail tune --revert`"
+        );
+    }
 }

@@ -4,45 +4,18 @@
 //! rejects caught by validation). The host's own settings are read before and after and must
 //! not change.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{bin, in_netns, tcptail, text, tree};
 use serde_json::Value;
 use tcptail_audit::fixture::FakeRoot;
 use tcptail_netns::{Cleanup, Netns, ensure_root};
 
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("tcptail")
-}
-
-fn tcptail(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().expect("run tcptail")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn root_arg(f: &FakeRoot) -> &str {
     f.path().to_str().expect("utf-8 path")
-}
-
-/// Every file under `dir` with its content, sorted (to compare trees before and after).
-fn tree(dir: &Path) -> Vec<(PathBuf, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]
@@ -392,15 +365,6 @@ rationale = "autotuning cap"
 const KEYS: [&str; 3] =
     ["net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_rmem"];
 
-fn in_netns(ns: &Netns, args: &[&str]) -> Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .arg(bin())
-        .args(args)
-        .output()
-        .expect("ip netns exec tcptail")
-}
-
 fn values(ns: Option<&Netns>) -> Vec<String> {
     KEYS.iter()
         .map(|k| match ns {
@@ -476,6 +440,10 @@ fn a_rejected_value_is_caught_before_anything_is_applied() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("net.ipv4.tcp_ecn"), "{err}");
+    // One line: what failed once, the kernel's answer once.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches("cannot write").count(), 1, "{err}");
+    assert_eq!(err.matches("Invalid argument").count(), 1, "{err}");
     assert_eq!(values(Some(&ns)), ns_before, "nothing applied");
     assert!(!cfg.join("etc/sysctl.d/99-tcptail-nstest.conf").exists());
     ns.delete().unwrap();

@@ -1,10 +1,11 @@
-//! What the lab tests share: one lock so runs never share the vCPUs, the binary, and child
-//! runs whose namespaces (`tcptail-<child pid>-...`) are removed by a guard whatever happens.
+//! What the CLI tests share: the binary and its output, fixture trees as files; for the lab
+//! tests one lock so runs never share the vCPUs, and child runs whose namespaces
+//! (`tcptail-<child pid>-...`) are removed by a guard whatever happens.
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,47 @@ pub fn lab_lock() -> MutexGuard<'static, ()> {
 
 pub fn bin() -> PathBuf {
     assert_cmd::cargo::cargo_bin("tcptail")
+}
+
+/// Runs `tcptail ARGS` to completion.
+pub fn tcptail(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().expect("run tcptail")
+}
+
+/// Runs `tcptail ARGS` inside network namespace `ns` (`ip netns exec`).
+pub fn in_netns(ns: &tcptail_netns::Netns, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(bin())
+        .args(args)
+        .output()
+        .expect("ip netns exec tcptail")
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every file under `dir` with its content, sorted (to compare trees before and after), but
+/// a fixture's test hooks (`.hooks/`).
+pub fn tree(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.ends_with(".hooks") {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Namespaces named after `pid`, from `/run/netns` and from `ip netns list`.
