@@ -26,7 +26,8 @@
 //! sets takes one, and `key = a = b` reads differently to a human than to the parser), and a
 //! profile name is 1 to 64 characters from `[A-Za-z0-9._-]` (it names the file). A profile
 //! therefore cannot carry a setting that the dry run does not show as its own line;
-//! [`tune::render_file`](crate::tune::render_file) checks the same again on what it renders.
+//! [`Plan::check_text`](crate::tune::Plan::check_text) checks the same again, on the rendered
+//! file, before `tune --apply` writes it.
 
 use std::path::{Path, PathBuf};
 
