@@ -187,6 +187,14 @@ pub fn check_setting(s: &Setting, snap: &Snapshot) -> Finding {
         return f(Status::NotApplicable, "(no such key)")
             .evidence("not present on this kernel or in this namespace");
     };
+    // A default congestion control this child namespace may not select is the host's call,
+    // as `tune` treats it.
+    if s.key == crate::cc::DEFAULT
+        && let Some(name) = s.want.target(Some(cur))
+        && crate::cc::assess(&name, &snap.cc) == crate::cc::Assessment::RestrictedHere
+    {
+        return f(Status::NotApplicable, cur).evidence(crate::cc::restricted_here(&name, &snap.cc));
+    }
     match s.want.satisfied_by(cur) {
         Some(true) => f(Status::Ok, cur),
         Some(false) => f(Status::of(s.severity), cur),

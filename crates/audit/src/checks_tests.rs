@@ -406,3 +406,21 @@ fn output_forms() {
         .collect();
     assert!(statuses.contains(&"FAIL") && statuses.contains(&"N/A") && statuses.contains(&"OK"));
 }
+
+#[test]
+fn a_default_this_namespace_may_not_select_is_the_hosts_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FakeRoot::linux_6_18(dir.path());
+    f.sysctl("net.ipv4.tcp_congestion_control", "bbr")
+        .sysctl("net.ipv4.tcp_available_congestion_control", "reno bbr cubic")
+        .sysctl("net.ipv4.tcp_allowed_congestion_control", "reno bbr");
+    // On the host cubic can be the default: the deviation is reported as usual.
+    let r = run("trading-latency", &f);
+    assert_eq!(status(&r, "sysctl:net.ipv4.tcp_congestion_control"), Status::Warn);
+    // In a child namespace the kernel refuses it (EPERM): N/A with the reason, as tune skips it.
+    f.child_netns();
+    let r = run("trading-latency", &f);
+    assert_eq!(status(&r, "sysctl:net.ipv4.tcp_congestion_control"), Status::NotApplicable);
+    let why = evidence(&r, "sysctl:net.ipv4.tcp_congestion_control");
+    assert!(why.starts_with("restricted here: cubic is not in"), "{why}");
+}
