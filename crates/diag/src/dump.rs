@@ -257,5 +257,4 @@ pub fn receive_dump(
 }
 
 #[cfg(test)]
-#[path = "dump_tests.rs"]
 mod tests;

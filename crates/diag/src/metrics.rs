@@ -26,9 +26,7 @@ use std::time::Duration;
 
 use tcptail_sock::tcp_info::{TcpInfo, TcpState};
 
-#[path = "metrics_families.rs"]
 mod families;
-#[path = "metrics_slots.rs"]
 mod slots;
 
 use families::connection_families;

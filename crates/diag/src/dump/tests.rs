@@ -3,7 +3,7 @@
 
 use super::*;
 
-const BBR_V4: &[u8] = include_bytes!("../tests/fixtures/bbr_v4.bin");
+const BBR_V4: &[u8] = include_bytes!("../../tests/fixtures/bbr_v4.bin");
 const OURS: u32 = 4242;
 
 /// `batch` with every message's seq, pid and extra flags replaced.
