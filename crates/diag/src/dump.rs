@@ -1,6 +1,5 @@
-//! Dumping TCP sockets over sock_diag: one inet_diag v2 (`SOCK_DIAG_BY_FAMILY`) request per
-//! address family, replies parsed in place from a reused buffer and handed to a callback, so a
-//! dump allocates nothing per socket.
+//! Dumping TCP sockets over sock_diag, replies parsed in place from a reused buffer and handed
+//! to a callback, so a dump allocates nothing per socket.
 //!
 //! The reply stream is checked, not trusted ([`receive_dump`]): a message whose sequence
 //! number is not the current request's, or whose port id is not this socket's, is left over
@@ -9,21 +8,21 @@
 //! `NLMSG_DONE` carrying an error is an error. After any failure mid-dump the socket may still
 //! hold the rest of that dump, so the [`Dumper`] opens a fresh socket before its next dump.
 //!
-//! Why v2 per family and not the older `TCPDIAG_GETSOCK` with `AF_UNSPEC`, which walks the
-//! tables once for both families: v2 is the interface the kernel documents and extends (and
-//! the one the fixtures were captured with). `scripts/bench-exporter` measures both side by
-//! side. On Linux 6.18 (2 vCPUs, 2,000 to 60,000 loopback sockets) a full v1 dump cost 1-13 %
-//! less CPU per socket (about 0.1 us). A kernel-filtered dump of few matches costs about half
-//! with v1, because the kernel walks its whole established table once per request whatever
-//! the filter, and v2 needs two requests: the one place where v1 would pay for a second code
-//! path (not taken: v2 is the documented interface).
+//! Which request: a dump of both address families is one `TCPDIAG_GETSOCK` request with
+//! `AF_UNSPEC` (inet_diag's original interface, still served by every kernel), which walks the
+//! kernel's socket tables once; the v2 `SOCK_DIAG_BY_FAMILY` request takes one family and so
+//! needs two requests and two walks of the whole established table, whatever the filter. A
+//! dump of one family is that family's v2 request. Replies have the same layout either way.
+//! Measured by `scripts/bench-exporter` on Linux 6.18 (2 vCPUs, 20,000 and 60,000 loopback
+//! sockets): the second walk cost 0.13 us per socket, a tenth of a scrape, and half of a
+//! kernel-filtered scrape of few matches.
 
 use std::io;
 use std::path::PathBuf;
 
 use crate::filter::Filter;
 use crate::sys::NetlinkSocket;
-use crate::wire::{self, Message, NLM_F_DUMP_INTR, ParseError, Socket};
+use crate::wire::{self, Attrs, Message, NLM_F_DUMP_INTR, ParseError, Socket};
 
 /// Why a dump failed.
 #[derive(Debug, thiserror::Error)]
@@ -63,11 +62,19 @@ pub struct DumpRequest {
     pub ipv4: bool,
     /// Dump IPv6 sockets (including IPv4-mapped ones).
     pub ipv6: bool,
+    /// The attributes to ask for (each costs kernel work per socket).
+    pub attrs: Attrs,
 }
 
 impl Default for DumpRequest {
     fn default() -> Self {
-        DumpRequest { states: wire::ALL_STATES, filter: None, ipv4: true, ipv6: true }
+        DumpRequest {
+            states: wire::ALL_STATES,
+            filter: None,
+            ipv4: true,
+            ipv6: true,
+            attrs: Attrs::ALL,
+        }
     }
 }
 
@@ -124,32 +131,23 @@ impl Dumper {
     }
 
     /// Dumps the requested sockets, calling `each` for every one. The `Socket` borrows the
-    /// receive buffer and is only valid during the call. One `SOCK_DIAG_BY_FAMILY` request per
-    /// requested family.
+    /// receive buffer and is only valid during the call. One request, and one walk of the
+    /// kernel's tables, whether one family is asked for or both (see the module docs).
     pub fn dump(
         &mut self,
         req: &DumpRequest,
         mut each: impl FnMut(&Socket<'_>),
     ) -> Result<DumpStats, DiagError> {
         let code = req.filter.as_ref().and_then(Filter::bytecode);
-        let mut stats = DumpStats::default();
-        for family in families(req) {
-            let one = self.dump_raw(
-                |seq| wire::dump_request(family, req.states, seq, code.as_deref()),
-                &mut each,
-            )?;
-            stats.sockets += one.sockets;
-            stats.batches += one.batches;
-            stats.bytes += one.bytes;
-            stats.stale += one.stale;
-            stats.interrupted |= one.interrupted;
+        match walk(req) {
+            Some(walk) => self.dump_raw(|seq| walk.request(req, seq, code.as_deref()), &mut each),
+            None => Ok(DumpStats::default()),
         }
-        Ok(stats)
     }
 
     /// Sends one dump request built by `build` from the sequence number it must carry, and
     /// hands every socket of the reply to `each` (for requests [`Dumper::dump`] does not
-    /// build, such as the benchmark's v1 comparison).
+    /// build, such as the benchmark's per-family comparison).
     pub fn dump_raw(
         &mut self,
         build: impl FnOnce(u32) -> Vec<u8>,
@@ -178,14 +176,14 @@ impl Dumper {
         Ok(out)
     }
 
-    /// Dumps once capturing the raw reply datagrams (for test fixtures), with the same v2
-    /// per-family requests as [`Dumper::dump`].
+    /// Dumps once capturing the raw reply datagrams (for test fixtures), with the same
+    /// request as [`Dumper::dump`].
     pub fn capture(&mut self, req: &DumpRequest) -> Result<Vec<Vec<u8>>, DiagError> {
         let code = req.filter.as_ref().and_then(Filter::bytecode);
         let mut out = Vec::new();
-        for family in families(req) {
+        if let Some(walk) = walk(req) {
             self.seq = self.seq.wrapping_add(1);
-            let msg = wire::dump_request(family, req.states, self.seq, code.as_deref());
+            let msg = walk.request(req, self.seq, code.as_deref());
             self.sock.send(&msg).map_err(DiagError::Io)?;
             loop {
                 let n = self.sock.recv(&mut self.buf).map_err(DiagError::Io)?;
@@ -201,11 +199,32 @@ impl Dumper {
     }
 }
 
-/// The address families `req` asks for: each is dumped by a request of its own.
-fn families(req: &DumpRequest) -> impl Iterator<Item = u8> {
-    [(req.ipv4, libc::AF_INET as u8), (req.ipv6, libc::AF_INET6 as u8)]
-        .into_iter()
-        .filter_map(|(on, family)| on.then_some(family))
+/// One walk of the kernel's socket tables: both families at once, or one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// `TCPDIAG_GETSOCK` with `AF_UNSPEC`.
+    BothFamilies,
+    /// `SOCK_DIAG_BY_FAMILY` for `AF_INET` or `AF_INET6`.
+    Family(u8),
+}
+
+impl Walk {
+    fn request(self, req: &DumpRequest, seq: u32, code: Option<&[u8]>) -> Vec<u8> {
+        match self {
+            Walk::BothFamilies => wire::dump_request_any_family(req.states, req.attrs, seq, code),
+            Walk::Family(f) => wire::dump_request_for(f, req.states, req.attrs, seq, code),
+        }
+    }
+}
+
+/// The walk `req` needs: one for both families or for a single one, none for neither.
+fn walk(req: &DumpRequest) -> Option<Walk> {
+    match (req.ipv4, req.ipv6) {
+        (true, true) => Some(Walk::BothFamilies),
+        (true, false) => Some(Walk::Family(libc::AF_INET as u8)),
+        (false, true) => Some(Walk::Family(libc::AF_INET6 as u8)),
+        (false, false) => None,
+    }
 }
 
 /// Receives the replies to request `seq` from a socket with port id `portid` until its
@@ -231,7 +250,7 @@ pub fn receive_dump(
         }
         stats.batches += 1;
         stats.bytes += n as u64;
-        for frame in wire::frames(&buf[..n]) {
+        for frame in wire::raw_frames(&buf[..n]) {
             let frame = frame?;
             let h = frame.header;
             if h.seq != seq || (h.pid != 0 && h.pid != portid) {
@@ -241,16 +260,17 @@ pub fn receive_dump(
             if h.flags & NLM_F_DUMP_INTR != 0 {
                 stats.interrupted = true;
             }
-            match frame.message? {
-                Message::Socket(s) => {
-                    stats.sockets += 1;
-                    each(&s);
-                }
+            if frame.is_socket() {
+                stats.sockets += 1;
+                each(&wire::parse_socket(frame.payload)?);
+                continue;
+            }
+            match frame.message()? {
                 Message::Done(0) => return Ok(()),
                 Message::Done(errno) | Message::Error(errno) if errno != 0 => {
                     return Err(DiagError::Kernel(io::Error::from_raw_os_error(-errno)));
                 }
-                Message::Done(_) | Message::Error(_) | Message::Other(_) => {}
+                Message::Done(_) | Message::Error(_) | Message::Socket(_) | Message::Other(_) => {}
             }
         }
     }

@@ -13,29 +13,34 @@
 //!   state and congestion control, and RTT and estimated send-queue-delay histograms
 //!   (`group` is the selector's name, or `other`).
 //!
-//! Memory is the exported connections (at most the cap, kept in a heap while the dump runs)
-//! plus a fixed amount per group. Rendering supports the
+//! Memory is the exported connections (at most the cap, kept in a heap while the dump runs, as
+//! fixed-size rows: nothing is allocated per socket or per series) plus a fixed amount per
+//! group; the text is written into one buffer ([`text`]). Rendering supports the
 //! Prometheus text format 0.0.4 and OpenMetrics 1.0 (`# EOF`, `info`, `gaugehistogram`); the
 //! histograms describe the current snapshot, so they are gauge histograms. Pure code: the
 //! caller measures the scrape's duration and passes it in.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::time::Duration;
 
+use tcptail_sock::cc_info::BbrInfo;
 use tcptail_sock::tcp_info::{TcpInfo, TcpState};
 
 mod families;
 mod slots;
+mod text;
 
-use families::connection_families;
 pub use families::series_of;
+use families::{Values, connection_families, series_of_values};
 pub use slots::Slots;
+use text::{Kind, Num, Writer};
 
 use crate::selector::Selectors;
-use crate::wire::Socket;
-use crate::{Connection, Derived, DumpRequest, Filter};
+use crate::wire::{Attrs, Socket};
+use crate::{DumpRequest, Filter};
 
 /// Upper bounds (seconds) of the RTT histogram buckets.
 pub const RTT_BUCKETS: [f64; 14] = [
@@ -99,12 +104,17 @@ pub struct State {
     pub slots: Slots,
 }
 
+/// The aggregates of one group (a selector's capped connections, or `other`).
 #[derive(Debug, Clone, Default)]
 struct Group {
-    counts: BTreeMap<(&'static str, String), u64>,
+    /// Sockets per (state, congestion control): a handful of entries, scanned linearly.
+    counts: Vec<(&'static str, CcName, u64)>,
     rtt: Hist,
     delay: Hist,
 }
+
+/// The name of the group of sockets no selector matched.
+const OTHER: &str = "other";
 
 #[derive(Debug, Clone, Default)]
 struct Hist {
@@ -125,17 +135,74 @@ impl Hist {
     }
 }
 
-/// A matched connection admitted under the cap; ordered by cookie so the heap's top is the
-/// newest, the first to give way to an older one.
+/// A congestion-control name held inline (`TCP_CA_NAME_MAX` is 16 bytes), so an admitted
+/// connection owns no heap memory.
+#[derive(Debug, Clone, Copy, Default)]
+struct CcName {
+    len: u8,
+    bytes: [u8; 16],
+}
+
+impl CcName {
+    fn new(name: &str) -> CcName {
+        let mut end = name.len().min(16);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..end].copy_from_slice(&name.as_bytes()[..end]);
+        CcName { len: end as u8, bytes }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+/// A matched connection admitted under the cap: what its series need, owned, fixed-size.
+/// Ordered by cookie so the heap's top is the newest, the first to give way to an older one.
 #[derive(Debug)]
 struct Admitted {
     selector: usize,
-    conn: Connection,
+    peer: IpAddr,
+    cookie: u64,
+    state: &'static str,
+    cc: CcName,
+    send_queue_bytes: u32,
+    recv_queue_bytes: u32,
+    info: Option<TcpInfo>,
+    bbr: Option<BbrInfo>,
+}
+
+impl Admitted {
+    fn new(selector: usize, s: &Socket<'_>) -> Admitted {
+        Admitted {
+            selector,
+            peer: crate::unmap(s.id.dst),
+            cookie: s.id.cookie,
+            state: TcpState::from_raw(s.state).name(),
+            cc: CcName::new(s.cong.unwrap_or("")),
+            send_queue_bytes: s.wqueue,
+            recv_queue_bytes: s.rqueue,
+            info: s.info.clone(),
+            bbr: s.bbr,
+        }
+    }
+
+    fn values(&self) -> Values<'_> {
+        Values {
+            info: self.info.as_ref(),
+            bbr: self.bbr.as_ref(),
+            send_queue_bytes: self.send_queue_bytes,
+            recv_queue_bytes: self.recv_queue_bytes,
+            delay: self.info.as_ref().and_then(TcpInfo::send_queue_delay),
+        }
+    }
 }
 
 impl PartialEq for Admitted {
     fn eq(&self, other: &Self) -> bool {
-        self.conn.cookie == other.conn.cookie
+        self.cookie == other.cookie
     }
 }
 impl Eq for Admitted {}
@@ -146,7 +213,7 @@ impl PartialOrd for Admitted {
 }
 impl Ord for Admitted {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.conn.cookie.cmp(&other.conn.cookie)
+        self.cookie.cmp(&other.cookie)
     }
 }
 
@@ -155,7 +222,9 @@ impl Ord for Admitted {
 pub struct Scrape<'s> {
     selectors: &'s Selectors,
     exported: BinaryHeap<Admitted>,
-    groups: BTreeMap<String, Group>,
+    /// Aggregates by group: one per selector, then `other` (a selector named `other` shares
+    /// it); `None` until a socket lands there.
+    groups: Vec<Option<Group>>,
     /// Sockets seen in this scrape.
     pub sockets_seen: u64,
     /// Matched connections left out by the cap in this scrape.
@@ -169,8 +238,12 @@ pub struct Scrape<'s> {
 pub fn dump_request(selectors: &Selectors, aggregates: bool) -> DumpRequest {
     let filter =
         if aggregates { None } else { Some(selectors.filter().unwrap_or(Filter::Or(Vec::new()))) };
-    DumpRequest { filter, ..DumpRequest::default() }
+    DumpRequest { filter, attrs: SCRAPE_ATTRS, ..DumpRequest::default() }
 }
+
+/// What a scrape reads: `tcp_info`, the congestion control and BBR's model; not socket memory,
+/// which no metric shows (each attribute costs the kernel work per socket).
+pub const SCRAPE_ATTRS: Attrs = Attrs { info: true, cong: true, cc_info: true, skmem: false };
 
 impl<'s> Scrape<'s> {
     /// An empty scrape for `selectors`.
@@ -178,7 +251,7 @@ impl<'s> Scrape<'s> {
         Scrape {
             selectors,
             exported: BinaryHeap::new(),
-            groups: BTreeMap::new(),
+            groups: vec![None; selectors.selectors.len() + 1],
             sockets_seen: 0,
             unexported: 0,
             series_dropped: 0,
@@ -192,54 +265,52 @@ impl<'s> Scrape<'s> {
         let sel = if listening { None } else { self.selectors.classify(&s.id) };
         let Some(i) = sel else {
             let state = TcpState::from_raw(s.state).name();
-            self.aggregate("other", state, s.cong.unwrap_or(""), s.info.as_ref(), listening);
+            let other = self.groups.len() - 1;
+            self.aggregate(other, state, s.cong.unwrap_or(""), s.info.as_ref(), listening);
             return;
         };
         let cap = self.selectors.max_connections;
-        let newest = self.exported.peek().map(|a| a.conn.cookie);
+        let newest = self.exported.peek().map(|a| a.cookie);
         let left_out = if self.exported.len() < cap {
-            self.exported.push(Admitted { selector: i, conn: Connection::from_socket(s) });
+            self.exported.push(Admitted::new(i, s));
             None
         } else if newest.is_some_and(|n| s.id.cookie < n) {
             // Older than the newest admitted one: it takes that one's place.
             let out = self.exported.pop().expect("the heap is full");
-            self.exported.push(Admitted { selector: i, conn: Connection::from_socket(s) });
+            self.exported.push(Admitted::new(i, s));
             Some(out)
         } else {
-            Some(Admitted { selector: i, conn: Connection::from_socket(s) })
+            Some(Admitted::new(i, s))
         };
         if let Some(out) = left_out {
             self.unexported += 1;
-            self.series_dropped += series_of(&out.conn);
-            let name = self.selectors.selectors[out.selector].name.as_str();
-            let c = &out.conn;
-            self.aggregate(name, c.state, c.cc.as_deref().unwrap_or(""), c.info.as_ref(), false);
+            self.series_dropped += series_of_values(&out.values());
+            let group = match self.selectors.selectors[out.selector].name.as_str() {
+                OTHER => self.groups.len() - 1,
+                _ => out.selector,
+            };
+            self.aggregate(group, out.state, out.cc.as_str(), out.info.as_ref(), false);
         }
     }
 
     fn aggregate(
         &mut self,
-        name: &str,
+        group: usize,
         state: &'static str,
         cc: &str,
         info: Option<&TcpInfo>,
         listening: bool,
     ) {
-        let group = match self.groups.get_mut(name) {
-            Some(g) => g,
-            None => self.groups.entry(name.to_owned()).or_default(),
-        };
-        match group.counts.iter_mut().find(|((st, c), _)| *st == state && c == cc) {
-            Some((_, n)) => *n += 1,
-            None => {
-                group.counts.insert((state, cc.to_owned()), 1);
-            }
+        let group = self.groups[group].get_or_insert_with(Group::default);
+        match group.counts.iter_mut().find(|(st, c, _)| *st == state && c.as_str() == cc) {
+            Some((_, _, n)) => *n += 1,
+            None => group.counts.push((state, CcName::new(cc), 1)),
         }
         if let (false, Some(info)) = (listening, info) {
             if info.rtt_us > 0 {
                 group.rtt.add(&RTT_BUCKETS, f64::from(info.rtt_us) / 1e6);
             }
-            if let Some(d) = Derived::compute(Some(info), None).send_queue_delay {
+            if let Some(d) = info.send_queue_delay() {
                 group.delay.add(&DELAY_BUCKETS, d.delay.as_secs_f64());
             }
         }
@@ -251,31 +322,33 @@ impl<'s> Scrape<'s> {
         totals.scrapes += 1;
         totals.unexported += self.unexported;
         totals.series_dropped += self.series_dropped;
-        let names: Vec<&str> = self.selectors.selectors.iter().map(|s| s.name.as_str()).collect();
-        let admitted = self.exported.into_vec();
-        let keys: Vec<(usize, std::net::IpAddr, u64)> =
-            admitted.iter().map(|a| (a.selector, a.conn.remote.ip(), a.conn.cookie)).collect();
+        let rows = self.exported.into_vec();
+        let keys: Vec<(usize, IpAddr, u64)> =
+            rows.iter().map(|a| (a.selector, a.peer, a.cookie)).collect();
         let slots = state.slots.assign(&keys);
-        let mut rows: Vec<(usize, std::net::IpAddr, u32, Connection)> = admitted
-            .into_iter()
-            .zip(slots)
-            .map(|(a, slot)| (a.selector, a.conn.remote.ip(), slot, a.conn))
-            .collect();
-        rows.sort_by_key(|&(sel, peer, slot, _)| (sel, peer, slot));
-        let labels: Vec<String> = rows
-            .iter()
-            .map(|(i, peer, slot, _)| {
-                format!("selector=\"{}\",peer=\"{peer}\",conn=\"{slot}\"", escape(names[*i]))
-            })
-            .collect();
-        let exported: Vec<(usize, Connection)> =
-            rows.into_iter().map(|(i, _, _, c)| (i, c)).collect();
-        let mut w = Writer { out: String::with_capacity(4096 + labels.len() * 2048), format };
+        let mut rows: Vec<(u32, Admitted)> = slots.into_iter().zip(rows).collect();
+        rows.sort_unstable_by_key(|(slot, a)| (a.selector, a.peer, *slot));
+        // Each row's label set, written once into one arena: `selector=..,peer=..,conn=..`.
+        let mut arena = String::with_capacity(rows.len() * 48);
+        let mut labels = Vec::with_capacity(rows.len());
+        for (slot, a) in &rows {
+            let start = arena.len();
+            arena.push_str("selector=\"");
+            text::push_escaped(&mut arena, &self.selectors.selectors[a.selector].name);
+            let _ = write!(arena, "\",peer=\"{}\",conn=\"", a.peer);
+            text::push_u64(&mut arena, u64::from(*slot));
+            arena.push('"');
+            labels.push(start..arena.len());
+        }
+        let sorted: Vec<Admitted> = rows.into_iter().map(|(_, a)| a).collect();
+        let values: Vec<Values<'_>> = sorted.iter().map(Admitted::values).collect();
+        // About 30 samples of ~70 bytes per exported connection.
+        let mut w = Writer { out: String::with_capacity(8192 + sorted.len() * 2048), format };
         for (name, help, kind, get) in connection_families() {
             w.header(name, help, kind);
-            for ((_, c), l) in exported.iter().zip(&labels) {
-                if let Some(v) = get(c) {
-                    w.sample(name, kind.suffix(), l, v);
+            for (v, l) in values.iter().zip(&labels) {
+                if let Some(x) = get(v) {
+                    w.sample(name, kind.suffix(), &arena[l.clone()], x);
                 }
             }
         }
@@ -284,9 +357,12 @@ impl<'s> Scrape<'s> {
             "BBR phase inferred from its gains (1 for the current phase).",
             Kind::Gauge,
         );
-        for ((_, c), l) in exported.iter().zip(&labels) {
-            if let Some(p) = c.derived.bbr_phase {
-                w.sample("tcptail_connection_bbr_phase", "", &format!("{l},phase=\"{p}\""), 1.0);
+        for (v, l) in values.iter().zip(&labels) {
+            if let Some(b) = v.bbr {
+                w.line("tcptail_connection_bbr_phase", "")
+                    .raw(&arena[l.clone()])
+                    .label("phase", b.phase().as_str())
+                    .value(Num::int(1u8));
             }
         }
         w.header(
@@ -294,62 +370,78 @@ impl<'s> Scrape<'s> {
             "Congestion control of the connection.",
             Kind::Info,
         );
-        for ((_, c), l) in exported.iter().zip(&labels) {
-            let cc = escape(c.cc.as_deref().unwrap_or(""));
-            w.sample(
-                "tcptail_connection_congestion",
-                Kind::Info.suffix(),
-                &format!("{l},cc=\"{cc}\""),
-                1.0,
-            );
+        for (row, l) in sorted.iter().zip(&labels) {
+            w.line("tcptail_connection_congestion", Kind::Info.suffix())
+                .raw(&arena[l.clone()])
+                .label("cc", row.cc.as_str())
+                .value(Num::int(1u8));
         }
         w.header(
             "tcptail_sockets",
             "Sockets without their own series, per group, state and congestion control.",
             Kind::Gauge,
         );
-        for (g, group) in &self.groups {
-            for ((state, cc), n) in &group.counts {
-                let l = format!("group=\"{}\",state=\"{state}\",cc=\"{}\"", escape(g), escape(cc));
-                w.sample("tcptail_sockets", "", &l, *n as f64);
+        // Groups by name, each one's counts by state and congestion control.
+        let mut groups: Vec<(&str, Group)> = self
+            .groups
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, g)| {
+                let name = self.selectors.selectors.get(i).map_or(OTHER, |s| s.name.as_str());
+                Some((name, g?))
+            })
+            .collect();
+        groups.sort_by_key(|(name, _)| *name);
+        for (g, group) in &mut groups {
+            group.counts.sort_by(|a, b| (a.0, a.1.as_str()).cmp(&(b.0, b.1.as_str())));
+            for (state, cc, n) in &group.counts {
+                w.line("tcptail_sockets", "")
+                    .label("group", g)
+                    .label("state", state)
+                    .label("cc", cc.as_str())
+                    .value(Num::int(*n));
             }
         }
-        w.hist(
+        hist(
+            &mut w,
             "tcptail_rtt_seconds",
             "Smoothed RTT of sockets without their own series.",
             &RTT_BUCKETS,
-            self.groups.iter().map(|(g, x)| (g, &x.rtt)),
+            groups.iter().map(|(g, x)| (*g, &x.rtt)),
         );
-        w.hist(
+        hist(
+            &mut w,
             "tcptail_send_queue_delay_seconds",
             "Estimated send-queue delay of sockets without their own series.",
             &DELAY_BUCKETS,
-            self.groups.iter().map(|(g, x)| (g, &x.delay)),
+            groups.iter().map(|(g, x)| (*g, &x.delay)),
         );
-        w.header(
-            "tcptail_scrape_duration_seconds",
-            "Wall time of this scrape's dump and rendering so far.",
-            Kind::Gauge,
-        );
-        w.sample("tcptail_scrape_duration_seconds", "", "", duration.as_secs_f64());
-        w.header(
-            "tcptail_sockets_seen",
-            "Sockets returned by the kernel in this scrape.",
-            Kind::Gauge,
-        );
-        w.sample("tcptail_sockets_seen", "", "", self.sockets_seen as f64);
-        w.header(
-            "tcptail_connections_exported",
-            "Connections with their own series in this scrape.",
-            Kind::Gauge,
-        );
-        w.sample("tcptail_connections_exported", "", "", exported.len() as f64);
-        w.header(
-            "tcptail_connections_exported_max",
-            "The hard cap on connections with their own series.",
-            Kind::Gauge,
-        );
-        w.sample("tcptail_connections_exported_max", "", "", self.selectors.max_connections as f64);
+        let gauges = [
+            (
+                "tcptail_scrape_duration_seconds",
+                "Wall time of this scrape's dump and rendering so far.",
+                Num::nanos(duration.as_nanos()),
+            ),
+            (
+                "tcptail_sockets_seen",
+                "Sockets returned by the kernel in this scrape.",
+                Num::int(self.sockets_seen),
+            ),
+            (
+                "tcptail_connections_exported",
+                "Connections with their own series in this scrape.",
+                Num::int(sorted.len() as u64),
+            ),
+            (
+                "tcptail_connections_exported_max",
+                "The hard cap on connections with their own series.",
+                Num::int(self.selectors.max_connections as u64),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            w.header(name, help, Kind::Gauge);
+            w.sample(name, "", "", v);
+        }
         for (name, help, v) in [
             (
                 "tcptail_connections_unexported",
@@ -370,7 +462,7 @@ impl<'s> Scrape<'s> {
             ),
         ] {
             w.header(name, help, Kind::Counter);
-            w.sample(name, "_total", "", v as f64);
+            w.sample(name, "_total", "", Num::int(v));
         }
         if format == Format::OpenMetrics {
             w.out.push_str("# EOF\n");
@@ -379,110 +471,42 @@ impl<'s> Scrape<'s> {
     }
 }
 
-/// Metric type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Gauge,
-    Counter,
-    Info,
-}
-
-impl Kind {
-    fn suffix(self) -> &'static str {
-        match self {
-            Kind::Gauge => "",
-            Kind::Counter => "_total",
-            Kind::Info => "_info",
+/// A histogram family over groups: a gauge histogram in OpenMetrics (it describes the current
+/// snapshot), a histogram in the Prometheus text format (which has no gauge histograms).
+fn hist<'a>(
+    w: &mut Writer,
+    name: &str,
+    help: &str,
+    bounds: &[f64; 14],
+    groups: impl Iterator<Item = (&'a str, &'a Hist)>,
+) {
+    let (ty, sum, count) = match w.format {
+        Format::Prometheus => ("histogram", "_sum", "_count"),
+        Format::OpenMetrics => ("gaugehistogram", "_gsum", "_gcount"),
+    };
+    for (what, text) in [("# HELP ", help), ("# TYPE ", ty)] {
+        w.out.push_str(what);
+        w.out.push_str(name);
+        w.out.push(' ');
+        w.out.push_str(text);
+        w.out.push('\n');
+    }
+    for (g, h) in groups {
+        for (b, n) in bounds.iter().zip(h.buckets) {
+            w.line(name, "_bucket")
+                .label("group", g)
+                .label_num("le", Num::Float(*b))
+                .value(Num::int(n));
         }
-    }
-}
-
-struct Writer {
-    out: String,
-    format: Format,
-}
-
-impl Writer {
-    fn header(&mut self, name: &str, help: &str, kind: Kind) {
-        let (family, ty) = match (self.format, kind) {
-            (_, Kind::Gauge) => (name.to_owned(), "gauge"),
-            (Format::Prometheus, Kind::Counter) => (format!("{name}_total"), "counter"),
-            (Format::OpenMetrics, Kind::Counter) => (name.to_owned(), "counter"),
-            (Format::Prometheus, Kind::Info) => (format!("{name}_info"), "gauge"),
-            (Format::OpenMetrics, Kind::Info) => (name.to_owned(), "info"),
-        };
-        let _ = writeln!(self.out, "# HELP {family} {help}\n# TYPE {family} {ty}");
-    }
-
-    /// One sample line, appended piecewise: a full scrape writes about 30 per exported
-    /// connection, so the formatting machinery and a temporary string per value would be most
-    /// of its cost.
-    fn sample(&mut self, name: &str, suffix: &str, labels: &str, v: f64) {
-        self.out.push_str(name);
-        self.out.push_str(suffix);
-        if !labels.is_empty() {
-            self.out.push('{');
-            self.out.push_str(labels);
-            self.out.push('}');
-        }
-        self.out.push(' ');
-        write_num(&mut self.out, v);
-        self.out.push('\n');
-    }
-
-    fn hist<'a>(
-        &mut self,
-        name: &str,
-        help: &str,
-        bounds: &[f64; 14],
-        groups: impl Iterator<Item = (&'a String, &'a Hist)>,
-    ) {
-        let (ty, sum, count) = match self.format {
-            Format::Prometheus => ("histogram", "_sum", "_count"),
-            Format::OpenMetrics => ("gaugehistogram", "_gsum", "_gcount"),
-        };
-        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {ty}");
-        for (g, h) in groups {
-            let g = escape(g);
-            for (b, n) in bounds.iter().zip(h.buckets) {
-                self.sample(
-                    name,
-                    "_bucket",
-                    &format!("group=\"{g}\",le=\"{}\"", num(*b)),
-                    n as f64,
-                );
-            }
-            self.sample(name, "_bucket", &format!("group=\"{g}\",le=\"+Inf\""), h.count as f64);
-            self.sample(name, count, &format!("group=\"{g}\""), h.count as f64);
-            self.sample(name, sum, &format!("group=\"{g}\""), h.sum);
-        }
-    }
-}
-
-/// Appends `v` as the exposition formats spell it; integral values (most of them: counts,
-/// bytes, segments) through the integer formatter, which is several times faster.
-fn write_num(out: &mut String, v: f64) {
-    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every integer below is exact
-    if v.fract() == 0.0 && v.abs() < EXACT {
-        let _ = write!(out, "{}", v as i64);
-    } else if v.is_finite() {
-        let _ = write!(out, "{v}");
-    } else {
-        out.push_str(&num(v));
-    }
-}
-
-fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
-    } else {
-        format!("{v}")
+        w.line(name, "_bucket").label("group", g).label("le", "+Inf").value(Num::int(h.count));
+        w.line(name, count).label("group", g).value(Num::int(h.count));
+        w.line(name, sum).label("group", g).value(Num::Float(h.sum));
     }
 }
 
 /// Escapes a label value (`\`, `"`, newline).
 pub fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    let mut out = String::with_capacity(v.len());
+    text::push_escaped(&mut out, v);
+    out
 }

@@ -161,10 +161,44 @@ pub enum Message<'a> {
     Other(u16),
 }
 
-const EXT: u8 = (1 << (INET_DIAG_INFO - 1))
-    | (1 << (INET_DIAG_VEGASINFO - 1))
-    | (1 << (INET_DIAG_CONG - 1))
-    | (1 << (INET_DIAG_SKMEMINFO - 1));
+/// The attributes a dump asks the kernel for (`idiag_ext`). Each one costs kernel work per
+/// socket (`tcp_info` is the dearest: the socket is locked and 280 bytes are filled and
+/// copied), so a caller asks only for what it reads. The socket header (addresses, state,
+/// queues, cookie) always comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attrs {
+    /// `INET_DIAG_INFO`: `struct tcp_info`.
+    pub info: bool,
+    /// `INET_DIAG_CONG`: the congestion-control name.
+    pub cong: bool,
+    /// `INET_DIAG_VEGASINFO` request bit: the congestion control's own info, which BBR sockets
+    /// answer with `INET_DIAG_BBRINFO`.
+    pub cc_info: bool,
+    /// `INET_DIAG_SKMEMINFO`: socket memory.
+    pub skmem: bool,
+}
+
+impl Attrs {
+    /// Every attribute this crate parses.
+    pub const ALL: Attrs = Attrs { info: true, cong: true, cc_info: true, skmem: true };
+    /// The socket header alone.
+    pub const NONE: Attrs = Attrs { info: false, cong: false, cc_info: false, skmem: false };
+
+    /// The `idiag_ext` request byte.
+    pub fn ext(self) -> u8 {
+        let bit = |on: bool, attr: u16| if on { 1u8 << (attr - 1) } else { 0 };
+        bit(self.info, INET_DIAG_INFO)
+            | bit(self.cc_info, INET_DIAG_VEGASINFO)
+            | bit(self.cong, INET_DIAG_CONG)
+            | bit(self.skmem, INET_DIAG_SKMEMINFO)
+    }
+}
+
+impl Default for Attrs {
+    fn default() -> Self {
+        Attrs::ALL
+    }
+}
 
 fn header(v: &mut Vec<u8>, total: usize, kind: u16, seq: u32) {
     v.extend_from_slice(&(total as u32).to_ne_bytes());
@@ -184,15 +218,20 @@ fn bytecode_attr(v: &mut Vec<u8>, total: usize, bytecode: Option<&[u8]>) {
 }
 
 /// Builds one `TCPDIAG_GETSOCK` dump request (`struct inet_diag_req`, 60 bytes) for both
-/// address families at once (`AF_UNSPEC`), asking for the same attributes as
-/// [`dump_request`]. Replies carry the same `inet_diag_msg` layout.
-pub fn dump_request_any_family(states: u32, seq: u32, bytecode: Option<&[u8]>) -> Vec<u8> {
+/// address families at once (`AF_UNSPEC`), asking for `attrs`. Replies carry the same
+/// `inet_diag_msg` layout.
+pub fn dump_request_any_family(
+    states: u32,
+    attrs: Attrs,
+    seq: u32,
+    bytecode: Option<&[u8]>,
+) -> Vec<u8> {
     let attr_len = bytecode.map_or(0, |b| 4 + b.len().next_multiple_of(4));
     let total = NLMSG_HDRLEN + 60 + attr_len;
     let mut v = Vec::with_capacity(total);
     header(&mut v, total, TCPDIAG_GETSOCK, seq);
     // idiag_family AF_UNSPEC, src_len, dst_len, ext
-    v.extend_from_slice(&[0, 0, 0, EXT]);
+    v.extend_from_slice(&[0, 0, 0, attrs.ext()]);
     v.extend_from_slice(&[0u8; 48]);
     v.extend_from_slice(&states.to_ne_bytes());
     v.extend_from_slice(&0u32.to_ne_bytes());
@@ -201,13 +240,24 @@ pub fn dump_request_any_family(states: u32, seq: u32, bytecode: Option<&[u8]>) -
 }
 
 /// Builds one `SOCK_DIAG_BY_FAMILY` dump request for `family` (`AF_INET`/`AF_INET6`) asking
-/// for INFO, CONG, the CC info (BBR) and SKMEMINFO, with optional filter bytecode.
+/// for every attribute ([`Attrs::ALL`]), with optional filter bytecode.
 pub fn dump_request(family: u8, states: u32, seq: u32, bytecode: Option<&[u8]>) -> Vec<u8> {
+    dump_request_for(family, states, Attrs::ALL, seq, bytecode)
+}
+
+/// [`dump_request`] asking for `attrs` only.
+pub fn dump_request_for(
+    family: u8,
+    states: u32,
+    attrs: Attrs,
+    seq: u32,
+    bytecode: Option<&[u8]>,
+) -> Vec<u8> {
     let attr_len = bytecode.map_or(0, |b| 4 + b.len().next_multiple_of(4));
     let total = NLMSG_HDRLEN + 56 + attr_len;
     let mut v = Vec::with_capacity(total);
     header(&mut v, total, SOCK_DIAG_BY_FAMILY, seq);
-    v.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, EXT, 0]);
+    v.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, attrs.ext(), 0]);
     v.extend_from_slice(&states.to_ne_bytes());
     v.extend_from_slice(&[0u8; 48]);
     bytecode_attr(&mut v, total, bytecode);
@@ -236,21 +286,63 @@ pub struct Frame<'a> {
     pub message: Result<Message<'a>, ParseError>,
 }
 
-/// Iterates over the messages of one received batch with their headers; a framing error
-/// (a header or length past the received bytes) ends it.
-pub fn frames(buf: &[u8]) -> Frames<'_> {
-    Frames { buf, pos: 0 }
+impl<'a> Frame<'a> {
+    /// Parses the payload of a raw frame.
+    pub fn parse(raw: RawFrame<'a>) -> Frame<'a> {
+        Frame { header: raw.header, message: raw.message() }
+    }
 }
 
-/// Iterator returned by [`frames`]; stops after the first framing error.
+/// One message of a batch with its payload still unparsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawFrame<'a> {
+    /// The header.
+    pub header: Header,
+    /// The payload (after the 16-byte header, up to the message's declared length).
+    pub payload: &'a [u8],
+}
+
+impl<'a> RawFrame<'a> {
+    /// Whether the payload is an `inet_diag_msg` (a socket).
+    pub fn is_socket(&self) -> bool {
+        matches!(self.header.kind, SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK)
+    }
+
+    /// Parses the payload.
+    pub fn message(&self) -> Result<Message<'a>, ParseError> {
+        let status = || self.payload.get(..4).map_or(0, |b| i32_at(b, 0));
+        match self.header.kind {
+            NLMSG_DONE => Ok(Message::Done(status())),
+            NLMSG_ERROR => Ok(Message::Error(status())),
+            SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK => {
+                parse_socket(self.payload).map(Message::Socket)
+            }
+            other => Ok(Message::Other(other)),
+        }
+    }
+}
+
+/// Iterates over the messages of one received batch with their headers; a framing error
+/// (a header or length past the received bytes) ends it.
+pub fn frames(buf: &[u8]) -> impl Iterator<Item = Result<Frame<'_>, ParseError>> {
+    raw_frames(buf).map(|f| f.map(Frame::parse))
+}
+
+/// Iterates over the messages of one received batch without parsing their payloads (a dump
+/// parses each socket once, in place, rather than moving it through an iterator).
+pub fn raw_frames(buf: &[u8]) -> RawFrames<'_> {
+    RawFrames { buf, pos: 0 }
+}
+
+/// Iterator returned by [`raw_frames`]; stops after the first framing error.
 #[derive(Debug)]
-pub struct Frames<'a> {
+pub struct RawFrames<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
-impl<'a> Iterator for Frames<'a> {
-    type Item = Result<Frame<'a>, ParseError>;
+impl<'a> Iterator for RawFrames<'a> {
+    type Item = Result<RawFrame<'a>, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let rest = self.buf.get(self.pos..)?;
@@ -274,27 +366,19 @@ impl<'a> Iterator for Frames<'a> {
             return Some(Err(truncated));
         }
         self.pos += len.next_multiple_of(4);
-        let payload = &rest[NLMSG_HDRLEN..len];
-        let status = || payload.get(..4).map_or(0, |b| i32_at(b, 0));
-        let message = match header.kind {
-            NLMSG_DONE => Ok(Message::Done(status())),
-            NLMSG_ERROR => Ok(Message::Error(status())),
-            SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK => parse_socket(payload).map(Message::Socket),
-            other => Ok(Message::Other(other)),
-        };
-        Some(Ok(Frame { header, message }))
+        Some(Ok(RawFrame { header, payload: &rest[NLMSG_HDRLEN..len] }))
     }
 }
 
 /// Iterates over the netlink messages of one received batch (payloads only).
 pub fn messages(buf: &[u8]) -> Messages<'_> {
-    Messages { frames: frames(buf), failed: false }
+    Messages { frames: raw_frames(buf), failed: false }
 }
 
 /// Iterator returned by [`messages`]; stops after the first error.
 #[derive(Debug)]
 pub struct Messages<'a> {
-    frames: Frames<'a>,
+    frames: RawFrames<'a>,
     failed: bool,
 }
 
@@ -305,7 +389,7 @@ impl<'a> Iterator for Messages<'a> {
         if self.failed {
             return None;
         }
-        let item = self.frames.next()?.and_then(|f| f.message);
+        let item = self.frames.next()?.and_then(|f| f.message());
         self.failed = item.is_err();
         Some(item)
     }
