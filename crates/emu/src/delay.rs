@@ -90,6 +90,11 @@ impl<T> DelayLine<T> {
         self.items.front().map(|f| f.release)
     }
 
+    /// The next packet's release time and payload, if any.
+    pub(crate) fn front(&self) -> Option<(Nanos, &T)> {
+        self.items.front().map(|f| (f.release, &f.packet.payload))
+    }
+
     /// Takes the next packet if its release time is at or before `now`.
     pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<(T, ReleaseInfo)> {
         if self.items.front()?.release > now {

@@ -272,6 +272,13 @@ impl<T, O: Observer> Direction<T, O> {
         self.delay.pop_due(now)
     }
 
+    /// The next packet to be released and its scheduled release time, without taking it
+    /// (only packets that have left the link are known; call after [`Direction::advance`] to
+    /// see those due by then). Lets an adapter decide whether to wait for it.
+    pub fn peek_release(&self) -> Option<(Nanos, &T)> {
+        self.delay.front()
+    }
+
     /// The earliest time at which [`Direction::poll_release`] may have something to return;
     /// `None` if nothing is in flight. Waking at this time may find nothing due yet (it is a
     /// lower bound when jitter or CoDel can still move the next release later): just poll and

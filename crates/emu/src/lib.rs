@@ -75,10 +75,13 @@ mod link;
 mod loss;
 mod mahimahi_log;
 mod queue;
+pub mod runs;
+pub mod segment;
 mod spec;
 mod stats;
 mod time;
 mod trace;
+pub mod wire;
 
 pub use codel::CODEL_MTU;
 pub use direction::{Admission, Backlog, Direction, Packet, Path, ReleaseInfo};
