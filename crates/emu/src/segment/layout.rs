@@ -1,22 +1,7 @@
 //! [`Layout`]: where the segments of an offloaded packet are, and the headers of any run of
 //! them.
 //!
-//! A GSO packet is one set of headers followed by the payload of `n` segments, `gso_size`
-//! bytes each (the last may be shorter). Segment `i` on the wire is those headers, rewritten,
-//! followed by its slice of the payload:
-//!
-//! | field | segment `i` of `n` (or the run `i..j`) |
-//! |---|---|
-//! | IPv4 total length / IPv6 payload length | its own length |
-//! | IPv4 identification | the packet's + `i` (wrapping), header checksum recomputed |
-//! | TCP sequence number | the packet's + `i * gso_size` (wrapping) |
-//! | TCP flags | CWR only if `i == 0`; FIN and PSH only if it ends the packet |
-//! | UDP length | 8 + its payload |
-//! | TCP/UDP checksum | complete (a standalone packet), or the partial pseudo-header sum for its length (written with `F_NEEDS_CSUM`) |
-//!
-//! which is what Linux's `tcp_gso_segment`/`__udp_gso_segment` produce. A run of several
-//! segments written back to a TUN device is itself a GSO packet (same `gso_size`), so the same
-//! rewrite gives its headers.
+//! The segment table is documented on [`Layout`].
 
 use std::net::IpAddr;
 use std::ops::Range;
@@ -41,7 +26,7 @@ pub enum GsoKind {
     Udp,
 }
 
-/// The validated shape of a GSO packet (see the [module docs](self)).
+/// The validated shape of a GSO packet (see [`Layout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gso {
     /// TCP or UDP.
@@ -64,6 +49,23 @@ pub struct Gso {
 
 /// Where the segments of a packet read from a TUN device are: one segment (an ordinary
 /// packet), or a GSO packet of several.
+///
+/// A GSO packet is one set of headers followed by the payload of `n` segments, `gso_size`
+/// bytes each (the last may be shorter). Segment `i` on the wire is those headers, rewritten,
+/// followed by its slice of the payload:
+///
+/// | field | segment `i` of `n` (or the run `i..j`) |
+/// |---|---|
+/// | IPv4 total length / IPv6 payload length | its own length |
+/// | IPv4 identification | the packet's + `i` (wrapping), header checksum recomputed |
+/// | TCP sequence number | the packet's + `i * gso_size` (wrapping) |
+/// | TCP flags | CWR only if `i == 0`; FIN and PSH only if it ends the packet |
+/// | UDP length | 8 + its payload |
+/// | TCP/UDP checksum | complete (a standalone packet), or the partial pseudo-header sum for its length (written with `F_NEEDS_CSUM`) |
+///
+/// which is what Linux's `tcp_gso_segment`/`__udp_gso_segment` produce. A run of several
+/// segments written back to a TUN device is itself a GSO packet (same `gso_size`), so the same
+/// rewrite gives its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// Length of the IP packet (without the `virtio_net_hdr`).
