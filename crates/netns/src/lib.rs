@@ -76,6 +76,6 @@ pub use netns::{Netns, PREFIX};
 pub use privilege::ensure_root;
 pub use process::{Exited, Group, Processes};
 pub use stale::{Scope, StaleReport, clean_stale};
-pub use sys::{Tuning, set_fifo_priority, set_timer_slack};
+pub use sys::{TUN_VNET_HDR_LEN, TunMode, TunOffloads, Tuning, set_fifo_priority, set_timer_slack};
 pub use sysctl::NetSysctl;
 pub use topology::{Kind, Topology, TopologyBuilder, TunDevice, TunPair};

@@ -5,9 +5,11 @@
 //!   enter a namespace are meant to be scratch threads that exit afterwards (see
 //!   [`crate::Netns::run`]); this module never moves the main thread.
 //! - [`open_tun`]: opens `/dev/net/tun` and attaches it with `TUNSETIFF`
-//!   (`IFF_TUN | IFF_NO_PI`). The device is created in the namespace of the *calling thread*,
-//!   so call it from a thread that has entered the target namespace. The returned descriptor
-//!   stays valid, and the device stays in that namespace, after the thread exits.
+//!   (`IFF_TUN | IFF_NO_PI`, and with [`TunMode::Offload`] `IFF_VNET_HDR` plus
+//!   `TUNSETVNETHDRSZ` and `TUNSETOFFLOAD`). The device is created in the namespace of the
+//!   *calling thread*, so call it from a thread that has entered the target namespace. The
+//!   returned descriptor stays valid, and the device stays in that namespace, after the thread
+//!   exits.
 //! - [`set_timer_slack`] and [`set_fifo_priority`]: latency tuning for an emulator thread that
 //!   reports [`Tuning::NotPermitted`] (e.g. SCHED_FIFO in a container without `CAP_SYS_NICE`
 //!   or without an RT budget) instead of failing.
@@ -41,10 +43,41 @@ pub fn enter_netns(ns: BorrowedFd<'_>) -> io::Result<()> {
         .map_err(io::Error::from)
 }
 
+/// How a TUN device is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunMode {
+    /// One IP packet per read or write, nothing in front of it.
+    Plain,
+    /// Every packet behind a 10-byte `virtio_net_hdr` (`IFF_VNET_HDR`), with checksum offload
+    /// and TSO (and USO where the kernel has it) enabled: the kernel hands out and accepts
+    /// TCP/UDP packets of up to 64 KiB that stand for several MTU-sized segments.
+    Offload,
+}
+
+/// What a TUN device was opened with (see [`TunMode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TunOffloads {
+    /// Packets carry a `virtio_net_hdr` in both directions.
+    pub vnet_hdr: bool,
+    /// Partial checksums are passed through (`TUN_F_CSUM`).
+    pub csum: bool,
+    /// TCP segmentation offload over IPv4 and IPv6, ECN included (`TUN_F_TSO4 | TUN_F_TSO6 |
+    /// TUN_F_TSO_ECN`).
+    pub tso: bool,
+    /// UDP segmentation offload (`TUN_F_USO4 | TUN_F_USO6`, Linux 6.2 and later).
+    pub uso: bool,
+}
+
+/// Bytes of the `virtio_net_hdr` in front of every packet of an offload TUN device (the legacy
+/// header without `num_buffers`).
+pub const TUN_VNET_HDR_LEN: usize = 10;
+
 /// Creates (or attaches to) the TUN device `ifname` in the calling thread's network namespace,
-/// with `IFF_TUN | IFF_NO_PI`, close-on-exec and non-blocking. Returns the descriptor and the
-/// name the kernel actually used.
-pub fn open_tun(ifname: &str) -> io::Result<(OwnedFd, String)> {
+/// with `IFF_TUN | IFF_NO_PI` (and the offloads of `mode`), close-on-exec and non-blocking.
+/// Returns the descriptor, the name the kernel actually used and the offloads in effect. With
+/// [`TunMode::Offload`], a kernel without USO gets checksum and TSO offload only; a kernel that
+/// refuses `IFF_VNET_HDR` or TSO is an error (the caller asked for offload).
+pub fn open_tun(ifname: &str, mode: TunMode) -> io::Result<(OwnedFd, String, TunOffloads)> {
     if ifname.is_empty() || ifname.len() > MAX_IFNAME || ifname.bytes().any(|b| b == 0) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -63,7 +96,11 @@ pub fn open_tun(ifname: &str) -> io::Result<(OwnedFd, String)> {
     for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
         *dst = src as libc::c_char;
     }
-    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
+    if mode == TunMode::Offload {
+        flags |= libc::IFF_VNET_HDR;
+    }
+    req.ifr_ifru.ifru_flags = flags as libc::c_short;
     // SAFETY: `file` is an open /dev/net/tun descriptor; TUNSETIFF reads and writes exactly one
     // `struct ifreq`, and `req` is a valid, exclusively borrowed `ifreq` that outlives the call.
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req) };
@@ -72,7 +109,41 @@ pub fn open_tun(ifname: &str) -> io::Result<(OwnedFd, String)> {
     }
     let actual: Vec<u8> = req.ifr_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     let actual = String::from_utf8_lossy(&actual).into_owned();
-    Ok((OwnedFd::from(file), actual))
+    let offloads = match mode {
+        TunMode::Plain => TunOffloads::default(),
+        TunMode::Offload => enable_offloads(file.as_fd())?,
+    };
+    Ok((OwnedFd::from(file), actual, offloads))
+}
+
+/// `TUNSETVNETHDRSZ` to [`TUN_VNET_HDR_LEN`], then `TUNSETOFFLOAD` with checksum, TSO and USO,
+/// retried without USO on a kernel that does not know it.
+fn enable_offloads(fd: BorrowedFd<'_>) -> io::Result<TunOffloads> {
+    let size = TUN_VNET_HDR_LEN as libc::c_int;
+    // SAFETY: `fd` is a TUN descriptor attached with IFF_VNET_HDR; TUNSETVNETHDRSZ reads one
+    // `int` through the pointer, which points at `size` for the duration of the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let set = |features: libc::c_uint| {
+        // SAFETY: TUNSETOFFLOAD takes its argument by value (an `unsigned long` of TUN_F_*
+        // bits); no memory is passed.
+        let rc = unsafe {
+            libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, libc::c_ulong::from(features))
+        };
+        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    };
+    let tso = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
+    let uso = match set(tso | libc::TUN_F_USO4 | libc::TUN_F_USO6) {
+        Ok(()) => true,
+        // A kernel before 6.2 rejects the USO bits it does not know.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            set(tso)?;
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(TunOffloads { vnet_hdr: true, csum: true, tso: true, uso })
 }
 
 /// Sets or clears `O_NONBLOCK` on `fd`.

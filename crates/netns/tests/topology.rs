@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tcptail_netns::addr::{ROUTER_SERVER_IF, TUN_IF, VETH_IF};
 use tcptail_netns::sysctl::host_sysctl;
-use tcptail_netns::{Cleanup, Error, Kind, NetSysctl, Netns, Topology, netns};
+use tcptail_netns::{Cleanup, Error, Kind, NetSysctl, Netns, Topology, TunMode, netns};
 
 use common::{Forwarder, require_root, tcp_echo};
 
@@ -47,22 +47,25 @@ fn veth_pair_carries_tcp_and_is_removed() {
 fn tun_pair_with_a_forwarder_carries_tcp() {
     require_root();
     let cleanup = Cleanup::new();
-    let mut topo = Topology::tun_pair("t-tun-c", "t-tun-s").build(&cleanup).unwrap();
+    let mut topo =
+        Topology::tun_pair("t-tun-c", "t-tun-s").tun_mode(TunMode::Plain).build(&cleanup).unwrap();
     for ns in [topo.client(), topo.server()] {
         let line = link_line(ns, TUN_IF);
         assert!(line.contains("mtu 1500"), "{line}");
         assert!(line.contains("qlen 10000"), "{line}");
-        assert!(line.contains("tun type tun pi off"), "{line}");
+        assert!(line.contains("tun type tun pi off vnet_hdr off"), "{line}");
         assert_no_ipv6(ns, TUN_IF);
     }
     let tun = topo.take_tun().expect("tun topology has a pair");
     assert!(topo.take_tun().is_none());
     assert_eq!(tun.client.netns(), topo.client().name());
     assert_eq!(tun.server.ifname(), TUN_IF);
+    assert!(!tun.client.offloads().vnet_hdr);
 
     let fwd = Forwarder::start(tun);
     tcp_echo(topo.client(), topo.server(), 256 * 1024);
     assert!(fwd.packets() > 10, "forwarder saw {} packets", fwd.packets());
+    assert!(fwd.largest() <= 1500, "a {}-byte packet through a 1500-byte MTU", fwd.largest());
     let tun = fwd.stop();
 
     // Without the forwarder nothing passes: the TUN devices really are the only path.
@@ -79,6 +82,32 @@ fn tun_pair_with_a_forwarder_carries_tcp() {
     for name in &names {
         assert!(!netns::exists(name), "{name} left behind");
     }
+}
+
+#[test]
+fn offload_tun_pair_hands_out_gso_packets_and_takes_them_back() {
+    require_root();
+    let cleanup = Cleanup::new();
+    let mut topo = Topology::tun_pair("t-gso-c", "t-gso-s")
+        .tun_mode(TunMode::Offload)
+        .build(&cleanup)
+        .unwrap();
+    for ns in [topo.client(), topo.server()] {
+        let line = link_line(ns, TUN_IF);
+        assert!(line.contains("tun type tun pi off vnet_hdr on"), "{line}");
+    }
+    let tun = topo.take_tun().expect("tun topology has a pair");
+    let offloads = tun.client.offloads();
+    assert!(offloads.vnet_hdr && offloads.csum && offloads.tso, "{offloads:?}");
+
+    // The forwarder passes virtio_net_hdr + GSO packet through unchanged: the far kernel
+    // accepts what the near one handed out.
+    let fwd = Forwarder::start(tun);
+    tcp_echo(topo.client(), topo.server(), 4 << 20);
+    let largest = fwd.largest();
+    assert!(largest > 1500 + 10, "no GSO packet seen; largest read {largest} bytes");
+    assert!(largest <= 65536 + 10, "{largest} bytes");
+    drop(fwd.stop());
 }
 
 #[test]

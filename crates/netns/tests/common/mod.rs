@@ -107,6 +107,7 @@ pub fn tcp_echo(client: &Netns, server: &Netns, len: usize) {
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
     packets: Arc<AtomicU64>,
+    largest: Arc<AtomicU64>,
     handle: Option<JoinHandle<TunPair>>,
 }
 
@@ -114,11 +115,13 @@ impl Forwarder {
     pub fn start(pair: TunPair) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let packets = Arc::new(AtomicU64::new(0));
-        let (s, p) = (Arc::clone(&stop), Arc::clone(&packets));
+        let largest = Arc::new(AtomicU64::new(0));
+        let (s, p, l) = (Arc::clone(&stop), Arc::clone(&packets), Arc::clone(&largest));
         let handle = std::thread::spawn(move || {
             use rustix::event::{PollFd, PollFlags, poll};
             let timeout = rustix::time::Timespec { tv_sec: 0, tv_nsec: 50_000_000 };
-            let mut buf = [0u8; 2048];
+            // Room for a 64 KiB GSO packet behind its virtio_net_hdr.
+            let mut buf = vec![0u8; 65536 + 64];
             while !s.load(Ordering::Relaxed) {
                 let mut fds = [
                     PollFd::new(&pair.client, PollFlags::IN),
@@ -136,12 +139,18 @@ impl Forwarder {
                     while let Ok(n) = rustix::io::read(from.as_fd(), &mut buf) {
                         let _ = rustix::io::write(to.as_fd(), &buf[..n]);
                         p.fetch_add(1, Ordering::Relaxed);
+                        l.fetch_max(n as u64, Ordering::Relaxed);
                     }
                 }
             }
             pair
         });
-        Forwarder { stop, packets, handle: Some(handle) }
+        Forwarder { stop, packets, largest, handle: Some(handle) }
+    }
+
+    /// The longest read so far, in bytes (a `virtio_net_hdr` included).
+    pub fn largest(&self) -> u64 {
+        self.largest.load(Ordering::Relaxed)
     }
 
     pub fn packets(&self) -> u64 {
