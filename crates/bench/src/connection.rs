@@ -34,7 +34,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tcptail_sock::{ApplyReport, QuickAck, apply_profile};
 
 use crate::attribution::{AttributedSample, KernelSnapshot};
-use crate::client::{BenchConfig, BenchError, Load, RawRun, RunControl, StopAfter};
+use crate::client::{BenchError, RawRun, RunControl};
+use crate::config::{BenchConfig, Load, StopAfter};
 use crate::report::SampleRecord;
 use crate::stats::{self, LatencyHistogram};
 use crate::sys;

@@ -10,6 +10,8 @@
 //! - [`connection`]: one connection's handshake, warm-up and measuring loops (the hot path),
 //!   and what happens to requests that never get an answer (counted, and kept in the
 //!   percentiles as lower bounds).
+//! - [`config`]: the checked benchmark configuration ([`config::BenchConfig`]), which names the
+//!   flag at fault; every other module reads it and it reads none of them.
 //! - [`client`]: closed-loop (back-to-back) and open-loop (fixed rate, constant or Poisson
 //!   spacing, latency from the *intended* send time) request loops, blocking or spinning.
 //! - [`pacer`]: sleeps until shortly before a deadline, then spins, because timer wake-ups on
@@ -26,6 +28,7 @@
 
 pub mod attribution;
 pub mod client;
+pub mod config;
 pub mod connection;
 pub mod context;
 pub mod matrix;

@@ -18,7 +18,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tcptail_sock::{OptionOutcome, QuickAck};
 
-use crate::client::{self, BenchConfig, BenchError, Combine, RawRun, RunControl, StopAfter};
+use crate::client::{self, BenchError, Combine, RawRun, RunControl};
+use crate::config::{BenchConfig, StopAfter};
 use crate::context::ContextProbe;
 use crate::report::{BenchResult, align};
 use crate::stats::{LatencySummary, Spread};

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tcptail_sock::ApplyReport;
 
 use crate::attribution::Attribution;
-use crate::client::BenchConfig;
+use crate::config::BenchConfig;
 use crate::context::RunContext;
 use crate::stats::{Bucket, LatencySummary};
 

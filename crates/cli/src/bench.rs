@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use tcptail_bench::client::{self, BenchConfig, Load, RunControl, StopAfter};
+use tcptail_bench::client::{self, RunControl};
+use tcptail_bench::config::{BenchConfig, Load, StopAfter};
 use tcptail_bench::matrix::{self, MatrixSpec};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::report;

@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use tcptail_bench::client::Load;
+use tcptail_bench::config::Load;
 use tcptail_sock::Profile;
 
 use super::rr::durations;

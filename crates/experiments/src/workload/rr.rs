@@ -28,7 +28,7 @@ pub mod round;
 
 use std::time::Duration;
 
-use tcptail_bench::client::{BenchConfig, Load};
+use tcptail_bench::config::{BenchConfig, Load};
 use tcptail_bench::pacer::Spacing;
 use tcptail_sock::{Profile, QuickAck};
 

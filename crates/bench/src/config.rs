@@ -1,0 +1,226 @@
+//! The benchmark's configuration: everything the command line can say, checked before any
+//! socket is opened.
+//!
+//! [`BenchConfig`] is the checked form; [`BenchConfig::validate`] names the flag at fault
+//! ([`ConfigError`]). The client ([`crate::client`]), its connections ([`crate::connection`]) and
+//! the result ([`crate::report`]) all read it; it depends on none of them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tcptail_sock::Profile;
+use tcptail_units::MessageRate;
+
+use crate::pacer::Spacing;
+use crate::{sys, wire};
+
+/// How requests are issued.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum Load {
+    /// Each request is sent as soon as the previous response arrived (netperf TCP_RR).
+    Closed,
+    /// Requests are sent at a fixed rate whatever the responses do.
+    Open {
+        /// Requests per second, over all connections.
+        rate: f64,
+        /// Constant or Poisson spacing.
+        spacing: Spacing,
+    },
+}
+
+/// When the measured part of a run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopAfter {
+    /// After this long.
+    Duration(#[serde(with = "crate::report::duration_secs")] Duration),
+    /// After this many requests (over all connections).
+    Count(u64),
+}
+
+/// A checked benchmark configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchConfig {
+    /// The server's address.
+    pub server: SocketAddr,
+    /// The socket profile applied at both ends.
+    pub profile: Profile,
+    /// Request frame size in bytes (header included).
+    pub request_len: u32,
+    /// Response frame size in bytes (header included).
+    pub reply_len: u32,
+    /// Closed or open loop.
+    pub load: Load,
+    /// End of the measured part.
+    pub stop: StopAfter,
+    /// Unmeasured warm-up before it.
+    pub warmup: StopAfter,
+    /// Parallel connections, one thread each.
+    pub connections: usize,
+    /// Pin the client's threads to this CPU.
+    pub client_cpu: Option<usize>,
+    /// Ask the server to pin its connection threads to this CPU.
+    pub server_cpu: Option<usize>,
+    /// Busy-poll non-blocking sockets at both ends instead of sleeping in `recv`.
+    pub spin: bool,
+    /// Sample kernel state around each request and explain the tail.
+    pub attribute: bool,
+    /// Keep every sample for `--samples` (memory grows with the run).
+    pub keep_samples: bool,
+    /// Open loop: the pacer spins for this long before each send instead of trusting timers.
+    #[serde(with = "crate::report::duration_secs")]
+    pub spin_window: Duration,
+    /// Seed for Poisson spacing.
+    pub seed: u64,
+    /// A request unanswered this long after it was sent is given up: counted as unanswered,
+    /// recorded at the time it waited, and its connection stops.
+    #[serde(with = "crate::report::duration_secs")]
+    pub response_timeout: Duration,
+}
+
+/// Default [`BenchConfig::response_timeout`]: longer than several retransmission timeouts
+/// back to back (200 ms, 400 ms, 800 ms, ...), so only a server that stopped answering hits it.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl BenchConfig {
+    /// A closed-loop, 64/64-byte, 5-second configuration with the given profile.
+    pub fn new(server: SocketAddr, profile: Profile) -> BenchConfig {
+        BenchConfig {
+            server,
+            profile,
+            request_len: 64,
+            reply_len: 64,
+            load: Load::Closed,
+            stop: StopAfter::Duration(Duration::from_secs(5)),
+            warmup: StopAfter::Duration(Duration::from_millis(500)),
+            connections: 1,
+            client_cpu: None,
+            server_cpu: None,
+            spin: false,
+            attribute: false,
+            keep_samples: false,
+            spin_window: Duration::from_micros(200),
+            seed: 1,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// Checks the configuration before any socket is opened.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let frame_range = wire::HEADER_LEN as u32..=wire::MAX_FRAME_LEN;
+        for (flag, value) in [("--size", self.request_len), ("--response-size", self.reply_len)] {
+            if !frame_range.contains(&value) {
+                return Err(ConfigError::FrameSize {
+                    flag,
+                    value,
+                    min: *frame_range.start(),
+                    max: *frame_range.end(),
+                });
+            }
+        }
+        if self.connections == 0 || self.connections > 1024 {
+            return Err(ConfigError::Connections(self.connections));
+        }
+        match self.stop {
+            StopAfter::Duration(d) if d.is_zero() => return Err(ConfigError::EmptyRun),
+            StopAfter::Count(0) => return Err(ConfigError::EmptyRun),
+            StopAfter::Count(n) if n < self.connections as u64 => {
+                return Err(ConfigError::CountBelowConnections(n, self.connections));
+            }
+            _ => {}
+        }
+        if let Load::Open { rate, .. } = self.load
+            && MessageRate::per_second(rate).is_none()
+        {
+            return Err(ConfigError::Rate(rate));
+        }
+        if self.response_timeout.is_zero() {
+            return Err(ConfigError::ResponseTimeout);
+        }
+        // The server's CPU can be checked here only when it runs on this machine; a remote
+        // server reports a failed pin in its Welcome, which the result shows.
+        let local_server = self.server.ip().is_loopback();
+        for (flag, cpu) in [("--cpu", self.client_cpu), ("--server-cpu", self.server_cpu)] {
+            let Some(cpu) = cpu else { continue };
+            if flag == "--server-cpu" && !local_server {
+                continue;
+            }
+            let allowed = sys::allowed_cpus().unwrap_or_default();
+            if !allowed.contains(&cpu) {
+                return Err(ConfigError::Cpu { flag, cpu, allowed });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A configuration that cannot run, named by the flag at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// Request or response size outside the frame limits.
+    #[error("{flag} {value}: must be between {min} and {max} bytes (the header alone is {min})")]
+    FrameSize {
+        /// The flag.
+        flag: &'static str,
+        /// The value given.
+        value: u32,
+        /// Smallest frame.
+        min: u32,
+        /// Largest frame.
+        max: u32,
+    },
+    /// Zero or absurdly many connections.
+    #[error("--connections {0}: must be between 1 and 1024")]
+    Connections(usize),
+    /// Zero duration or count.
+    #[error("--duration/--count: the run would measure nothing")]
+    EmptyRun,
+    /// Fewer requests than connections.
+    #[error("--count {0} is smaller than --connections {1}")]
+    CountBelowConnections(u64, usize),
+    /// Rate not positive.
+    #[error("--rate {0}: must be a positive number of requests per second")]
+    Rate(f64),
+    /// A zero response timeout.
+    #[error("--response-timeout: must be longer than zero")]
+    ResponseTimeout,
+    /// A CPU this process may not use.
+    #[error("{flag} {cpu}: not one of the CPUs this process may run on ({allowed:?})")]
+    Cpu {
+        /// The flag.
+        flag: &'static str,
+        /// The CPU asked for.
+        cpu: usize,
+        /// CPUs allowed.
+        allowed: Vec<usize>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BenchConfig {
+        let profile = Profile { congestion: Some("bbr".into()), ..Profile::default() };
+        let mut c = BenchConfig::new("127.0.0.1:9".parse().unwrap(), profile);
+        c.connections = 2;
+        c.client_cpu = Some(0);
+        c.server_cpu = Some(1);
+        c
+    }
+
+    #[test]
+    fn server_cpu_is_validated_for_a_server_on_this_machine_only() {
+        let mut c = config();
+        c.client_cpu = None;
+        c.server_cpu = Some(100_000);
+        let err = c.validate().unwrap_err();
+        assert!(err.to_string().starts_with("--server-cpu 100000: not one of the CPUs"), "{err}");
+        c.server = "192.0.2.1:9".parse().unwrap();
+        assert_eq!(c.validate(), Ok(()), "a remote server's CPUs are not this machine's");
+        c.response_timeout = Duration::ZERO;
+        assert_eq!(c.validate(), Err(ConfigError::ResponseTimeout));
+    }
+}
