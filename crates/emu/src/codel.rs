@@ -141,7 +141,7 @@ impl Codel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::direction::Packet;
+    use crate::packet::Packet;
 
     fn fifo_with(arrivals_ms: &[u64]) -> Fifo<()> {
         let mut fifo = Fifo::new();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::direction::{Packet, ReleaseInfo};
+use crate::packet::{Packet, ReleaseInfo};
 use crate::spec::Jitter;
 use crate::time::{Nanos, duration_nanos};
 

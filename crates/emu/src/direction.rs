@@ -40,22 +40,11 @@ use crate::delay::DelayLine;
 use crate::event::{DropReason, Event, Observer};
 use crate::link::{ConstantLink, Link, TraceLink};
 use crate::loss::Loss;
+use crate::packet::{Packet, ReleaseInfo};
 use crate::queue::{BottleneckQueue, Queued};
 use crate::spec::{DirectionSpec, PathSpec, Rate, SpecError};
 use crate::time::Nanos;
 use crate::trace::OPPORTUNITY_BYTES;
-
-/// A packet handed to the emulator: the adapter's id, its length on the wire and a payload the
-/// core carries without looking at (a buffer, or an index into the adapter's buffer pool).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet<T> {
-    /// Identifier chosen by the adapter (reported in events and in [`ReleaseInfo`]).
-    pub id: u64,
-    /// Length in bytes as it occupies the link (the IP packet's length for a TUN adapter).
-    pub len: u32,
-    /// Carried through unchanged.
-    pub payload: T,
-}
 
 /// What [`Direction::enqueue`] did with a packet.
 #[derive(Debug, PartialEq, Eq)]
@@ -70,36 +59,6 @@ pub enum Admission<T> {
         /// [`DropReason::Loss`] or [`DropReason::QueueFull`].
         reason: DropReason,
     },
-}
-
-/// The schedule of a released packet, all in virtual time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ReleaseInfo {
-    /// The adapter's packet id.
-    pub id: u64,
-    /// Length in bytes.
-    pub len: u32,
-    /// When it was enqueued.
-    pub arrival: Nanos,
-    /// When it left the queue (serialisation start, or its first delivery opportunity).
-    pub start: Nanos,
-    /// When it left the link.
-    pub departure: Nanos,
-    /// When it was due to be released to the far end.
-    pub scheduled: Nanos,
-}
-
-impl ReleaseInfo {
-    /// Time spent waiting in the bottleneck queue.
-    pub fn queue_delay(&self) -> Duration {
-        self.start - self.arrival
-    }
-
-    /// How late the adapter is if it delivers the packet at `now` (`now - scheduled`, zero if
-    /// early).
-    pub fn lateness(&self, now: Nanos) -> Duration {
-        now - self.scheduled
-    }
 }
 
 /// Where packets currently are inside a direction.

@@ -74,6 +74,7 @@ mod event;
 mod link;
 mod loss;
 mod mahimahi_log;
+mod packet;
 mod queue;
 pub mod runs;
 pub mod segment;
@@ -84,9 +85,10 @@ mod trace;
 pub mod wire;
 
 pub use codel::CODEL_MTU;
-pub use direction::{Admission, Backlog, Direction, Packet, Path, ReleaseInfo};
+pub use direction::{Admission, Backlog, Direction, Path};
 pub use event::{DropReason, Event, FnObserver, Observer};
 pub use mahimahi_log::{LogHeader, MahimahiLog};
+pub use packet::{Packet, ReleaseInfo};
 pub use spec::{
     DirectionSpec, Discipline, Jitter, LossModel, MAX_SPEC_DURATION, MIN_BDP_QUEUE_BYTES, PathSpec,
     QueueLimit, QueueSpec, Rate, SpecError,

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::codel::Codel;
-use crate::direction::Packet;
+use crate::packet::Packet;
 use crate::spec::{Discipline, QueueLimit, QueueSpec};
 use crate::time::Nanos;
 

@@ -28,8 +28,9 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::direction::{Direction, ReleaseInfo};
+use crate::direction::Direction;
 use crate::event::Observer;
+use crate::packet::ReleaseInfo;
 use crate::segment::{GsoPacket, MAX_FRAME_HEADER, Segment, VNET_HDR_LEN};
 use crate::spec::Rate;
 use crate::time::Nanos;

@@ -6,7 +6,8 @@ use std::time::Duration;
 use tcptail_units::{BitRate, ByteSize};
 
 use super::*;
-use crate::direction::{Admission, Packet};
+use crate::direction::Admission;
+use crate::packet::Packet;
 use crate::segment::VirtioNetHdr;
 use crate::spec::{DirectionSpec, QueueLimit, QueueSpec};
 use crate::trace::DeliveryTrace;
