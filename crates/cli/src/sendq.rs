@@ -1,5 +1,5 @@
 //! `tcptail sendq`: the send-queue experiment (SIGCOMM '24 poster) on an emulated path; the
-//! work lives in `tcptail_sendq::experiment`.
+//! work lives in `tcptail_experiments::workload::sendq::experiment`.
 //!
 //! Writes `sendq.json` (every variant's numbers and chunk records, every round),
 //! `ecdf-start-CC.svg` and `ecdf-schedule-CC.svg` (the poster's Figure 3, latency from send
@@ -15,7 +15,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use tcptail_sendq::experiment::{self, Cc, RateResults, SendqConfig, SendqReport, plot};
+use tcptail_experiments::workload::sendq::experiment::{
+    self, Cc, RateResults, SendqConfig, SendqReport, plot,
+};
 use tcptail_units::{BitRate, HumanDuration};
 
 #[derive(Debug, Args)]

@@ -19,8 +19,10 @@
 //!   the kernel's included, and keep the estimate fresh in every mode.
 //! - [`fresh_sender`]: [`FreshSender`], the queue and the wrapper together: offer messages
 //!   by key, pump them out as the bound allows, read merged/dropped counts.
-//! - [`experiment`]: the poster's lab experiment on an emulated path between two network
-//!   namespaces (needs root), returning a serialisable [`experiment::SendqReport`].
+//!
+//! The poster's lab experiment on an emulated path between two network namespaces (`tcptail
+//! sendq`) is `tcptail_experiments::workload::sendq::experiment`, beside the other lab
+//! experiments; this crate holds only what an application links.
 //!
 //! ```
 //! use std::time::Duration;
@@ -41,13 +43,11 @@
 //! # }
 //! ```
 //!
-//! The library never changes host settings; the experiment only touches the namespaces it
-//! creates.
+//! The library never changes host settings.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod experiment;
 pub mod fresh_sender;
 pub mod freshness;
 pub mod governor;

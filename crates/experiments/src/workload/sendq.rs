@@ -3,8 +3,9 @@
 //!
 //! The sender writes 51,200-byte chunks every 10 ms (41 Mbit/s offered into a 30 Mbit/s path,
 //! so it is always behind) through `tcptail_sendq`'s governor; the receiver stamps each
-//! chunk's completion on the same clock. The engine is `tcptail_sendq::experiment::run_variant`
-//! (the code behind `tcptail sendq`); this module only maps parameters and metrics.
+//! chunk's completion on the same clock. The engine is [`experiment::run_variant`] (the code
+//! behind `tcptail sendq`, which also runs the poster's whole variant set and sweep); this
+//! module only maps parameters and metrics.
 //!
 //! | key | values | default |
 //! |---|---|---|
@@ -30,13 +31,16 @@
 use std::time::Duration;
 
 use tcptail_report::Series;
-use tcptail_sendq::experiment::{Cc, Control, SendqConfig, Variant, run_variant};
 use tcptail_sendq::governor::Mode;
 use tcptail_units::BitRate;
 
 use crate::params::{ParamError, Params};
 use crate::path::{PathKind, PathPlan};
 use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+
+pub mod experiment;
+
+use experiment::{Cc, Control, SendqConfig, Variant, run_variant};
 
 /// The `sendq` engine.
 pub struct SendQueue;

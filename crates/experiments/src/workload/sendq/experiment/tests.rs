@@ -1,5 +1,5 @@
 use super::*;
-use crate::sender::SenderStats;
+use tcptail_sendq::sender::SenderStats;
 
 #[test]
 fn full_config_has_every_variant_of_the_issue() {

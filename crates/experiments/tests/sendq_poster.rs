@@ -12,7 +12,9 @@
 //! Needs root with `CAP_NET_ADMIN`/`CAP_SYS_ADMIN`, iproute2 and `/dev/net/tun` (CI runs as
 //! root); without them it fails with the reason, never passes silently.
 
-use tcptail_sendq::experiment::{self, BASELINES, CONTROLLED, Cc, SendqConfig, TargetCheck};
+use tcptail_experiments::workload::sendq::experiment::{
+    self, BASELINES, CONTROLLED, Cc, SendqConfig, TargetCheck,
+};
 
 /// The cut asserted against a baseline whose 70 % target is out of physical reach.
 const CUT_BELOW_THE_FLOOR: f64 = 0.40;

@@ -8,7 +8,7 @@
 //! server namespaces, so both read the same `CLOCK_MONOTONIC`.
 //!
 //! Latency "from send start" is measured alike for every variant: from the moment the
-//! application calls [`BoundedSender::send_all`](crate::BoundedSender::send_all) with the
+//! application calls [`BoundedSender::send_all`](tcptail_sendq::BoundedSender::send_all) with the
 //! chunk, so the governor's waits and the kernel's (a blocking write into a full buffer) both
 //! count; with freshness on, the chunk enters the send path (the freshness queue) at its
 //! scheduled time, so both views coincide there.
@@ -17,7 +17,7 @@
 //! bandwidth), [`SendqConfig::rounds`] times, interleaved (each round starts one variant
 //! later). For each it reports latency from send start *and* from the chunk's scheduled time
 //! (p50/p90/p99/max, medians over rounds with the spread of the per-round medians), goodput,
-//! the fraction of chunks merged or dropped by the [`FreshnessQueue`](crate::FreshnessQueue),
+//! the fraction of chunks merged or dropped by the [`FreshnessQueue`](tcptail_sendq::FreshnessQueue),
 //! and the path's standing queue (smoothed RTT minus minimum RTT). [`SendqReport::targets`]
 //! checks the targets; [`plot`] draws the ECDF (the poster's Figure 3) and the
 //! bandwidth sweep (its Figure 4) as SVG.
@@ -34,7 +34,7 @@ use tcptail_lab::emulator::{Emulator, EmulatorError, EmulatorOptions};
 use tcptail_netns::{Cleanup, Topology};
 use tcptail_units::{Bdp, BitRate};
 
-use crate::governor::Mode;
+use tcptail_sendq::governor::Mode;
 
 pub mod plot;
 mod summary;

@@ -12,9 +12,9 @@ use tcptail_netns::Topology;
 use tcptail_netns::addr::SERVER_ADDR;
 
 use super::{Control, ExperimentError, SendqConfig, Variant, io_err};
-use crate::freshness::{FreshnessPolicy, FreshnessQueue};
-use crate::governor::{GovernorConfig, Mode};
-use crate::sender::{BoundedSender, SenderStats};
+use tcptail_sendq::freshness::{FreshnessPolicy, FreshnessQueue};
+use tcptail_sendq::governor::{GovernorConfig, Mode};
+use tcptail_sendq::sender::{BoundedSender, SenderStats};
 
 /// Bytes of the header at the start of every chunk: magic, sequence number, scheduled time
 /// and send-start time (ns since the run's epoch), reserved.
