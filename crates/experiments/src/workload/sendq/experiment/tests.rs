@@ -121,3 +121,30 @@ fn targets_fail_when_the_data_shows_no_effect() {
     // 39 ms asked is above the floor (33.7 ms): a plain failure, not out of reach.
     assert!(checks.iter().all(|c| c.out_of_reach.is_none()), "{checks:#?}");
 }
+
+#[test]
+fn plots_are_standalone_report_charts() {
+    let at = |rate_bps, p50| RateResults {
+        rate_bps,
+        variants: vec![result("cubic/no-control", p50, p50 * 2.0, 9.0)],
+        emulator_lateness_p99_us: 10.0,
+        emulator_lateness_flag: None,
+    };
+    let s = plot::sweep_svg("sweep", &[at(10_000_000, 80.0), at(20_000_000, 40.0)]);
+    assert!(s.starts_with(r#"<svg xmlns="http://www.w3.org/2000/svg" "#), "{s}");
+    assert!(s.contains("cubic/no-control from schedule") && s.contains("stroke-dasharray"));
+    assert!(s.ends_with("</svg>\n"));
+
+    let mut v = result("bbr/threshold-10ms", 20.0, 20.0, 9.0);
+    v.runs[0].chunks = (0..50)
+        .map(|i| ChunkRecord {
+            seq: i,
+            scheduled_ms: f64::from(i) * 10.0,
+            start_ms: f64::from(i) * 10.0,
+            complete_ms: f64::from(i) * 10.0 + 5.0 + f64::from(i % 7),
+        })
+        .collect();
+    let s = plot::ecdf_svg("ecdf", &[v], VariantSummary::from_start_samples);
+    assert!(s.starts_with(r#"<svg xmlns="#) && s.contains("bbr/threshold-10ms"), "{s}");
+    assert!(s.contains("<path d=\"M") && !s.contains("no data"), "{s}");
+}
