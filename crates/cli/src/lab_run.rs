@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tcptail_experiments::round::RunError;
 use tcptail_experiments::runner::{self, Observer, Prepared, RunOptions};
 use tcptail_experiments::spec::{Experiment, Mode};
-use tcptail_experiments::workload::RunError;
 use tcptail_netns::{ensure_root, signal};
 use tcptail_report::{ExperimentResult, Results};
 

@@ -6,6 +6,8 @@
 //! - [`params`]: a variant's parameters with their lines; keys no engine reads are errors.
 //! - [`workload`]: the engines that run one variant for one round (request/response latency,
 //!   split writes, idle restart, the tuning ladder, send-queue delay, bulk transfers, bloat).
+//! - [`round`]: what a round sees ([`round::RoundContext`]), returns ([`round::Measurement`])
+//!   and fails with ([`round::RunError`]), shared by the runner, the engines and the path.
 //! - [`path`]: the network path of a round: veth, the built-in emulator, or `tbf` on a router.
 //! - [`verdict`]: the rule language that turns medians and spreads into a verdict with its
 //!   reason, every rule evaluated for the report, and findings (observations decided from the
@@ -20,6 +22,7 @@
 pub mod environment;
 pub mod params;
 pub mod path;
+pub mod round;
 pub mod runner;
 pub mod spec;
 pub mod verdict;

@@ -24,7 +24,7 @@ use tcptail_report::Lateness;
 use tcptail_units::{Bdp, BitRate};
 
 use crate::params::{ParamError, Params, required};
-use crate::workload::{RoundContext, RunError};
+use crate::round::{RoundContext, RunError};
 
 /// p99 emulator lateness above which a round's results are marked.
 pub const LATENESS_BOUND: Duration = Duration::from_micros(500);

@@ -16,9 +16,10 @@ use tcptail_report::{
     SeriesKind, VariantResult, Verdict,
 };
 
+use crate::round::{Measurement, RoundContext, RunError};
 use crate::spec::{Experiment, Mode, SpecError, VariantSpec};
 use crate::verdict::{self, Finding, Rule, RuleError};
-use crate::workload::{self, Measurement, RoundContext, RunError, VariantPlan};
+use crate::workload::{self, VariantPlan};
 
 /// One experiment, checked: every variant planned, every rule compiled.
 pub struct Prepared {

@@ -38,8 +38,9 @@ use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
 use crate::path::{PathKind, PathPlan};
+use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, BulkFlows};
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+use crate::workload::{VariantPlan, Workload};
 
 /// The `bloat` engine.
 pub struct Bloat;

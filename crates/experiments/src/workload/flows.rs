@@ -25,7 +25,7 @@ use tcptail_sock::TcpInfo;
 
 use crate::params::{ParamError, Params};
 use crate::path::LivePath;
-use crate::workload::RunError;
+use crate::round::RunError;
 
 /// Congestion controls this machine offers per socket.
 pub const CCS: &[&str] = &["cubic", "bbr", "reno"];

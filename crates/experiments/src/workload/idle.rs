@@ -37,8 +37,9 @@ use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
 use crate::path::{PathKind, PathPlan};
+use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, percentile};
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+use crate::workload::{VariantPlan, Workload};
 
 /// The `idle-restart` engine.
 pub struct IdleRestart;

@@ -30,7 +30,8 @@ use super::rr::placement::Placement;
 use super::rr::round::RoundSpec;
 use crate::params::{ParamError, Params, required};
 use crate::path::PathPlan;
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+use crate::round::{Measurement, RoundContext, RunError};
+use crate::workload::{VariantPlan, Workload};
 
 /// The rungs, in ladder order.
 pub const RUNGS: [&str; 7] =

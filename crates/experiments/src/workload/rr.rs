@@ -34,7 +34,8 @@ use tcptail_sock::{Profile, QuickAck};
 
 use crate::params::{ParamError, Params};
 use crate::path::PathPlan;
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+use crate::round::{Measurement, RoundContext, RunError};
+use crate::workload::{VariantPlan, Workload};
 use placement::Placement;
 use round::RoundSpec;
 

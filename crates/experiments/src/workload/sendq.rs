@@ -36,7 +36,8 @@ use tcptail_units::BitRate;
 
 use crate::params::{ParamError, Params};
 use crate::path::{PathKind, PathPlan};
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+use crate::round::{Measurement, RoundContext, RunError};
+use crate::workload::{VariantPlan, Workload};
 
 pub mod experiment;
 

@@ -40,7 +40,8 @@ use super::rr::durations;
 use super::rr::placement::{Placement, cpus_phrase};
 use crate::params::{ParamError, Params};
 use crate::path::{LivePath, PathPlan};
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan, Workload};
+use crate::round::{Measurement, RoundContext, RunError};
+use crate::workload::{VariantPlan, Workload};
 
 /// A blocked read or write longer than this means the peer is gone.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);

@@ -3,7 +3,8 @@
 use toml::Value;
 
 use crate::params::Params;
-use crate::workload::{Measurement, RoundContext, RunError, VariantPlan};
+use crate::round::{Measurement, RoundContext, RunError};
+use crate::workload::VariantPlan;
 
 /// Parameters for an emulated path of `rate` and `rtt`, then `pairs` (which may override).
 pub(crate) fn emulated(rate: &str, rtt: &str, pairs: &[(&str, Value)]) -> Params {

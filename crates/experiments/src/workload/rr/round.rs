@@ -26,8 +26,8 @@ use tcptail_sock::{BbrPhase, Profile};
 
 use super::placement::{Placement, cpus_phrase};
 use crate::path::{LivePath, PathPlan};
+use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::BulkFlows;
-use crate::workload::{Measurement, RoundContext, RunError};
 
 /// How long competing flows run before the measurement starts, so that they are past slow
 /// start (and BBR past STARTUP/DRAIN) when the first request is timed.
