@@ -7,12 +7,15 @@
 //!   only serialises matching sockets, and evaluated identically in user space.
 //! - [`dump`]: the [`Dumper`], a sock_diag client for the current or a named network namespace.
 //! - [`selector`]: the selector TOML file (named port/address rules) turned into filters.
+//! - [`record`]: the flight recorder (change-only records of every selected connection in
+//!   compressed, rotating files) and its replay.
 //! - [`metrics`]: the scrape-time collector: per-connection series for selected connections
 //!   under a hard cap, per-group aggregates for everything else, text exposition.
 //! - [`Connection`]: an owned view of one socket with derived values (BBR phase, estimated
 //!   send-queue delay, limited-time fractions), serialisable for `tcptail top --json`.
 //!
-//! Invariants: parsing never panics on any input; everything except [`dump`] and [`sys`] is
+//! Invariants: parsing never panics on any input; everything except [`dump`], [`sys`] and the
+//! recorder's files is
 //! pure (no clock, no sockets), so it is tested on captured replies. All `libc` calls are in
 //! [`sys`]. A field the kernel does not report is absent, never zero.
 
@@ -22,6 +25,7 @@
 pub mod dump;
 pub mod filter;
 pub mod metrics;
+pub mod record;
 pub mod selector;
 pub mod sys;
 pub mod wire;

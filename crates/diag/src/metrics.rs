@@ -15,7 +15,7 @@
 //!
 //! Memory is the exported connections (at most the cap, kept in a heap while the dump runs, as
 //! fixed-size rows: nothing is allocated per socket or per series) plus a fixed amount per
-//! group; the text is written into one buffer ([`text`]). Rendering supports the
+//! group; the text is written into one buffer (`metrics::text`). Rendering supports the
 //! Prometheus text format 0.0.4 and OpenMetrics 1.0 (`# EOF`, `info`, `gaugehistogram`); the
 //! histograms describe the current snapshot, so they are gauge histograms. Pure code: the
 //! caller measures the scrape's duration and passes it in.

@@ -162,3 +162,12 @@ fn cpu(ru: libc::rusage) -> std::time::Duration {
     };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the flight recorder's timestamps (std's `Instant` has no
+/// value that can be written to a file).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}

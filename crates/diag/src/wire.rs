@@ -136,6 +136,9 @@ pub struct Socket<'a> {
     pub inode: u32,
     /// `INET_DIAG_INFO`, parsed; `None` when absent or shorter than the base struct.
     pub info: Option<TcpInfo>,
+    /// `INET_DIAG_INFO` as the kernel sent it (empty when absent), for the flight recorder,
+    /// which records `struct tcp_info` field by field.
+    pub info_raw: &'a [u8],
     /// `INET_DIAG_CONG`: the congestion-control name.
     pub cong: Option<&'a str>,
     /// `INET_DIAG_BBRINFO`, for BBR sockets.
@@ -438,6 +441,7 @@ pub fn parse_socket(p: &[u8]) -> Result<Socket<'_>, ParseError> {
         uid: u32_at(p, 64),
         inode: u32_at(p, 68),
         info: None,
+        info_raw: &[],
         cong: None,
         bbr: None,
         skmem: None,
@@ -451,7 +455,10 @@ pub fn parse_socket(p: &[u8]) -> Result<Socket<'_>, ParseError> {
         }
         let data = &p[off + 4..off + len];
         match kind {
-            INET_DIAG_INFO => sock.info = TcpInfo::parse(data).ok(),
+            INET_DIAG_INFO => {
+                sock.info = TcpInfo::parse(data).ok();
+                sock.info_raw = data;
+            }
             INET_DIAG_CONG => {
                 let name = data.split(|&b| b == 0).next().unwrap_or_default();
                 sock.cong = std::str::from_utf8(name).ok();

@@ -41,6 +41,7 @@ fn sock(dport: u16, dst: [u8; 4], cookie: u64, notsent: u32) -> Socket<'static> 
         uid: 0,
         inode: 0,
         info: Some(TcpInfo::parse(&raw).unwrap()),
+        info_raw: &[],
         cong: Some("cubic"),
         bbr: None,
         skmem: None,

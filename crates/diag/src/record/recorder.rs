@@ -1,0 +1,269 @@
+//! The recorder: one sock_diag dump per poll, compared socket by socket with the table of live
+//! connections (one entry each, removed when the connection is gone), writing only what
+//! changed.
+//!
+//! A poll writes a tick, then for each dumped socket: a change record when a non-volatile
+//! field changed (nothing when none did), then a full record when the connection is new to
+//! the file, when its congestion control changed or when the full-snapshot period came round
+//! (after the change, so a reader checks the state its changes built against it).
+//! Connections the dump no longer returned get a gone record, except after a dump the kernel
+//! flagged interrupted (its tables changed mid-dump, so a missing socket may still live).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::codec::{put_change, put_full, put_gone, put_tick};
+use super::fields::{Identity, VOLATILE_MASK, Values};
+use super::file::{Header, RecordError, RecordWriter, WriterOptions};
+use crate::wire::Socket;
+use crate::{DumpRequest, Dumper, sys};
+
+/// How the recorder polls and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecorderOptions {
+    /// Poll interval (written in the header; the caller paces the polls).
+    pub interval: Duration,
+    /// Period of full snapshots of every connection.
+    pub full_every: Duration,
+    /// Longest time records wait in memory before their block is written.
+    pub block_every: Duration,
+    /// Rotation and compression.
+    pub writer: WriterOptions,
+}
+
+impl Default for RecorderOptions {
+    fn default() -> Self {
+        RecorderOptions {
+            interval: Duration::from_millis(100),
+            full_every: Duration::from_secs(60),
+            block_every: Duration::from_secs(1),
+            writer: WriterOptions::default(),
+        }
+    }
+}
+
+/// Totals since the recorder started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecorderStats {
+    /// Polls made.
+    pub polls: u64,
+    /// Sockets the last poll saw.
+    pub sockets: u64,
+    /// Full records written.
+    pub full: u64,
+    /// Change records written.
+    pub changes: u64,
+    /// Gone records written.
+    pub gone: u64,
+    /// Dumps the kernel flagged interrupted.
+    pub interrupted: u64,
+    /// Files rotated away.
+    pub rotations: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: Identity,
+    /// The values as last written (what a replay has rebuilt).
+    values: Values,
+    /// Poll that last saw it.
+    seen: u64,
+    /// Full-snapshot generation of its last full record.
+    generation: u64,
+    /// File its first record went to.
+    epoch: u64,
+}
+
+/// The live-connection table and its position in the snapshot cycle.
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashMap<u64, Entry>,
+    scratch: Values,
+    poll: u64,
+    generation: u64,
+    epoch: u64,
+    stats: RecorderStats,
+}
+
+impl Table {
+    fn observe(&mut self, s: &Socket<'_>, out: &mut Vec<u8>) {
+        self.stats.sockets += 1;
+        self.scratch.fill(s);
+        let new = &self.scratch;
+        let (poll, generation, epoch) = (self.poll, self.generation, self.epoch);
+        let cookie = s.id.cookie;
+        match self.entries.get_mut(&cookie) {
+            Some(e) => {
+                e.seen = poll;
+                let mask = new.changed(&e.values);
+                // A connection new to this file (after a rotation) starts with a full record.
+                if e.epoch == epoch && mask & !VOLATILE_MASK != 0 {
+                    put_change(out, cookie, &e.values, new, mask);
+                    e.values = *new;
+                    self.stats.changes += 1;
+                }
+                // A snapshot after the change, so a reader can check the changes it applied
+                // against it field by field.
+                if e.epoch != epoch || e.generation != generation || e.id.cc.as_deref() != s.cong {
+                    if e.id.cc.as_deref() != s.cong {
+                        e.id.cc = s.cong.map(str::to_owned);
+                    }
+                    e.epoch = epoch;
+                    e.generation = generation;
+                    e.values = *new;
+                    put_full(out, &e.id, new);
+                    self.stats.full += 1;
+                }
+            }
+            None => {
+                let e = Entry { id: Identity::of(s), values: *new, seen: poll, generation, epoch };
+                put_full(out, &e.id, new);
+                self.stats.full += 1;
+                self.entries.insert(cookie, e);
+            }
+        }
+    }
+
+    /// Writes the end of every connection the last poll did not see and forgets it.
+    fn sweep(&mut self, out: &mut Vec<u8>) {
+        let (poll, epoch) = (self.poll, self.epoch);
+        let mut gone = 0;
+        self.entries.retain(|&cookie, e| {
+            let live = e.seen == poll;
+            // A connection whose first record went to an earlier file, and which ended before
+            // this file's first poll saw it, is not in this file at all.
+            if !live && e.epoch == epoch {
+                put_gone(out, cookie);
+                gone += 1;
+            }
+            live
+        });
+        self.stats.gone += gone;
+    }
+}
+
+/// Records connections into a rotating file.
+#[derive(Debug)]
+pub struct Recorder {
+    writer: RecordWriter,
+    options: RecorderOptions,
+    table: Table,
+    last_tick_ns: u64,
+    last_full_ns: u64,
+    last_block_ns: u64,
+}
+
+fn header(options: &RecorderOptions, mono_ns: u64) -> Header {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Header::new(
+        wall,
+        mono_ns,
+        options.interval.as_nanos() as u64,
+        options.full_every.as_nanos() as u64,
+    )
+}
+
+impl Recorder {
+    /// Starts a recording at `path` (truncated if it exists).
+    pub fn create(path: &Path, options: RecorderOptions) -> Result<Recorder, RecordError> {
+        let now = sys::monotonic_ns();
+        let writer = RecordWriter::create(path, &header(&options, now), options.writer)?;
+        Ok(Recorder {
+            writer,
+            options,
+            table: Table::default(),
+            last_tick_ns: now,
+            last_full_ns: now,
+            last_block_ns: now,
+        })
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> RecorderStats {
+        self.table.stats
+    }
+
+    /// Live connections in the table.
+    pub fn live(&self) -> usize {
+        self.table.entries.len()
+    }
+
+    /// Bytes in the current file.
+    pub fn file_bytes(&self) -> u64 {
+        self.writer.file_bytes()
+    }
+
+    /// One poll: dumps `req` with `dumper` and records what changed.
+    pub fn poll(&mut self, dumper: &mut Dumper, req: &DumpRequest) -> Result<(), RecordError> {
+        let now = sys::monotonic_ns();
+        self.begin(now)?;
+        let (table, out) = (&mut self.table, &mut self.writer.records);
+        let stats = dumper.dump(req, |s| table.observe(s, out))?;
+        self.end(now, !stats.interrupted)
+    }
+
+    /// One poll over sockets handed to `feed` (tests and replays of captured dumps): `now_ns`
+    /// is its monotonic time, `complete` whether absent sockets are gone.
+    pub fn poll_sockets<'s>(
+        &mut self,
+        now_ns: u64,
+        sockets: impl IntoIterator<Item = &'s Socket<'s>>,
+        complete: bool,
+    ) -> Result<(), RecordError> {
+        self.begin(now_ns)?;
+        for s in sockets {
+            self.table.observe(s, &mut self.writer.records);
+        }
+        self.end(now_ns, complete)
+    }
+
+    fn begin(&mut self, now: u64) -> Result<(), RecordError> {
+        let t = &mut self.table;
+        if self.writer.full() {
+            self.writer.rotate(&header(&self.options, now))?;
+            t.stats.rotations += 1;
+            t.epoch += 1;
+            t.generation += 1;
+            self.last_tick_ns = now;
+            self.last_full_ns = now;
+        } else if now.saturating_sub(self.last_full_ns) >= self.options.full_every.as_nanos() as u64
+        {
+            t.generation += 1;
+            self.last_full_ns = now;
+        }
+        t.poll += 1;
+        t.stats.polls += 1;
+        t.stats.sockets = 0;
+        put_tick(&mut self.writer.records, now.saturating_sub(self.last_tick_ns));
+        self.last_tick_ns = now;
+        Ok(())
+    }
+
+    fn end(&mut self, now: u64, complete: bool) -> Result<(), RecordError> {
+        if complete {
+            self.table.sweep(&mut self.writer.records);
+        } else {
+            // The dump may have missed sockets: keep them all as seen.
+            let poll = self.table.poll;
+            self.table.entries.values_mut().for_each(|e| e.seen = poll);
+            self.table.stats.interrupted += 1;
+        }
+        let due =
+            now.saturating_sub(self.last_block_ns) >= self.options.block_every.as_nanos() as u64;
+        if due || self.writer.records.len() >= 1 << 20 {
+            self.writer.flush_block()?;
+            self.last_block_ns = now;
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending and closes the file.
+    pub fn finish(self) -> Result<RecorderStats, RecordError> {
+        let stats = self.table.stats;
+        self.writer.finish()?;
+        Ok(stats)
+    }
+}

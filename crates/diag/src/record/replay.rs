@@ -1,0 +1,159 @@
+//! Replaying a recording: the state of every connection as the records rebuild it, tick by
+//! tick, with each full snapshot checked against the state the changes before it built.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::codec::{Record, apply_change};
+use super::fields::{Identity, VOLATILE_MASK, Values};
+use super::file::{Header, RecordError, RecordReader};
+use crate::Connection;
+
+/// One connection as replayed so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracked {
+    /// Who it is.
+    pub id: Identity,
+    /// Its fields as of its last record.
+    pub values: Values,
+    /// Monotonic ns of its first record in this file.
+    pub first_ns: u64,
+    /// Monotonic ns of its last record.
+    pub last_ns: u64,
+}
+
+impl Tracked {
+    /// The connection as a live dump would have shown it at its last record.
+    pub fn connection(&self) -> Connection {
+        self.id.connection(&self.values)
+    }
+}
+
+/// What one record did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A poll happened (the replay's time moved on).
+    Tick,
+    /// A full snapshot of `cookie`; `matched` says whether the state the change records built
+    /// agreed with it (volatile ages aside), `None` for a connection new to the file.
+    Full {
+        /// The connection.
+        cookie: u64,
+        /// Agreement of the rebuilt state with the snapshot.
+        matched: Option<bool>,
+    },
+    /// Fields of `cookie` changed (bit `i` of `mask`: [`super::fields::FIELDS`]`[i]`).
+    Change {
+        /// The connection.
+        cookie: u64,
+        /// The changed fields.
+        mask: u128,
+    },
+    /// The connection is gone; its last state.
+    Gone(Box<Tracked>),
+}
+
+/// Replays one file.
+#[derive(Debug)]
+pub struct Replay {
+    reader: RecordReader,
+    now_ns: u64,
+    table: HashMap<u64, Tracked>,
+    /// Full snapshots that disagreed with the rebuilt state.
+    pub mismatches: u64,
+}
+
+impl Replay {
+    /// Opens a recording.
+    pub fn open(path: &Path) -> Result<Replay, RecordError> {
+        let reader = RecordReader::open(path)?;
+        let now_ns = reader.header().start_mono_ns;
+        Ok(Replay { reader, now_ns, table: HashMap::new(), mismatches: 0 })
+    }
+
+    /// The file's header.
+    pub fn header(&self) -> &Header {
+        self.reader.header()
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        self.reader.path()
+    }
+
+    /// Monotonic ns of the latest tick.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// A live connection's replayed state.
+    pub fn get(&self, cookie: u64) -> Option<&Tracked> {
+        self.table.get(&cookie)
+    }
+
+    /// Every live connection.
+    pub fn connections(&self) -> impl Iterator<Item = &Tracked> {
+        self.table.values()
+    }
+
+    /// Applies the next record; `None` at the end of the file (and after an error).
+    pub fn next_event(&mut self) -> Option<Result<Event, RecordError>> {
+        let record = match self.reader.next_record()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(self.apply(record))
+    }
+
+    fn apply(&mut self, record: Record) -> Result<Event, RecordError> {
+        let now = self.now_ns;
+        match record {
+            Record::Tick { delta_ns } => {
+                self.now_ns = self.now_ns.wrapping_add(delta_ns);
+                Ok(Event::Tick)
+            }
+            Record::Full { id, fields } => {
+                let mut values = Values::default();
+                for (i, v) in fields {
+                    if let Some(i) = self.reader.field(i) {
+                        values.set(i, Some(v));
+                    }
+                }
+                let cookie = id.cookie;
+                let matched = self.table.get(&cookie).map(|old| {
+                    old.id.local == id.local
+                        && old.id.remote == id.remote
+                        && old.values.changed(&values) & !VOLATILE_MASK == 0
+                });
+                if matched == Some(false) {
+                    self.mismatches += 1;
+                }
+                let first_ns = self.table.get(&cookie).map_or(now, |t| t.first_ns);
+                self.table.insert(cookie, Tracked { id, values, first_ns, last_ns: now });
+                Ok(Event::Full { cookie, matched })
+            }
+            Record::Change { cookie, changes } => {
+                let reader = &self.reader;
+                let mapped: Vec<(usize, Option<u64>)> =
+                    changes.into_iter().filter_map(|(i, d)| Some((reader.field(i)?, d))).collect();
+                let Some(t) = self.table.get_mut(&cookie) else {
+                    let what =
+                        format!("a change of connection {cookie}, which the file never opened");
+                    return Err(self.reader.inconsistent(what));
+                };
+                let before = t.values;
+                apply_change(&mut t.values, mapped);
+                t.last_ns = now;
+                Ok(Event::Change { cookie, mask: t.values.changed(&before) })
+            }
+            Record::Gone { cookie } => match self.table.remove(&cookie) {
+                Some(t) => Ok(Event::Gone(Box::new(t))),
+                None => {
+                    let what =
+                        format!("the end of connection {cookie}, which the file never opened");
+                    Err(self.reader.inconsistent(what))
+                }
+            },
+        }
+    }
+}
