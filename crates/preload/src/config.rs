@@ -15,6 +15,10 @@ use tcptail_sock::{Profile, QuickAck};
 pub const PROFILE_ENV: &str = "TCPTAIL_PROFILE";
 /// The environment variable that turns on one log line per socket (`1`; empty or `0` is off).
 pub const LOG_ENV: &str = "TCPTAIL_LOG";
+/// Set to `1`, the library panics inside its own work at every TCP socket it would apply the
+/// profile to: a test hook showing that a panic stays inside the library (caught at the hook,
+/// silent unless logging is on) and the program's calls are unaffected.
+pub const TEST_PANIC_ENV: &str = "TCPTAIL_PRELOAD_TEST_PANIC";
 /// The file name of the preload library that `tcptail run` looks for.
 pub const LIB_FILE_NAME: &str = "libtcptail_preload.so";
 
@@ -40,6 +44,8 @@ pub struct Settings {
     pub profile: Profile,
     /// Log one line per socket to stderr.
     pub log: bool,
+    /// Panic instead of applying ([`TEST_PANIC_ENV`]).
+    pub test_panic: bool,
 }
 
 impl Settings {
@@ -57,10 +63,19 @@ impl Settings {
 impl Config {
     /// Reads [`PROFILE_ENV`] and [`LOG_ENV`] from the process environment.
     pub fn from_env() -> Config {
-        Config::from_vars(
+        let mut config = Config::from_vars(
             std::env::var_os(PROFILE_ENV).as_deref(),
             std::env::var_os(LOG_ENV).as_deref(),
-        )
+        );
+        if let Config::Active(settings) = &mut config {
+            settings.test_panic = std::env::var_os(TEST_PANIC_ENV).is_some_and(|v| v == "1");
+        }
+        config
+    }
+
+    /// Whether `TCPTAIL_LOG` in the process environment turns logging on.
+    pub fn log_from_env() -> bool {
+        std::env::var_os(LOG_ENV).is_some_and(|v| log_enabled(&v))
     }
 
     /// The configuration for these variable values (`None`: unset).
@@ -83,7 +98,16 @@ impl Config {
         if let Err(e) = profile.validate() {
             return Config::Invalid(format!("{PROFILE_ENV}={name}: {e}"));
         }
-        Config::Active(Settings { profile, log })
+        Config::Active(Settings { profile, log, test_panic: false })
+    }
+
+    /// Whether logging is on.
+    pub fn log(&self) -> bool {
+        match self {
+            Config::Active(s) => s.log,
+            Config::Inactive { log } => *log,
+            Config::Invalid(_) => false,
+        }
     }
 
     /// The settings to apply, if any.

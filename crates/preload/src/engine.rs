@@ -3,33 +3,36 @@
 //! in the [`table`], log it, and re-arm `TCP_QUICKACK` after receives.
 //!
 //! The configuration is decided once, at the first TCP socket, so a process that never makes
-//! one (a shell between `tcptail run` and the real program, say) never reads the profile.
+//! one (a shell between `tcptail run` and the real program, say) never reads the profile. It
+//! is published without a lock ([`LockFreeOnce`]): a child forked while another thread was
+//! still reading the profile decides its own instead of waiting forever.
 //!
 //! Invariants: nothing here returns an error to the hook or changes a socket that is not an
 //! `AF_INET`/`AF_INET6` TCP socket; callers ([`crate::sys`]) hold the re-entrancy guard,
 //! preserve `errno` and catch panics around every function of this module.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::OnceLock;
 
 use socket2::{Domain, Protocol, SockRef};
 use tcptail_sock::apply_profile;
 
 use crate::config::{Config, Settings};
+use crate::sys::LockFreeOnce;
 use crate::{log, table};
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static CONFIG: LockFreeOnce<Config> = LockFreeOnce::new();
 
 /// The process's configuration, read from the environment on first use (printing the startup
-/// line for a profile that does not load).
+/// line for a profile that does not load, once).
 pub fn config() -> &'static Config {
-    CONFIG.get_or_init(|| {
-        let config = Config::from_env();
+    let (config, first) = CONFIG.get_or_publish(Config::from_env);
+    if first {
+        log::set_enabled(config.log());
         if let Some(message) = config.startup_message() {
             log::emit(&log::notice_line(std::process::id(), &message));
         }
-        config
-    })
+    }
+    config
 }
 
 /// True for what `socket(domain, type, protocol)` creates as an IPv4/IPv6 TCP socket (type
@@ -98,6 +101,9 @@ pub fn rearm(fd: BorrowedFd<'_>) {
 /// Applies the profile and flags the fd; `event` describes it for the log, and is built (with
 /// its extra system calls, such as the peer's address) only when logging is on.
 fn apply(fd: BorrowedFd<'_>, settings: &Settings, event: impl FnOnce() -> String) {
+    if settings.test_panic {
+        panic!("{} is set", crate::config::TEST_PANIC_ENV);
+    }
     let report = apply_profile(fd, &settings.profile);
     let flags = table::APPLIED | if settings.rearm() { table::REARM } else { 0 };
     table::set(fd.as_raw_fd(), flags);

@@ -1,8 +1,9 @@
 //! `libtcptail_preload.so`: applies a tcptail socket profile to every TCP socket of an
 //! unmodified, dynamically linked program, loaded with `LD_PRELOAD` (what `tcptail run` does).
 //!
-//! The library interposes `socket`, `connect`, `accept`, `accept4`, `close` and the receive
-//! calls `recv`, `recvfrom`, `recvmsg`, `recvmmsg`, `read` and `readv`, plus glibc's
+//! The library interposes `socket`, `connect`, `accept`, `accept4`, `close`, the descriptor
+//! calls that move or close sockets (`dup`, `dup2`, `dup3`, `close_range`, `closefrom`) and the
+//! receive calls `recv`, `recvfrom`, `recvmsg`, `recvmmsg`, `read` and `readv`, plus glibc's
 //! `_FORTIFY_SOURCE` forms `__recv_chk`, `__recvfrom_chk` and `__read_chk` (what a program
 //! built with `-D_FORTIFY_SOURCE` calls instead of `recv`, `recvfrom` and `read` when the
 //! buffer's size is known at compile time), each forwarding to the real libc function found
@@ -38,11 +39,22 @@
 //!   Receives on anything else (files, pipes, UDP, Unix sockets) cost the load only.
 //! - **Non-TCP sockets are untouched**: UDP, Unix, raw, SCTP and MPTCP sockets never see a
 //!   `setsockopt` from here.
+//! - **Silent unless asked**: a panic inside the library is caught at the hook, and the
+//!   library's panic hook prints nothing into the program's stderr unless `TCPTAIL_LOG` is on
+//!   (then one line).
+//! - **Safe across `fork`**: no lock a `fork` on another thread could leave held (the
+//!   configuration is published lock-free, log lines are single `write(2)`s, the fd table is
+//!   atomics), so a child never waits for a thread it does not have.
+//! - **Inert in setuid programs**: loaded into a secure-execution process (`AT_SECURE`), it
+//!   prints one warning and does nothing else (the environment belongs to the caller, not to
+//!   the program's owner).
+//! - **Raw fallbacks**: a hook that cannot call the real function (this thread is inside
+//!   `dlsym`) makes the system call itself ([`sys::raw`], tested against the kernel).
 //!
 //! What it cannot reach: statically linked programs and Go programs (which make system calls
 //! directly), io_uring and other paths that do not call these libc functions, sockets whose fd
-//! is 65536 or more (profile applied, no re-arm), sockets duplicated with `dup` (no re-arm on
-//! the copy), and a signal handler that creates sockets (applying allocates). Receive paths
+//! is 65536 or more (profile applied, no re-arm), sockets duplicated with `fcntl(F_DUPFD)`
+//! (no re-arm on the copy), and a signal handler that creates sockets (applying allocates). Receive paths
 //! that do not re-arm QUICKACK: `preadv2` (which can read a socket with offset -1), `splice`
 //! from a socket, stdio streams over a socket (`fdopen` then `fread`/`fgets`: glibc reads
 //! through its internal `read`, which no preload can interpose), `syscall(SYS_recvfrom, ..)`

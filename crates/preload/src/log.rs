@@ -8,11 +8,15 @@
 //! `unsupported ...`) and the value the socket kept. Each line goes out in one `write(2)` so
 //! lines from concurrent threads and processes do not interleave.
 //!
+//! A panic inside the library (caught at the hook, the program never sees it) prints nothing
+//! unless logging is on, and then one line ([`panic_line`]); the library's panic hook, set by
+//! the loaded library, asks [`enabled`].
+//!
 //! Invariants: formatting never fails; a closed or full stderr loses the line silently (the
-//! program's behaviour never depends on the log).
+//! program's behaviour never depends on the log); writing takes no lock (see [`emit`]).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tcptail_sock::{ApplyReport, OptionOutcome};
 
@@ -57,12 +61,39 @@ pub fn notice_line(pid: u32, message: &str) -> String {
     format!("tcptail-preload[{pid}]: {message}")
 }
 
-/// Writes `line` and a newline to stderr in one write; errors are dropped.
+/// The line a panic inside the library prints when logging is on: where and what, and that
+/// the program's call was not affected.
+pub fn panic_line(pid: u32, location: Option<&str>, message: &str) -> String {
+    let at = location.map(|l| format!(" at {l}")).unwrap_or_default();
+    notice_line(
+        pid,
+        &format!(
+            "internal error{at}: {message}; caught, the program's call returned unchanged \
+             (please report it)"
+        ),
+    )
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Records whether `TCPTAIL_LOG` turned logging on, for the panic hook.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether logging is on (as last recorded by [`set_enabled`]).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Writes `line` and a newline to stderr in one `write(2)`; errors are dropped. No lock is
+/// taken ([`crate::sys::write_stderr`]), so a `fork` while another thread logs cannot leave
+/// the child's log blocked.
 pub fn emit(line: &str) {
     let mut buf = String::with_capacity(line.len() + 1);
     buf.push_str(line);
     buf.push('\n');
-    let _ = std::io::stderr().write_all(buf.as_bytes());
+    crate::sys::write_stderr(buf.as_bytes());
 }
 
 #[cfg(test)]
@@ -126,5 +157,15 @@ mod tests {
         let report = ApplyReport { profile: "kernel-default".into(), options: vec![] };
         assert!(socket_line(1, 3, "socket AF_INET6", &report).ends_with("(kernel defaults)"));
         assert_eq!(notice_line(9, "x"), "tcptail-preload[9]: x");
+    }
+
+    #[test]
+    fn panic_lines() {
+        assert_eq!(
+            panic_line(3, Some("src/engine.rs:9:5"), "boom"),
+            "tcptail-preload[3]: internal error at src/engine.rs:9:5: boom; caught, the \
+             program's call returned unchanged (please report it)"
+        );
+        assert!(panic_line(3, None, "x").starts_with("tcptail-preload[3]: internal error: x;"));
     }
 }

@@ -4,10 +4,12 @@
 //!
 //! This is what keeps the receive hooks cheap: a receive on any fd costs one relaxed atomic
 //! load here, and only a tracked socket goes on to a `setsockopt`. Flags are set by the
-//! `socket`/`connect`/`accept` hooks, cleared by `close` and by a `socket` or `accept` that
-//! reuses the number for something else, and cleared when a re-arm fails (the fd was closed
-//! behind the library's back and now names a file), so a stale entry costs at most one failed
-//! system call.
+//! `socket`/`connect`/`accept` hooks, copied by `dup`/`dup2`/`dup3` (the copy is the same
+//! socket; a descriptor replaced by `dup2`/`dup3` takes the flags of what replaced it),
+//! cleared by `close`, `close_range` and `closefrom` and by a `socket` or `accept` that reuses
+//! the number for something else, and cleared when a re-arm fails (the fd was closed behind
+//! the library's back, by a raw system call, and now names a file), so a stale entry costs at
+//! most one failed system call.
 //!
 //! Invariants: never allocates, never blocks, never panics (out-of-range fds read as 0 and
 //! writes to them are ignored). Relaxed ordering is enough: each entry is independent, and a
@@ -51,6 +53,27 @@ pub fn clear(fd: i32) {
     }
 }
 
+/// Gives `to` the flags of `from` (after `dup2(from, to)` and friends: both numbers now name
+/// the same open file).
+pub fn copy(from: i32, to: i32) {
+    let flags = get(from);
+    if flags == 0 {
+        clear(to);
+    } else {
+        set(to, flags);
+    }
+}
+
+/// Forgets every fd from `first` to `last` inclusive (`close_range`, `closefrom`).
+pub fn clear_range(first: u32, last: u32) {
+    let end = (last as usize).min(MAX_FDS - 1);
+    if let Some(range) = FLAGS.get(first as usize..=end) {
+        for slot in range {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +85,26 @@ mod tests {
         assert_eq!(get(40_000), APPLIED | REARM);
         clear(40_000);
         assert_eq!(get(40_000), 0);
+    }
+
+    #[test]
+    fn copies_and_ranges() {
+        set(41_000, APPLIED | REARM);
+        set(41_002, APPLIED);
+        copy(41_000, 41_001);
+        assert_eq!(get(41_001), APPLIED | REARM, "a dup is the same socket");
+        copy(41_003, 41_002);
+        assert_eq!(get(41_002), 0, "replaced by an untracked file");
+        copy(41_000, MAX_FDS as i32);
+        copy(-1, 41_000);
+        assert_eq!(get(41_000), 0);
+        set(41_000, REARM);
+        set(41_005, REARM);
+        clear_range(41_001, 41_004);
+        assert_eq!((get(41_000), get(41_001), get(41_005)), (REARM, 0, REARM));
+        clear_range(41_000, u32::MAX);
+        assert_eq!((get(41_000), get(41_005), get(MAX_FDS as i32 - 1)), (0, 0, 0));
+        clear_range(5, 4);
     }
 
     #[test]

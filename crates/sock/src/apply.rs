@@ -24,7 +24,7 @@
 use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -507,14 +507,24 @@ fn duration(d: Duration) -> String {
     HumanDuration(d).to_string()
 }
 
+/// The cache of [`autotune_max`]: key, when read, value.
+static AUTOTUNE_CACHE: Mutex<Vec<(&str, Instant, Option<String>)>> = Mutex::new(Vec::new());
+
 /// The third word (the autotuning maximum) of `net.ipv4.tcp_wmem` or `tcp_rmem`, for a
 /// buffer row's note. Read at most once a second per key: a preloaded program applies its
 /// profile on every connect and accept, and two `/proc` reads per socket were a large share of
 /// that cost, for a note that only informs.
+///
+/// The cache is only ever `try_lock`ed: when another thread holds it, or a `fork` copied it
+/// locked into a child whose holder does not exist there (the preload library runs inside
+/// programs that fork), the value is read without the cache instead of waiting forever.
 fn autotune_max(name: &'static str) -> Option<String> {
-    static CACHE: Mutex<Vec<(&str, Instant, Option<String>)>> = Mutex::new(Vec::new());
     const FRESH: Duration = Duration::from_secs(1);
-    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut cache = match AUTOTUNE_CACHE.try_lock() {
+        Ok(cache) => cache,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => return sysctl_words(name).get(2).cloned(),
+    };
     if let Some((_, read_at, value)) = cache.iter().find(|(key, _, _)| *key == name)
         && read_at.elapsed() < FRESH
     {

@@ -7,8 +7,9 @@
  * Prints "NAME COUNT" per path: how many of ROUNDS ping-pongs left TCP_QUICKACK reading 1
  * right after the receive (only a re-arm after each receive keeps it at ROUNDS), then
  * "errno NAME KEPT" per read-family path: 1 when a receive that returned bytes on a
- * descriptor the library tracks, but that is now a pipe (dup2 over it, so its re-arm fails
- * with ENOTSOCK), left errno as it was before the call. */
+ * descriptor the library tracks, but that is now a pipe (a raw dup3 system call over it,
+ * which the library does not see, so its re-arm fails with ENOTSOCK), left errno as it was
+ * before the call. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -56,11 +58,12 @@ static const struct path paths[] = {
 
 static int die(const char *what) { perror(what); exit(1); }
 
-/* A descriptor the library tracks (a new TCP socket) turned into a pipe with one byte in it. */
+/* A descriptor the library tracks (a new TCP socket) turned into a pipe with one byte in it,
+ * behind the library's back: its dup2/dup3 hooks would forget the socket. */
 static int tracked_pipe(void) {
     int s = socket(AF_INET, SOCK_STREAM, 0), p[2];
     if (s < 0 || pipe(p) < 0) die("socket/pipe");
-    if (dup2(p[0], s) < 0) die("dup2");
+    if (syscall(SYS_dup3, p[0], s, 0) < 0) die("dup3");
     close(p[0]);
     if (write(p[1], "p", 1) != 1) die("write pipe");
     close(p[1]);

@@ -1,5 +1,6 @@
 //! The exported functions that `LD_PRELOAD` puts in front of libc's: `socket`, `connect`,
-//! `accept`, `accept4`, `close`, and the receives `recv`, `recvfrom`, `recvmsg`, `recvmmsg`,
+//! `accept`, `accept4`, `close`, the descriptor calls that keep the fd table right (`dup`,
+//! `dup2`, `dup3`, `close_range`, `closefrom`), and the receives `recv`, `recvfrom`, `recvmsg`, `recvmmsg`,
 //! `read`, `readv`, and the `_FORTIFY_SOURCE` variants `__recv_chk`, `__recvfrom_chk` and
 //! `__read_chk` (a program compiled with `-D_FORTIFY_SOURCE` calls those instead of `recv`,
 //! `recvfrom` and `read` whenever the buffer's size is known at compile time but the length is
@@ -11,21 +12,26 @@
 //! [`outside_call`] (errno preserved, panics caught, no re-entry) or, on the receive path,
 //! [`after_receive`] (one atomic load unless the socket is tracked). When the real function is
 //! not resolved yet and cannot be (this thread is inside `dlsym`), the hook makes the system
-//! call itself with `syscall(2)`, which has the same result and errno contract.
+//! call itself ([`raw`]), which has the same result and errno contract.
+//!
+//! At load, the library's constructor resolves every real function, installs the library's
+//! panic hook (silent unless `TCPTAIL_LOG` is on: the program's stderr is not the library's
+//! to write backtraces to) and, in a secure-execution program (`AT_SECURE`: setuid, setgid,
+//! file capabilities), prints one warning and turns the library's work off.
 //!
 //! The hooks are not compiled into this crate's own unit tests, where they would replace the
 //! test harness's libc functions.
 
-use std::ffi::{c_int, c_long, c_void};
+use std::ffi::{c_int, c_void};
 use std::mem::{size_of, transmute};
-use std::ptr::null_mut;
 
 use libc::{
     c_uint, iovec, mmsghdr, msghdr, sa_family_t, size_t, sockaddr, socklen_t, ssize_t, timespec,
 };
 
-use super::{Real, after_receive, borrow, errno, outside_call};
-use crate::{engine, table};
+use super::{Real, after_receive, borrow, errno, outside_call, raw};
+use crate::config::Config;
+use crate::{engine, log, table};
 
 static SOCKET: Real = Real::new(c"socket");
 static CONNECT: Real = Real::new(c"connect");
@@ -41,9 +47,14 @@ static RECVMMSG: Real = Real::new(c"recvmmsg");
 static RECV_CHK: Real = Real::new(c"__recv_chk");
 static RECVFROM_CHK: Real = Real::new(c"__recvfrom_chk");
 static READ_CHK: Real = Real::new(c"__read_chk");
+static DUP: Real = Real::new(c"dup");
+static DUP2: Real = Real::new(c"dup2");
+static DUP3: Real = Real::new(c"dup3");
+static CLOSE_RANGE: Real = Real::new(c"close_range");
+static CLOSEFROM: Real = Real::new(c"closefrom");
 
 /// Every real function, resolved together before `main`.
-static ALL: [&Real; 14] = [
+static ALL: [&Real; 19] = [
     &SOCKET,
     &CONNECT,
     &ACCEPT,
@@ -58,6 +69,11 @@ static ALL: [&Real; 14] = [
     &RECV_CHK,
     &RECVFROM_CHK,
     &READ_CHK,
+    &DUP,
+    &DUP2,
+    &DUP3,
+    &CLOSE_RANGE,
+    &CLOSEFROM,
 ];
 
 type SocketFn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
@@ -89,6 +105,11 @@ type RecvfromChkFn = unsafe extern "C" fn(
     *mut socklen_t,
 ) -> ssize_t;
 type ReadChkFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
+type DupFn = unsafe extern "C" fn(c_int) -> c_int;
+type Dup2Fn = unsafe extern "C" fn(c_int, c_int) -> c_int;
+type Dup3Fn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+type CloseRangeFn = unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int;
+type ClosefromFn = unsafe extern "C" fn(c_int);
 
 unsafe extern "C" {
     /// glibc's "buffer overflow detected" abort, what the real `__*_chk` functions call when
@@ -96,22 +117,55 @@ unsafe extern "C" {
     fn __chk_fail() -> !;
 }
 
-/// Resolves every real function before `main`, while nothing else runs, so that hooks never
-/// call `dlsym` (which may allocate) in the middle of the program.
+/// Runs [`on_load`] when the library is loaded, before `main`.
 #[used]
 #[unsafe(link_section = ".init_array")]
-static RESOLVE_AT_LOAD: extern "C" fn() = resolve_all;
+static AT_LOAD: extern "C" fn() = on_load;
 
-extern "C" fn resolve_all() {
+/// Resolves every real function while nothing else runs, so that hooks never call `dlsym`
+/// (which may allocate) in the middle of the program; installs the panic hook; and in a
+/// secure-execution program warns once and turns the library off.
+extern "C" fn on_load() {
     for real in ALL {
         let _ = real.get();
     }
+    if super::kernel_says_secure() {
+        // Before anything reads the environment: in a setuid program it belongs to whoever
+        // ran it, and a profile path from there must not be opened with the program's rights.
+        super::disable();
+        log::emit(&log::notice_line(
+            std::process::id(),
+            "loaded into a setuid/setgid or file-capability program (AT_SECURE); doing nothing \
+             in this process (remove the library from its LD_PRELOAD or /etc/ld.so.preload)",
+        ));
+        return;
+    }
+    log::set_enabled(Config::log_from_env());
+    let _ = std::panic::catch_unwind(|| std::panic::set_hook(Box::new(panic_hook)));
 }
 
-/// Calls the real function through `$ty`, or makes system call `$nr` when it is not
-/// resolvable. The caller's `unsafe` block states why the arguments are valid for both.
+/// The library's panic hook (its own copy of the Rust runtime's; a Rust host program keeps
+/// its own). Every panic is caught at the hook that ran the work, so this only decides what
+/// the program's stderr sees: nothing, unless logging is on, then one line.
+fn panic_hook(info: &std::panic::PanicHookInfo<'_>) {
+    if !log::enabled() {
+        return;
+    }
+    let message = info
+        .payload()
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    let location = info.location().map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+    log::emit(&log::panic_line(std::process::id(), location.as_deref(), message));
+}
+
+/// Calls the real function through `$ty`, or its system call (`$fallback`, from [`raw`]) when
+/// it is not resolvable. The caller's `unsafe` block states why the arguments are valid for
+/// both.
 macro_rules! real_call {
-    ($real:expr, $ty:ty, ($($arg:expr),*), $nr:expr, ($($sarg:expr),*), $ret:ty) => {
+    ($real:expr, $ty:ty, ($($arg:expr),*), $fallback:expr) => {
         match $real.get() {
             Some(addr) => {
                 // SAFETY (of the transmute): `addr` is what dlsym returned for this function's
@@ -119,7 +173,7 @@ macro_rules! real_call {
                 let f = transmute::<*mut c_void, $ty>(addr);
                 f($($arg),*)
             }
-            None => libc::syscall($nr, $($sarg as c_long),*) as $ret,
+            None => $fallback,
         }
     };
 }
@@ -133,14 +187,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     // SAFETY: the arguments are integers passed through unchanged to the real function or
     // the raw system call with the same meaning.
     let fd = unsafe {
-        real_call!(
-            SOCKET,
-            SocketFn,
-            (domain, ty, protocol),
-            libc::SYS_socket,
-            (domain, ty, protocol),
-            c_int
-        )
+        real_call!(SOCKET, SocketFn, (domain, ty, protocol), raw::socket(domain, ty, protocol))
     };
     if let Some(sock) = borrow(fd) {
         outside_call(|| engine::on_socket(sock, domain, ty, protocol));
@@ -157,9 +204,8 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: `addr` and `len` come from the caller, who guarantees them to libc's connect;
     // they are passed through unchanged.
-    let ret = unsafe {
-        real_call!(CONNECT, ConnectFn, (fd, addr, len), libc::SYS_connect, (fd, addr, len), c_int)
-    };
+    let ret =
+        unsafe { real_call!(CONNECT, ConnectFn, (fd, addr, len), raw::connect(fd, addr, len)) };
     if ret == 0 || errno() == libc::EINPROGRESS {
         let family = if !addr.is_null() && len as usize >= size_of::<sa_family_t>() {
             // SAFETY: the caller guarantees `len` readable bytes at `addr`, and we checked
@@ -184,9 +230,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     // SAFETY: the caller's pointers are passed through unchanged; `accept4` with flags 0 is
     // the same system call as `accept` (and the only one on some architectures).
-    let new = unsafe {
-        real_call!(ACCEPT, AcceptFn, (fd, addr, len), libc::SYS_accept4, (fd, addr, len, 0), c_int)
-    };
+    let new = unsafe { real_call!(ACCEPT, AcceptFn, (fd, addr, len), raw::accept(fd, addr, len)) };
     if let Some(sock) = borrow(new) {
         outside_call(|| engine::on_accept(sock));
     }
@@ -206,14 +250,7 @@ pub unsafe extern "C" fn accept4(
 ) -> c_int {
     // SAFETY: the caller's pointers and flags are passed through unchanged.
     let new = unsafe {
-        real_call!(
-            ACCEPT4,
-            Accept4Fn,
-            (fd, addr, len, flags),
-            libc::SYS_accept4,
-            (fd, addr, len, flags),
-            c_int
-        )
+        real_call!(ACCEPT4, Accept4Fn, (fd, addr, len, flags), raw::accept4(fd, addr, len, flags))
     };
     if let Some(sock) = borrow(new) {
         outside_call(|| engine::on_accept(sock));
@@ -230,7 +267,93 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     // Forget first: once the real close returns, another thread may get the same number.
     table::clear(fd);
     // SAFETY: an integer passed through unchanged.
-    unsafe { real_call!(CLOSE, CloseFn, (fd), libc::SYS_close, (fd), c_int) }
+    unsafe { real_call!(CLOSE, CloseFn, (fd), raw::close(fd)) }
+}
+
+/// `dup(2)`: the real call, then the copy takes the original's flags in the fd table.
+///
+/// # Safety
+/// The caller's contract is libc's `dup`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: an integer passed through unchanged.
+    let new = unsafe { real_call!(DUP, DupFn, (fd), raw::dup(fd)) };
+    if new >= 0 {
+        table::copy(fd, new);
+    }
+    new
+}
+
+/// `dup2(2)`: the real call, then `new` takes `old`'s flags (a tracked socket's copy re-arms;
+/// a tracked number replaced by a file or an unseen socket is forgotten).
+///
+/// # Safety
+/// The caller's contract is libc's `dup2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    // SAFETY: integers passed through unchanged.
+    let ret = unsafe { real_call!(DUP2, Dup2Fn, (old, new), raw::dup2(old, new)) };
+    if ret >= 0 && old != new {
+        table::copy(old, new);
+    }
+    ret
+}
+
+/// `dup3(2)`: as [`dup2`].
+///
+/// # Safety
+/// The caller's contract is libc's `dup3`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    // SAFETY: integers passed through unchanged.
+    let ret = unsafe { real_call!(DUP3, Dup3Fn, (old, new, flags), raw::dup3(old, new, flags)) };
+    if ret >= 0 {
+        table::copy(old, new);
+    }
+    ret
+}
+
+/// `close_range(2)`: forgets the range (unless it only sets close-on-exec), then the real call.
+///
+/// # Safety
+/// The caller's contract is libc's `close_range`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    // Forget first, as `close` does (the numbers are free for other threads as soon as the
+    // call returns), but only for a call that will close: CLOSE_RANGE_CLOEXEC closes nothing,
+    // and first > last is refused with EINVAL.
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && first <= last {
+        table::clear_range(first, last);
+    }
+    // SAFETY: integers passed through unchanged.
+    unsafe {
+        real_call!(
+            CLOSE_RANGE,
+            CloseRangeFn,
+            (first, last, flags),
+            raw::close_range(first, last, flags)
+        )
+    }
+}
+
+/// `closefrom(3)` (glibc 2.34): forgets every fd from `low`, then the real call, which closes
+/// them with its internal `close_range` that no preload sees.
+///
+/// # Safety
+/// The caller's contract is glibc's `closefrom`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    table::clear_range(low.max(0) as c_uint, c_uint::MAX);
+    match CLOSEFROM.get() {
+        // SAFETY: the address dlsym returned for `closefrom`, whose C type is `ClosefromFn`;
+        // the integer is passed through unchanged.
+        Some(addr) => unsafe { transmute::<*mut c_void, ClosefromFn>(addr)(low) },
+        // SAFETY: what glibc's closefrom does first (it falls back to /proc only for kernels
+        // without close_range).
+        None => unsafe {
+            raw::close_range(low.max(0) as c_uint, c_uint::MAX, 0);
+        },
+    }
 }
 
 /// `recv(2)`: the real call, then a `TCP_QUICKACK` re-arm if bytes arrived on a tracked socket.
@@ -241,16 +364,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
     // SAFETY: the caller's buffer and length are passed through unchanged; recv is recvfrom
     // without an address.
-    let n = unsafe {
-        real_call!(
-            RECV,
-            RecvFn,
-            (fd, buf, len, flags),
-            libc::SYS_recvfrom,
-            (fd, buf, len, flags, null_mut::<sockaddr>(), null_mut::<socklen_t>()),
-            ssize_t
-        )
-    };
+    let n =
+        unsafe { real_call!(RECV, RecvFn, (fd, buf, len, flags), raw::recv(fd, buf, len, flags)) };
     after_receive(fd, n)
 }
 
@@ -273,9 +388,7 @@ pub unsafe extern "C" fn recvfrom(
             RECVFROM,
             RecvfromFn,
             (fd, buf, len, flags, addr, addr_len),
-            libc::SYS_recvfrom,
-            (fd, buf, len, flags, addr, addr_len),
-            ssize_t
+            raw::recvfrom(fd, buf, len, flags, addr, addr_len)
         )
     };
     after_receive(fd, n)
@@ -288,16 +401,8 @@ pub unsafe extern "C" fn recvfrom(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's message header is passed through unchanged.
-    let n = unsafe {
-        real_call!(
-            RECVMSG,
-            RecvmsgFn,
-            (fd, msg, flags),
-            libc::SYS_recvmsg,
-            (fd, msg, flags),
-            ssize_t
-        )
-    };
+    let n =
+        unsafe { real_call!(RECVMSG, RecvmsgFn, (fd, msg, flags), raw::recvmsg(fd, msg, flags)) };
     after_receive(fd, n)
 }
 
@@ -309,9 +414,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     // SAFETY: the caller's buffer and count are passed through unchanged.
-    let n = unsafe {
-        real_call!(READ, ReadFn, (fd, buf, count), libc::SYS_read, (fd, buf, count), ssize_t)
-    };
+    let n = unsafe { real_call!(READ, ReadFn, (fd, buf, count), raw::read(fd, buf, count)) };
     after_receive(fd, n)
 }
 
@@ -322,9 +425,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
     // SAFETY: the caller's vector and count are passed through unchanged.
-    let n = unsafe {
-        real_call!(READV, ReadvFn, (fd, iov, iovcnt), libc::SYS_readv, (fd, iov, iovcnt), ssize_t)
-    };
+    let n = unsafe { real_call!(READV, ReadvFn, (fd, iov, iovcnt), raw::readv(fd, iov, iovcnt)) };
     after_receive(fd, n)
 }
 
@@ -348,9 +449,7 @@ pub unsafe extern "C" fn recvmmsg(
             RECVMMSG,
             RecvmmsgFn,
             (fd, msgs, vlen, flags, timeout),
-            libc::SYS_recvmmsg,
-            (fd, msgs, vlen, flags, timeout),
-            c_int
+            raw::recvmmsg(fd, msgs, vlen, flags, timeout)
         )
     };
     // A message count, widened losslessly (ssize_t is at least as wide as int on Linux).
@@ -389,16 +488,7 @@ pub unsafe extern "C" fn __recv_chk(
             RECV_CHK,
             RecvChkFn,
             (fd, buf, len, buflen, flags),
-            libc::SYS_recvfrom,
-            (
-                fd,
-                buf,
-                fortify_len(len, buflen),
-                flags,
-                null_mut::<sockaddr>(),
-                null_mut::<socklen_t>()
-            ),
-            ssize_t
+            raw::recv(fd, buf, fortify_len(len, buflen), flags)
         )
     };
     after_receive(fd, n)
@@ -424,9 +514,7 @@ pub unsafe extern "C" fn __recvfrom_chk(
             RECVFROM_CHK,
             RecvfromChkFn,
             (fd, buf, len, buflen, flags, addr, addr_len),
-            libc::SYS_recvfrom,
-            (fd, buf, fortify_len(len, buflen), flags, addr, addr_len),
-            ssize_t
+            raw::recvfrom(fd, buf, fortify_len(len, buflen), flags, addr, addr_len)
         )
     };
     after_receive(fd, n)
@@ -449,9 +537,7 @@ pub unsafe extern "C" fn __read_chk(
             READ_CHK,
             ReadChkFn,
             (fd, buf, count, buflen),
-            libc::SYS_read,
-            (fd, buf, fortify_len(count, buflen)),
-            ssize_t
+            raw::read(fd, buf, fortify_len(count, buflen))
         )
     };
     after_receive(fd, n)

@@ -124,3 +124,17 @@ fn reports_survive_serde() {
     assert!(text.contains("kind = \"capped\""), "{text}");
     assert_eq!(toml::from_str::<ApplyReport>(&text).unwrap(), r);
 }
+
+/// A cache lock held elsewhere (another thread, or a holder a `fork` left behind) never makes
+/// `autotune_max` wait: it reads the value directly.
+#[test]
+fn autotune_max_never_waits_for_the_cache_lock() {
+    let expected = sysctl_words("net.ipv4.tcp_rmem").get(2).cloned();
+    let held = AUTOTUNE_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(autotune_max("net.ipv4.tcp_rmem")).unwrap());
+    // Generous: the read is one /proc file; only a thread blocked on the lock takes this long.
+    let got = rx.recv_timeout(Duration::from_secs(30)).expect("autotune_max waited for the lock");
+    drop(held);
+    assert_eq!(got, expected);
+}
