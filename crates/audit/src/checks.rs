@@ -550,10 +550,8 @@ pub fn render_table(report: &Report) -> String {
     out
 }
 
-#[path = "checks_hardware.rs"]
 mod hardware;
 pub use hardware::host_checks;
 
 #[cfg(test)]
-#[path = "checks_tests.rs"]
 mod tests;

@@ -615,5 +615,4 @@ pub fn parse_str(file: &str, text: &str) -> Result<Profile, Error> {
 }
 
 #[cfg(test)]
-#[path = "profile_tests.rs"]
 mod tests;

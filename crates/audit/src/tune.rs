@@ -534,5 +534,4 @@ pub fn applied_profiles(config_root: &Path) -> Vec<String> {
 }
 
 #[cfg(test)]
-#[path = "tune_tests.rs"]
 mod tests;

@@ -145,7 +145,7 @@ fn a_restricted_default_is_judged_from_the_lists_not_by_a_trial_write() {
         eprintln!(
             "note: every registered congestion control is allowed on this host \
              (tcp_allowed_congestion_control), so no child namespace refuses one; the fixture \
-             tests in tune_tests.rs cover the rule"
+             tests in tune/tests.rs cover the rule"
         );
         return;
     };

@@ -51,7 +51,6 @@ use serde::{Deserialize, Serialize};
 pub use crate::sys::info::{tcp_info, tcp_info_raw};
 
 #[cfg(test)]
-#[path = "tcp_info/tests.rs"]
 mod tests;
 
 /// Why bytes could not be parsed as `struct tcp_info`.

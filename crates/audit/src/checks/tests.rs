@@ -81,8 +81,8 @@ fn a_tuned_host_passes() {
 fn seed_configs_copied_from_blogs_are_flagged() {
     let dir = tempfile::tempdir().unwrap();
     let f = FakeRoot::linux_6_18(dir.path());
-    let seed000 = include_str!("../tests/fixtures/99-trading.conf");
-    let seed002 = include_str!("../tests/fixtures/99-bbr.conf");
+    let seed000 = include_str!("../../tests/fixtures/99-trading.conf");
+    let seed002 = include_str!("../../tests/fixtures/99-bbr.conf");
     f.file("etc/sysctl.d/99-trading.conf", seed000);
     f.file("etc/sysctl.d/99-bbr.conf", seed002);
     f.sysctl("net.ipv4.tcp_frto", "0");
