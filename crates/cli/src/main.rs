@@ -17,7 +17,9 @@ mod exporter;
 mod keys;
 mod lab;
 mod lab_run;
+mod record;
 mod run;
+mod select;
 mod sendq;
 mod top;
 
@@ -47,6 +49,9 @@ enum Command {
     Exporter(exporter::ExporterArgs),
     /// Live view of matched TCP connections (RTT, send-queue delay, retransmits).
     Top(top::TopArgs),
+    /// Record every selected connection's TCP state as it changes (flight recorder), or
+    /// show a recording (`record show`).
+    Record(record::RecordArgs),
     /// Run a program with a profile applied to its TCP sockets (LD_PRELOAD).
     Run(run::RunArgs),
 }
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
         Command::Tune(args) => audit::run_tune(args),
         Command::Exporter(args) => exporter::run(args),
         Command::Top(args) => top::run(args),
+        Command::Record(args) => record::run(args),
         Command::Run(args) => run::run(args),
     };
     match outcome {

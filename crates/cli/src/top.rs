@@ -12,17 +12,14 @@
 //! is given. Exit codes: 1 when the dump fails, 2 for bad flags.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
-use tcptail_diag::filter::{Filter, Side};
-use tcptail_diag::selector::{parse_port, parse_prefix};
-use tcptail_diag::{Connection, DumpRequest, wire};
+use tcptail_diag::Connection;
 
-use crate::exporter::{load_selectors, open_dumper};
+use crate::select::Selection;
 
 /// Sort order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -38,27 +35,9 @@ pub enum SortKey {
 /// Flags of `tcptail top`.
 #[derive(Debug, Args)]
 pub struct TopArgs {
-    /// Selector file (TOML, as for `tcptail exporter`); connections matching any selector.
-    #[arg(long)]
-    selectors: Option<PathBuf>,
-    /// Either end's port is PORT or in LO-HI (repeatable).
-    #[arg(long)]
-    port: Vec<String>,
-    /// Remote port or LO-HI (repeatable).
-    #[arg(long)]
-    dport: Vec<String>,
-    /// Local port or LO-HI (repeatable).
-    #[arg(long)]
-    sport: Vec<String>,
-    /// Remote address or prefix, e.g. 10.0.0.0/8 (repeatable).
-    #[arg(long)]
-    dst: Vec<String>,
-    /// Include every state, not only established connections.
-    #[arg(long)]
-    all_states: bool,
-    /// Read the sockets of this network namespace (/run/netns/NAME).
-    #[arg(long)]
-    netns: Option<String>,
+    /// Which connections.
+    #[command(flatten)]
+    select: Selection,
     /// Sort order.
     #[arg(long, value_enum, default_value = "delay")]
     sort: SortKey,
@@ -80,51 +59,10 @@ pub struct TopArgs {
 /// Rows of the table when `--limit` is not given.
 const DEFAULT_ROWS: usize = 40;
 
-fn filter(args: &TopArgs) -> Result<Option<Filter>> {
-    let mut all = Vec::new();
-    let ports = |values: &[String], sides: &[Side], flag: &str| -> Result<Option<Filter>> {
-        if values.is_empty() {
-            return Ok(None);
-        }
-        let mut any = Vec::new();
-        for v in values {
-            for side in sides {
-                any.push(
-                    parse_port(v, *side)
-                        .with_context(|| format!("--{flag} {v:?}: want PORT or LO-HI"))?,
-                );
-            }
-        }
-        Ok(Some(Filter::Or(any)))
-    };
-    all.extend(ports(&args.port, &[Side::Local, Side::Remote], "port")?);
-    all.extend(ports(&args.dport, &[Side::Remote], "dport")?);
-    all.extend(ports(&args.sport, &[Side::Local], "sport")?);
-    if !args.dst.is_empty() {
-        let any = args
-            .dst
-            .iter()
-            .map(|v| {
-                parse_prefix(v)
-                    .map(|prefix| Filter::Addr { side: Side::Remote, prefix })
-                    .with_context(|| format!("--dst {v:?}: want ADDR or ADDR/LEN"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        all.push(Filter::Or(any));
-    }
-    let selectors = load_selectors(args.selectors.as_ref(), None)?;
-    all.extend(selectors.filter());
-    Ok((!all.is_empty()).then_some(Filter::And(all)))
-}
-
 /// Runs `tcptail top`.
 pub fn run(args: TopArgs) -> Result<ExitCode> {
-    let req = DumpRequest {
-        filter: filter(&args)?,
-        states: if args.all_states { wire::ALL_STATES } else { wire::ESTABLISHED },
-        ..DumpRequest::default()
-    };
-    let mut dumper = open_dumper(args.netns.as_deref())?;
+    let req = args.select.request()?;
+    let mut dumper = args.select.dumper()?;
     let tty = std::io::stdout().is_terminal();
     let mut key = args.sort;
     // The live view takes single keys: r (RTT), d (queue delay), t (retransmits), q (quit).

@@ -1,0 +1,154 @@
+//! `tcptail record` on real loopback connections, then `record show` (listing, timeline,
+//! `--around`, `--csv`) on what it wrote, and on damaged files.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use common::{run, tcptail, text};
+
+#[test]
+fn records_a_transfer_and_shows_its_timeline_and_csv() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rec");
+    let file_s = file.to_str().unwrap().to_owned();
+    let port_s = port.to_string();
+    let recorder = std::thread::spawn(move || {
+        run(
+            &[
+                "record",
+                "--out",
+                &file_s,
+                "--interval",
+                "10ms",
+                "--duration",
+                "1500ms",
+                "--block-every",
+                "100ms",
+                "--dport",
+                &port_s,
+            ],
+            Duration::from_secs(30),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    let local = client.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        server.read_to_end(&mut sink).unwrap();
+        sink.len()
+    });
+    for _ in 0..20 {
+        client.write_all(&[0u8; 100_000]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let done = recorder.join().unwrap();
+    drop(client);
+    assert_eq!(reader.join().unwrap(), 2_000_000);
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(done.stderr.contains("polls in"), "{}", done.stderr);
+
+    let f = file.to_str().unwrap();
+    let list = tcptail(&["record", "show", f]);
+    assert!(list.status.success(), "{}", text(&list.stderr));
+    let list = text(&list.stdout);
+    assert_eq!(list.lines().count(), 2, "header and the one selected connection:\n{list}");
+    assert!(list.contains(&local.to_string()), "{list}");
+
+    let conn = local.to_string();
+    let timeline = tcptail(&["record", "show", f, "--conn", &conn]);
+    let timeline = text(&timeline.stdout);
+    let lines: Vec<&str> = timeline.lines().collect();
+    assert!(lines[0].contains(" open ") && lines[0].contains("rtt_us="), "{timeline}");
+    let changes = lines.iter().filter(|l| l.contains(" change ")).count();
+    assert!(changes >= 10, "the transfer changed the connection on most polls:\n{timeline}");
+    assert!(lines.iter().any(|l| l.contains("bytes_acked=")), "{timeline}");
+
+    let csv = tcptail(&["record", "show", f, "--conn", &conn, "--csv"]);
+    assert!(csv.status.success());
+    let csv = text(&csv.stdout);
+    let mut rows = csv.lines();
+    let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+    let acked_col = header.iter().position(|h| *h == "bytes_acked").unwrap();
+    let acked: Vec<u64> =
+        rows.map(|r| r.split(',').nth(acked_col).unwrap().parse().unwrap()).collect();
+    assert_eq!(acked.len(), lines.len(), "one CSV row per timeline line");
+    assert!(acked.windows(2).all(|w| w[0] <= w[1]), "{acked:?}");
+    assert!(*acked.last().unwrap() > 1_000_000, "{acked:?}");
+
+    // A narrow window around the time of a line in the middle shows that part of the
+    // timeline only.
+    let middle = lines[lines.len() / 2].split(' ').next().unwrap();
+    let around = tcptail(&[
+        "record",
+        "show",
+        f,
+        "--conn",
+        &format!(":{}", local.port()),
+        "--around",
+        middle,
+        "--window",
+        "5ms",
+    ]);
+    assert!(around.status.success(), "{}", text(&around.stderr));
+    let part = text(&around.stdout).lines().count();
+    assert!(part >= 1 && part < lines.len(), "{part} of {} lines", lines.len());
+}
+
+#[test]
+fn damaged_recordings_are_one_error_naming_the_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, b"this is not a recording at all").unwrap();
+    let out = tcptail(&["record", "show", garbage.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(garbage.to_str().unwrap()) && err.contains("at byte 0"), "{err}");
+
+    // A real recording cut short: what was read is printed, then one error with the offset.
+    let file = dir.path().join("rec");
+    let done = run(
+        &[
+            "record",
+            "--out",
+            file.to_str().unwrap(),
+            "--interval",
+            "10ms",
+            "--duration",
+            "300ms",
+            "--block-every",
+            "0ms",
+            "--all-states",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(done.status.success(), "{}", done.stderr);
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+    let out = tcptail(&["record", "show", file.to_str().unwrap(), "--csv"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("block cut short") && err.contains("at byte"), "{err}");
+    assert!(text(&out.stdout).lines().count() > 1, "records before the cut are printed");
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    for args in
+        [&["record"][..], &["record", "--out", "/tmp/x", "--interval", "10"], &["record", "show"]]
+    {
+        let out = tcptail(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+    }
+    let out = tcptail(&["record", "show", "/nonexistent/rec", "--conn", "nohost"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--conn"), "{}", text(&out.stderr));
+}
