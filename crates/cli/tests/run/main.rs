@@ -16,11 +16,8 @@
 //! library. python3, curl, ss, sockperf and gcc must be installed (`scripts/install-deps`); a
 //! test whose tool is missing fails and says which.
 
-#[path = "run/outside.rs"]
 mod outside;
-#[path = "run/programs.rs"]
 mod programs;
-#[path = "run/receives.rs"]
 mod receives;
 
 use std::net::TcpListener;
