@@ -16,9 +16,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel};
 use tcptail_lab::path::{
-    BufferArg, EmulatorKind, JitterArg, LabError, LabRun, LabSpec, LossArg, PathFlags, QueueArg,
-    ReadyArg, Side, exec_command, running_labs, select_lab,
+    EmulatorKind, LabError, LabRun, LabSpec, PathFlags, ReadyArg, Side, exec_command, running_labs,
+    select_lab,
 };
 use tcptail_netns::{Cleanup, Group, Processes, Scope, clean_stale, ensure_root, signal};
 use tcptail_units::{BitRate, HumanDuration};
@@ -106,34 +107,34 @@ pub struct PathArgs {
     delay_down: Option<HumanDuration>,
     /// Delay variation, both directions: 2ms (uniform) or normal:1ms.
     #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
-    jitter: Option<JitterArg>,
+    jitter: Option<Jitter>,
     /// Delay variation client to server.
     #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
-    jitter_up: Option<JitterArg>,
+    jitter_up: Option<Jitter>,
     /// Delay variation server to client.
     #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
-    jitter_down: Option<JitterArg>,
+    jitter_down: Option<Jitter>,
     /// Random loss, both directions: 1% or ge:1%,burst=4 (see below).
     #[arg(long, value_name = "LOSS", allow_hyphen_values = true, help_heading = "Path")]
-    loss: Option<LossArg>,
+    loss: Option<LossModel>,
     /// Loss client to server.
     #[arg(long, value_name = "LOSS", allow_hyphen_values = true, help_heading = "Path")]
-    loss_up: Option<LossArg>,
+    loss_up: Option<LossModel>,
     /// Loss server to client.
     #[arg(long, value_name = "LOSS", allow_hyphen_values = true, help_heading = "Path")]
-    loss_down: Option<LossArg>,
+    loss_down: Option<LossModel>,
     /// Bottleneck buffer, both directions: 375KB, 250pkt, 100ms or 2bdp [default: 1bdp].
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
-    buffer: Option<BufferArg>,
+    buffer: Option<BufferSize>,
     /// Buffer client to server.
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
-    buffer_up: Option<BufferArg>,
+    buffer_up: Option<BufferSize>,
     /// Buffer server to client.
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
-    buffer_down: Option<BufferArg>,
+    buffer_down: Option<BufferSize>,
     /// Queue discipline, both directions: fifo or codel[:target=5ms,interval=100ms].
     #[arg(long, value_name = "QUEUE", help_heading = "Path")]
-    queue: Option<QueueArg>,
+    queue: Option<Discipline>,
 
     /// builtin (userspace TUN emulator), netem (kernel qdiscs behind a router; needs
     /// sch_netem), or none (plain veth, no shaping).

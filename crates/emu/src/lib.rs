@@ -80,6 +80,7 @@ pub mod runs;
 pub mod segment;
 mod spec;
 mod stats;
+mod syntax;
 mod time;
 mod trace;
 pub mod wire;
@@ -96,5 +97,6 @@ pub use spec::{
 pub use stats::{
     Count, DelaySummary, DropCounts, MAX_BINS, Opportunities, Stats, StatsSummary, Throughput,
 };
+pub use syntax::{BufferSize, SyntaxError};
 pub use time::Nanos;
 pub use trace::{DeliveryTrace, MAX_TIMESTAMP_MS, OPPORTUNITY_BYTES, TraceError};

@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use tcptail_emu::{DirectionSpec, PathSpec, QueueLimit, QueueSpec};
+use tcptail_emu::{BufferSize, DirectionSpec, Discipline, LossModel, PathSpec, QueueSpec};
 use tcptail_lab::emulator::{EmulatorHandle, EmulatorOptions};
-use tcptail_lab::path::{BufferArg, LossArg, QueueArg, tcp_buffers};
+use tcptail_lab::path::tcp_buffers;
 use tcptail_netns::addr::SERVER_ADDR;
 use tcptail_netns::{Cleanup, NetSysctl, Netns, Topology};
 use tcptail_report::Lateness;
@@ -92,13 +92,13 @@ impl PathPlan {
                 }
                 let default = (rate.bytes_per_second() / 1000).max(64 * 1024);
                 let buffer_bytes = match params
-                    .parsed("buffer", |s| s.parse::<BufferArg>().map_err(|e| e.to_string()))?
+                    .parsed("buffer", |s| s.parse::<BufferSize>().map_err(|e| e.to_string()))?
                 {
                     None => default,
-                    Some(BufferArg::Bytes(b)) => b.bytes(),
-                    Some(BufferArg::Packets(n)) => n * 1500,
-                    Some(BufferArg::Time(d)) => Bdp { rate, rtt: d }.bytes().bytes(),
-                    Some(BufferArg::Bdp(_)) => {
+                    Some(BufferSize::Bytes(b)) => b.bytes(),
+                    Some(BufferSize::Packets(n)) => n * 1500,
+                    Some(BufferSize::Time(d)) => Bdp { rate, rtt: d }.bytes().bytes(),
+                    Some(BufferSize::Bdp(_)) => {
                         return Err(ParamError::new(
                             "buffer",
                             "a tbf path has no RTT to size a BDP from; give bytes or a time",
@@ -111,23 +111,18 @@ impl PathPlan {
                 let rate = required("rate", params.rate("rate")?)?;
                 let rtt = params.duration("rtt")?.unwrap_or(Duration::ZERO);
                 let loss =
-                    params.parsed("loss", |s| s.parse::<LossArg>().map_err(|e| e.to_string()))?;
+                    params.parsed("loss", |s| s.parse::<LossModel>().map_err(|e| e.to_string()))?;
                 let discipline = params
-                    .parsed("queue", |s| s.parse::<QueueArg>().map_err(|e| e.to_string()))?
-                    .map_or(tcptail_emu::Discipline::Fifo, |q| q.0);
+                    .parsed("queue", |s| s.parse::<Discipline>().map_err(|e| e.to_string()))?
+                    .unwrap_or(Discipline::Fifo);
                 let bdp = Bdp { rate, rtt };
-                let limit = match params
-                    .parsed("buffer", |s| s.parse::<BufferArg>().map_err(|e| e.to_string()))?
-                {
-                    None => QueueLimit::from_bdp(bdp, 1.0),
-                    Some(BufferArg::Bytes(b)) => QueueLimit::Bytes(b),
-                    Some(BufferArg::Packets(n)) => QueueLimit::Packets(n),
-                    Some(BufferArg::Time(d)) => QueueLimit::Time(d),
-                    Some(BufferArg::Bdp(m)) => QueueLimit::from_bdp(bdp, m),
-                };
+                let limit = params
+                    .parsed("buffer", |s| s.parse::<BufferSize>().map_err(|e| e.to_string()))?
+                    .unwrap_or(BufferSize::Bdp(1.0))
+                    .limit(bdp);
                 let mut dir =
                     DirectionSpec::constant(rate, rtt / 2, QueueSpec { limit, discipline });
-                dir.loss = loss.map(|l| l.0);
+                dir.loss = loss;
                 // Loss only on the data direction (client to server): losing ACKs is a
                 // different experiment.
                 let mut down = dir.clone();

@@ -3,7 +3,7 @@
 //! # Two stages
 //!
 //! 1. [`PathFlags`] holds the command line's values, already typed by their unit parsers
-//!    (rates, durations, [`LossArg`], [`BufferArg`], ...) but not yet checked against each
+//!    (rates, durations, [`LossModel`], [`BufferSize`], ...) but not yet checked against each
 //!    other. [`PathFlags::check`] turns them into a [`LabSpec`]: both directions resolved
 //!    (`--rate` versus `--rate-up`, `--rtt` split evenly, default buffer of one BDP), trace
 //!    files read, the emu crate's `validate()` run, and the command looked up on `PATH`.
@@ -18,12 +18,15 @@
 //!
 //! | value | syntax |
 //! |---|---|
-//! | [`LossArg`] | `1%` (independent losses), `ge:1%,burst=4` (Gilbert bursts: long-run rate, mean burst length in packets), `ge:p=0.5%,r=25%[,bad-loss=100%][,good-loss=0%]` (netem's `loss gemodel p r 1-h 1-k`) |
-//! | [`BufferArg`] | `375KB` (bytes), `250pkt` (packets), `100ms` (time a packet may wait), `2bdp` (multiples of rate x RTT) |
-//! | [`QueueArg`] | `fifo` (drop-tail), `codel`, `codel:target=5ms,interval=100ms` |
-//! | [`JitterArg`] | `2ms` or `uniform:2ms` (+-2 ms), `normal:1ms` (sigma, cut at 3 sigma); never reorders |
+//! | [`LossModel`] | `1%` (independent losses), `ge:1%,burst=4` (Gilbert bursts: long-run rate, mean burst length in packets), `ge:p=0.5%,r=25%[,bad-loss=100%][,good-loss=0%]` (netem's `loss gemodel p r 1-h 1-k`) |
+//! | [`BufferSize`] | `375KB` (bytes), `250pkt` (packets), `100ms` (time a packet may wait), `2bdp` (multiples of rate x RTT) |
+//! | [`Discipline`] | `fifo` (drop-tail), `codel`, `codel:target=5ms,interval=100ms` |
+//! | [`Jitter`] | `2ms` or `uniform:2ms` (+-2 ms), `normal:1ms` (sigma, cut at 3 sigma); never reorders |
 //! | [`ReadyArg`] | `auto`, a TCP port (`5201`), or a pause (`500ms`) |
 //! | [`EmulatorKind`] | `builtin`, `netem`, `none` |
+//!
+//! The path's values parse in `tcptail_emu` ([its syntax](tcptail_emu::BufferSize)); the
+//! readiness and emulator choices are the lab's own.
 //!
 //! Per direction, a `-up`/`-down` flag overrides the flag for both directions, `--rtt` is split
 //! evenly between the two one-way delays, and the buffer defaults to one BDP.
@@ -49,6 +52,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(doc)]
+use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel};
 use tcptail_emu::{PathSpec, SpecError, TraceError};
 
 mod flags;
@@ -63,7 +68,7 @@ pub use report::{DirectionView, LabReport};
 pub use run::{LabOutcome, LabRun, REPORT_FILE, SERVER_LOG};
 pub use running::{RunningLab, Side, exec_command, running_labs, select_lab};
 pub use sizing::{TcpBuffers, tcp_buffers};
-pub use values::{ArgError, BufferArg, EmulatorKind, JitterArg, LossArg, QueueArg, ReadyArg};
+pub use values::{ArgError, EmulatorKind, ReadyArg};
 
 /// Namespace roles of a lab run: the names are `tcptail-<pid>-<role>-<n>`.
 pub const CLIENT_ROLE: &str = "lab-client";

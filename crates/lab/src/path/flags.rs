@@ -16,11 +16,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tcptail_emu::{
-    DeliveryTrace, DirectionSpec, Discipline, PathSpec, QueueLimit, QueueSpec, Rate,
+    BufferSize, DeliveryTrace, DirectionSpec, Discipline, Jitter, LossModel, PathSpec, QueueSpec,
+    Rate,
 };
 use tcptail_units::{Bdp, BitRate};
 
-use super::values::{BufferArg, EmulatorKind, JitterArg, LossArg, QueueArg, ReadyArg};
+use super::values::{EmulatorKind, ReadyArg};
 use super::{ANY_LISTENER_TIMEOUT, LabError, LabSpec, Readiness, ServerSpec};
 use crate::emulator::EmulatorOptions;
 
@@ -43,16 +44,16 @@ pub struct PathFlags {
     pub delay: Option<Duration>,
     pub delay_up: Option<Duration>,
     pub delay_down: Option<Duration>,
-    pub jitter: Option<JitterArg>,
-    pub jitter_up: Option<JitterArg>,
-    pub jitter_down: Option<JitterArg>,
-    pub loss: Option<LossArg>,
-    pub loss_up: Option<LossArg>,
-    pub loss_down: Option<LossArg>,
-    pub buffer: Option<BufferArg>,
-    pub buffer_up: Option<BufferArg>,
-    pub buffer_down: Option<BufferArg>,
-    pub queue: Option<QueueArg>,
+    pub jitter: Option<Jitter>,
+    pub jitter_up: Option<Jitter>,
+    pub jitter_down: Option<Jitter>,
+    pub loss: Option<LossModel>,
+    pub loss_up: Option<LossModel>,
+    pub loss_down: Option<LossModel>,
+    pub buffer: Option<BufferSize>,
+    pub buffer_up: Option<BufferSize>,
+    pub buffer_down: Option<BufferSize>,
+    pub queue: Option<Discipline>,
     pub emulator: EmulatorKind,
     pub out: Option<PathBuf>,
     pub lateness_bound: Option<Duration>,
@@ -275,20 +276,10 @@ impl PathFlags {
             &["--buffer", "--buffer-up", "--buffer-down"],
         );
         let bdp = Bdp { rate: rate.mean(), rtt };
-        let limit = match buffer.unwrap_or(BufferArg::Bdp(1.0)) {
-            BufferArg::Bytes(b) => QueueLimit::Bytes(b),
-            BufferArg::Packets(n) => QueueLimit::Packets(n),
-            BufferArg::Time(d) => QueueLimit::Time(d),
-            BufferArg::Bdp(m) => QueueLimit::from_bdp(bdp, m),
-        };
-        let discipline = self.queue.map_or(Discipline::Fifo, |q| q.0);
-        let spec = DirectionSpec {
-            rate,
-            delay,
-            jitter: jitter.map(|j| j.0),
-            loss: loss.map(|l| l.0),
-            queue: QueueSpec { limit, discipline },
-        };
+        let limit = buffer.unwrap_or(BufferSize::Bdp(1.0)).limit(bdp);
+        let discipline = self.queue.unwrap_or(Discipline::Fifo);
+        let spec =
+            DirectionSpec { rate, delay, jitter, loss, queue: QueueSpec { limit, discipline } };
         let origin = Origin {
             rate: rate_flag,
             delay: delay_flag,
