@@ -180,8 +180,17 @@ impl Processes {
 
     /// SIGTERM to every child, SIGKILL to those still running after `grace`, and reaps all of
     /// them. Returns how each ended.
+    ///
+    /// A child's own process group is signalled as a whole, and `kill_all` returns only once
+    /// no process of those groups is left running (bounded by [`KILL_SETTLE`]): a descendant
+    /// that ignores SIGTERM (a shell's `trap '' TERM` is inherited by what it starts) is sent
+    /// SIGKILL with the rest, even when its leader already exited, and a SIGKILLed process
+    /// is only gone once the scheduler has run it, which on a loaded host can be after the
+    /// leader was reaped.
     pub fn kill_all(&mut self, grace: Duration) -> Vec<Exited> {
         let mut done = Vec::new();
+        let groups: Vec<u32> =
+            self.children.iter().filter(|t| t.group).map(|t| t.child.id()).collect();
         for t in &self.children {
             send_signal(t.child.id(), t.group, Signal::TERM);
         }
@@ -216,8 +225,48 @@ impl Processes {
                 }
             }
         }
+        // What is left of the groups: descendants that outlived their leader.
+        for &group in &groups {
+            if group_has_live_members(group) {
+                send_signal(group, true, Signal::KILL);
+            }
+        }
+        let deadline = Instant::now() + KILL_SETTLE;
+        while groups.iter().any(|&g| group_has_live_members(g)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         done
     }
+}
+
+/// How long [`Processes::kill_all`] waits, after SIGKILL, for the rest of its children's
+/// process groups to be gone. A SIGKILLed process dies as soon as it is scheduled; this only
+/// bounds the wait on a host so loaded that it is not.
+pub const KILL_SETTLE: Duration = Duration::from_secs(5);
+
+/// Whether any process in process group `pgid` is still running. Zombies do not count: they
+/// hold nothing and wait for their parent (or init, for orphans) to reap them.
+fn group_has_live_members(pgid: u32) -> bool {
+    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    // The cheap answer first: no process at all in the group.
+    if rustix::process::test_kill_process_group(pid) == Err(rustix::io::Errno::SRCH) {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .any(|stat| {
+            // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+            let mut rest = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace();
+            let (state, pgrp) = (rest.next(), rest.nth(1));
+            pgrp == Some(pgid.to_string().as_str()) && !matches!(state, Some("Z" | "X"))
+        })
 }
 
 impl Drop for Processes {

@@ -45,17 +45,23 @@ fn kill_all_escalates_to_sigkill_and_reaps() {
     let mut polite = ns.command("sleep");
     polite.arg("600");
     let polite = procs.spawn("polite", polite, Group::Own).unwrap();
+    // A shell that ignores SIGTERM, as do the children it starts (an ignored signal stays
+    // ignored across exec): ten background sleeps and the loop's own. Only SIGKILL to the
+    // group ends them, and kill_all must not return before every one is gone.
     let mut stubborn = ns.command("sh");
-    stubborn.args(["-c", "trap '' TERM; echo ready; while :; do sleep 1; done"]);
-    stubborn.stdout(Stdio::piped());
+    stubborn.args([
+        "-c",
+        "trap '' TERM; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 600 & done; \
+         while :; do sleep 1; done",
+    ]);
     let stubborn = procs.spawn("stubborn", stubborn, Group::Own).unwrap();
+    // polite, the shell, its ten sleeps and the loop's: the shell set its trap before
+    // starting any of them, so once they are all seen it is in place.
     assert!(
-        eventually(Duration::from_secs(5), || ns.pids().unwrap().len() >= 2),
+        eventually(Duration::from_secs(10), || ns.pids().unwrap().len() >= 13),
         "children not seen inside the namespace: {:?}",
         ns.pids()
     );
-    // Give the shell time to install its trap before we signal it.
-    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(cleanup.pending(), 3);
 
     let started = Instant::now();
@@ -68,7 +74,7 @@ fn kill_all_escalates_to_sigkill_and_reaps() {
     assert_eq!(by_pid(stubborn).status.signal(), Some(libc::SIGKILL));
     assert!(took >= Duration::from_millis(500), "SIGKILL came early: {took:?}");
     assert!(procs.is_empty());
-    assert!(ns.pids().unwrap().is_empty(), "{:?}", ns.pids());
+    assert!(ns.pids().unwrap().is_empty(), "survived kill_all: {:?}", ns.pids());
     assert_eq!(cleanup.pending(), 1, "only the namespace is left registered");
 }
 
