@@ -310,6 +310,22 @@ fn place(config: &BenchConfig, raw: &RawRun, context: &mut RunContext, warnings:
     context.congestion_client = common_value(conns.iter().map(|c| c.congestion.as_deref()));
     context.congestion_server = common_value(conns.iter().map(|c| c.welcome.congestion.as_deref()));
     context.server_kernel = common_value(conns.iter().map(|c| Some(c.welcome.kernel.as_str())));
+    // The server's policy refused part of the Hello (the table of server profile problems
+    // says why); the numbers were measured without it.
+    let refused: Vec<String> = conns
+        .first()
+        .map(|c| &c.welcome.apply.options[..])
+        .unwrap_or_default()
+        .iter()
+        .filter(|o| o.outcome.is_policy_refusal())
+        .map(|o| format!("{} {}", o.option, o.requested))
+        .collect();
+    if !refused.is_empty() {
+        warnings.push(format!(
+            "the server refused {}: refused: server policy (it must be started with --allow)",
+            refused.join(", ")
+        ));
+    }
     for (i, c) in conns.iter().enumerate() {
         if let Some(error) = &c.welcome.pinned {
             warnings.push(format!(

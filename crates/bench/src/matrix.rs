@@ -300,6 +300,7 @@ fn outcome_kind(outcome: &OptionOutcome) -> String {
         OptionOutcome::Unsupported => "unsupported by this kernel".into(),
         OptionOutcome::Failed { error } => format!("failed: {error}"),
         OptionOutcome::Mismatch => "read back differs".into(),
+        OptionOutcome::RefusedByPolicy => "refused: server policy".into(),
     }
 }
 

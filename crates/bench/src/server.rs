@@ -1,5 +1,6 @@
 //! The benchmark server: accepts clients, performs the handshake each asks for (socket profile,
-//! CPU pinning, blocking or spinning) and answers their requests, one thread per connection.
+//! CPU pinning, blocking or spinning) as far as its [`ServerPolicy`] allows, and answers their
+//! requests, one thread per connection.
 //!
 //! # Why it is shaped like this
 //!
@@ -21,6 +22,11 @@
 //!   handshake, one that sends nothing for [`ServerConfig::idle_timeout`], or does not read
 //!   its responses for [`ServerConfig::write_timeout`], is dropped too (details in
 //!   [`serve`]).
+//! - What a client may change on the server's host is decided by [`ServerConfig::policy`]
+//!   ([`policy`]): by default nothing privileged (no spinning, pinning, busy polling,
+//!   priority, module-loading congestion control), each refusal reported per option in the
+//!   Welcome. One peer address holds at most [`ServerPolicy::max_per_peer`] of the
+//!   [`ServerConfig::max_connections`] connections.
 //! - [`ShutdownHandle::shutdown`] wakes the accept loop and every connection, blocking or
 //!   spinning; [`Server::run`] returns only after every connection thread has finished.
 //!
@@ -30,7 +36,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -44,8 +50,10 @@ use tcptail_sock::apply::{ApplyReport, apply_profile};
 use crate::watchdog::{Closer, Watchdog};
 use crate::wire::{MAX_FRAME_LEN, Welcome, WireError};
 
+pub mod policy;
 pub mod serve;
 
+pub use policy::{Privilege, ServerPolicy};
 pub use serve::RESPONSE_BUF_LEN;
 
 /// A client must complete its Hello within this time after connecting.
@@ -76,6 +84,8 @@ pub struct ServerConfig {
     pub write_timeout: Duration,
     /// The longest response a client may negotiate in its Hello (`reply_len`).
     pub max_reply_len: u32,
+    /// What clients may change on this host, and how much of the server one peer may hold.
+    pub policy: ServerPolicy,
 }
 
 /// Default [`ServerConfig::idle_timeout`]: longer than any gap between requests of a run
@@ -87,7 +97,8 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ServerConfig {
     /// Listen on `listen`, no default profile, no pinning, at most 64 connections, the
-    /// default timeouts, responses up to the protocol's [`MAX_FRAME_LEN`].
+    /// default timeouts, responses up to the protocol's [`MAX_FRAME_LEN`], the default
+    /// (refusing) [`ServerPolicy`].
     pub fn new(listen: SocketAddr) -> ServerConfig {
         ServerConfig {
             listen,
@@ -97,6 +108,7 @@ impl ServerConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_reply_len: MAX_FRAME_LEN,
+            policy: ServerPolicy::default(),
         }
     }
 }
@@ -128,6 +140,14 @@ pub enum RejectReason {
     #[error("server busy: {limit} connections already being served")]
     TooManyConnections {
         /// The configured limit.
+        limit: usize,
+    },
+    /// This peer address already holds [`ServerPolicy::max_per_peer`] connections.
+    #[error("server busy: {peer} already holds {limit} connections (the per-peer limit)")]
+    TooManyFromPeer {
+        /// The peer's address.
+        peer: IpAddr,
+        /// The configured per-peer limit.
         limit: usize,
     },
     /// A socket operation failed (other than the peer going away).
@@ -197,15 +217,16 @@ struct Shared {
     listener: TcpListener,
     local_addr: SocketAddr,
     stop: AtomicBool,
-    /// A clone of every live connection's socket, so shutdown can wake its thread.
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Every live connection's peer address and a clone of its socket, so the per-peer
+    /// limit can be counted and shutdown can wake its thread.
+    conns: Mutex<HashMap<u64, (IpAddr, TcpStream)>>,
     /// Keeps [`ServerConfig::idle_timeout`] for blocking connections, which receive without
     /// `SO_RCVTIMEO` (a kernel timer per receive; see `crate::watchdog`).
     watchdog: Arc<Watchdog>,
 }
 
 impl Shared {
-    fn conns(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
+    fn conns(&self) -> MutexGuard<'_, HashMap<u64, (IpAddr, TcpStream)>> {
         self.conns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -214,7 +235,7 @@ impl Shared {
     }
 
     fn close_connections(&self) {
-        for stream in self.conns().values() {
+        for (_, stream) in self.conns().values() {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
@@ -268,8 +289,11 @@ impl Server {
     /// timeout is zero or `max_reply_len` is outside the frame limits.
     pub fn bind(config: ServerConfig) -> io::Result<Server> {
         let invalid = |what: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
-        if config.max_connections == 0 {
-            return invalid("max_connections must be at least 1");
+        if config.max_connections == 0 || config.policy.max_per_peer == 0 {
+            return invalid("max_connections and the per-peer limit must be at least 1");
+        }
+        if config.policy.spin_cap.is_zero() {
+            return invalid("the spin cap must be longer than zero");
         }
         if config.idle_timeout.is_zero() || config.write_timeout.is_zero() {
             return invalid("the idle and write timeouts must be longer than zero");
@@ -370,16 +394,22 @@ impl Server {
             next_id += 1;
             {
                 let mut conns = shared.conns();
-                if conns.len() >= self.config.max_connections {
+                let per_peer = self.config.policy.max_per_peer;
+                let busy = if conns.len() >= self.config.max_connections {
+                    Some(RejectReason::TooManyConnections { limit: self.config.max_connections })
+                } else if conns.values().filter(|(ip, _)| *ip == peer.ip()).count() >= per_peer {
+                    Some(RejectReason::TooManyFromPeer { peer: peer.ip(), limit: per_peer })
+                } else {
+                    None
+                };
+                if let Some(reason) = busy {
                     drop(conns);
-                    let reason =
-                        RejectReason::TooManyConnections { limit: self.config.max_connections };
                     serve::refuse_busy(&stream, &reason);
                     events(ServerEvent::Rejected { peer, reason, requests: 0 });
                     continue;
                 }
                 match stream.try_clone() {
-                    Ok(clone) => conns.insert(id, clone),
+                    Ok(clone) => conns.insert(id, (peer.ip(), clone)),
                     Err(e) => {
                         drop(conns);
                         events(reject_event(peer, &e));

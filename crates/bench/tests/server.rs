@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tcptail_bench::server::{
-    HANDSHAKE_TIMEOUT, RejectReason, RunningServer, Server, ServerConfig, ServerEvent,
+    HANDSHAKE_TIMEOUT, RejectReason, RunningServer, Server, ServerConfig, ServerEvent, ServerPolicy,
 };
 use tcptail_bench::wire::{
     self, FrameError, FrameKind, HEADER_LEN, Header, HelloConfig, MAGIC, MAX_FRAME_LEN, Welcome,
@@ -20,6 +20,13 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn config() -> ServerConfig {
     ServerConfig::new("127.0.0.1:0".parse().unwrap())
+}
+
+/// A server that grants every privilege: for tests of what the server does when it honours
+/// spinning, pinning and any congestion control (the default refuses them; see
+/// `tests/server_policy.rs`).
+fn trusting() -> ServerConfig {
+    ServerConfig { policy: ServerPolicy::trusting(), ..config() }
 }
 
 fn start(config: ServerConfig) -> (RunningServer, Receiver<ServerEvent>) {
@@ -136,7 +143,7 @@ fn raw_header(version: u8, kind: u8, frame_len: u32, reply_len: u32) -> [u8; HEA
 
 #[test]
 fn applies_each_congestion_control_and_serves_varied_replies() {
-    let (server, rx) = start(config());
+    let (server, rx) = start(trusting());
     for cc in ["cubic", "bbr", "reno"] {
         let asked = Profile { congestion: Some(cc.into()), ..profile() };
         // Replies of up to 1 MiB, negotiated in the Hello.
@@ -167,7 +174,7 @@ fn applies_each_congestion_control_and_serves_varied_replies() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order() {
-    let (server, _rx) = start(config());
+    let (server, _rx) = start(trusting());
     for spin in [false, true] {
         let (mut client, _) = Client::handshake(
             server.addr(),
@@ -191,7 +198,7 @@ fn pipelined_requests_are_answered_in_order() {
 
 #[test]
 fn spin_mode_serves_correctly() {
-    let (server, rx) = start(config());
+    let (server, rx) = start(trusting());
     let big =
         HelloConfig { spin: true, request_len: 1 << 20, reply_len: 1 << 20, ..hello(profile()) };
     let (mut client, welcome) = Client::handshake(server.addr(), &big);
@@ -360,7 +367,7 @@ fn connections_beyond_the_limit_are_refused() {
 fn connection_threads_pin_where_asked() {
     let allowed = tcptail_bench::sys::allowed_cpus().unwrap();
     let target = *allowed.last().unwrap();
-    let (server, _rx) = start(ServerConfig { cpu: Some(allowed[0]), ..config() });
+    let (server, _rx) = start(ServerConfig { cpu: Some(allowed[0]), ..trusting() });
     let asked = HelloConfig { server_cpu: Some(target), ..hello(profile()) };
     let (_, welcome) = Client::handshake(server.addr(), &asked);
     assert_eq!((welcome.requested_cpu, welcome.server_cpu), (Some(target), Some(target)));
@@ -391,7 +398,7 @@ fn accepted_sockets_inherit_the_listener_profile() {
 
 #[test]
 fn shutdown_returns_promptly_with_clients_connected() {
-    let server = Server::bind(config()).unwrap();
+    let server = Server::bind(trusting()).unwrap();
     let addr = server.local_addr();
     let handle = server.shutdown_handle();
     let (done_tx, done_rx) = mpsc::channel();
@@ -503,7 +510,7 @@ fn serve_good_until_rejected(
 #[test]
 fn an_idle_connection_is_dropped_while_others_are_served() {
     let idle_timeout = Duration::from_millis(400);
-    let (server, rx) = start(ServerConfig { idle_timeout, ..config() });
+    let (server, rx) = start(ServerConfig { idle_timeout, ..trusting() });
     for spin in [false, true] {
         let (mut good, welcome) = Client::handshake(server.addr(), &hello(profile()));
         assert_eq!(welcome.idle_timeout_seconds, Some(0.4), "the Welcome tells the limit");
@@ -527,7 +534,7 @@ fn an_idle_connection_is_dropped_while_others_are_served() {
 #[test]
 fn a_peer_that_never_reads_is_dropped_after_the_write_timeout() {
     let write_timeout = Duration::from_millis(500);
-    let (server, rx) = start(ServerConfig { write_timeout, ..config() });
+    let (server, rx) = start(ServerConfig { write_timeout, ..trusting() });
     for spin in [false, true] {
         let (mut good, _) = Client::handshake(server.addr(), &hello(profile()));
         let greedy = HelloConfig { spin, reply_len: 1 << 20, ..hello(profile()) };

@@ -1,6 +1,7 @@
 //! `tcptail bench server|client|local`: flags, their conversion into a checked
 //! [`BenchConfig`], progress display and output. The measuring lives in `tcptail-bench`.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,14 +16,17 @@ use tcptail_bench::config::{BenchConfig, Load, StopAfter};
 use tcptail_bench::matrix::{self, MatrixSpec};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::report;
-use tcptail_bench::server::{Server, ServerConfig, ServerEvent};
+use tcptail_bench::server::policy::{self, Privilege};
+use tcptail_bench::server::{Server, ServerConfig, ServerEvent, ServerPolicy};
 use tcptail_bench::wire::{HEADER_LEN, MAX_FRAME_LEN};
 use tcptail_sock::{Profile, QuickAck};
 use tcptail_units::{ByteSize, HumanDuration, MessageRate};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Serve benchmark clients (applies the profile each client asks for).
+    /// Serve benchmark clients: applies the unprivileged part of the profile each client asks
+    /// for; spinning, pinning, busy polling, priority and module-loading congestion controls
+    /// only with --allow.
     Server(ServerArgs),
     /// Measure against a running `tcptail bench server`.
     Client(ClientArgs),
@@ -51,6 +55,26 @@ pub struct ServerArgs {
     /// Refuse clients asking for responses longer than this (header included).
     #[arg(long, default_value = "16MiB", value_name = "BYTES")]
     max_response_size: ByteSize,
+    /// Let clients have these (comma-separated): spin (busy-poll the serve loop), cpu (pin
+    /// the connection thread where the client asks), busy-poll (SO_BUSY_POLL), priority
+    /// (SO_PRIORITY), cc-load (any congestion control, loading its module if needed), or
+    /// all. Without them each such request is refused and reported to the client.
+    #[arg(long, value_name = "LIST", value_parser = parse_allow, default_value = "")]
+    allow: BTreeSet<Privilege>,
+    /// Connections served at once; more are refused.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    max_connections: usize,
+    /// Connections one client address may hold at once.
+    #[arg(long, default_value_t = policy::DEFAULT_MAX_PER_PEER, value_name = "N")]
+    max_per_peer: usize,
+    /// With --allow spin: a connection that receives nothing for this long stops spinning
+    /// and sleeps until its next request.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    spin_cap: HumanDuration,
+}
+
+fn parse_allow(list: &str) -> Result<BTreeSet<Privilege>, String> {
+    policy::parse_privileges(list).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -248,23 +272,46 @@ fn serve(args: ServerArgs) -> Result<ExitCode> {
                 args.max_response_size
             )
         })?;
-    for (flag, d) in
-        [("--idle-timeout", args.idle_timeout), ("--write-timeout", args.write_timeout)]
-    {
+    for (flag, d) in [
+        ("--idle-timeout", args.idle_timeout),
+        ("--write-timeout", args.write_timeout),
+        ("--spin-cap", args.spin_cap),
+    ] {
         anyhow::ensure!(!d.0.is_zero(), "{flag} {d}: must be longer than zero");
     }
+    for (flag, n) in
+        [("--max-connections", args.max_connections), ("--max-per-peer", args.max_per_peer)]
+    {
+        anyhow::ensure!(n > 0, "{flag} {n}: must be at least 1");
+    }
+    let policy = ServerPolicy {
+        allow: args.allow.clone(),
+        max_per_peer: args.max_per_peer,
+        spin_cap: args.spin_cap.0,
+        ..ServerPolicy::default()
+    };
     let server = Server::bind(ServerConfig {
         default_profile,
         cpu: args.cpu,
-        max_connections: 1024,
+        max_connections: args.max_connections,
         idle_timeout: args.idle_timeout.0,
         write_timeout: args.write_timeout.0,
         max_reply_len,
+        policy,
         ..ServerConfig::new(args.listen)
     })
     .with_context(|| format!("listening on {}", args.listen))?;
     let addr = server.local_addr();
-    eprintln!("tcptail bench server listening on {addr}");
+    let allowed = if args.allow.is_empty() {
+        "nothing privileged".to_string()
+    } else {
+        args.allow.iter().map(|p| p.word()).collect::<Vec<_>>().join(",")
+    };
+    eprintln!(
+        "tcptail bench server listening on {addr} (clients may have: {allowed}; at most {} \
+         connections, {} per client address)",
+        args.max_connections, args.max_per_peer
+    );
     let handle = server.shutdown_handle();
     ctrlc::set_handler(move || handle.shutdown()).context("installing the Ctrl-C handler")?;
     server.run(&print_event);
@@ -276,9 +323,11 @@ fn print_event(event: ServerEvent) {
 }
 
 fn local(opts: &MeasureArgs) -> Result<ExitCode> {
-    // Bind first to learn the port; the server's CPU comes from each client's hello.
+    // Bind first to learn the port; the server's CPU comes from each client's hello. Its only
+    // client is this process, so it grants everything the client asks for.
     let server = Server::bind(ServerConfig {
         max_connections: 1024,
+        policy: ServerPolicy::trusting(),
         ..ServerConfig::new("127.0.0.1:0".parse().expect("literal address"))
     })
     .context("starting the loopback server")?;

@@ -171,9 +171,14 @@ impl Drop for ServerProcess {
 }
 
 fn start_server(port: u16) -> ServerProcess {
+    start_server_with(port, &[])
+}
+
+fn start_server_with(port: u16, extra: &[&str]) -> ServerProcess {
     let bin = assert_cmd::cargo::cargo_bin("tcptail");
     let child = StdCommand::new(bin)
         .args(["bench", "server", "--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .expect("start server");
@@ -183,6 +188,40 @@ fn start_server(port: u16) -> ServerProcess {
         std::thread::sleep(Duration::from_millis(20));
     }
     ServerProcess(child)
+}
+
+/// utime + stime of a process, in clock ticks (10 ms).
+fn process_cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_default_server_refuses_spin_and_stays_idle_between_requests() {
+    let port = free_port();
+    let server = start_server(port);
+    let addr = format!("127.0.0.1:{port}");
+    let v = run_json(&["bench", "client", &addr, "--spin", "--count", "50", "--warmup", "0"]);
+    let rows = v["server_apply"]["options"].as_array().expect("server_apply rows");
+    let spin = rows.iter().find(|r| r["option"] == "spin").expect("a spin row");
+    assert_eq!(spin["outcome"]["kind"], "refused-by-policy", "{spin}");
+    assert_eq!(v["context"]["connections"][0]["server_spin"], false);
+    let warnings = v["warnings"].to_string();
+    assert!(warnings.contains("refused: server policy"), "{warnings}");
+
+    // The human output prints the refusal beside what was asked; meanwhile the server, asked
+    // to spin, sleeps between the requests 250 ms apart.
+    let _serial = one_at_a_time();
+    let before = process_cpu_ticks(server.0.id());
+    let args = ["bench", "client", &addr, "--spin", "--rate", "4/s", "--duration", "1s"];
+    let out = tcptail().args(args).args(["--warmup", "0"]).output().unwrap();
+    let used = process_cpu_ticks(server.0.id()) - before;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line = text.lines().find(|l| l.contains("spin") && l.contains("refused: server policy"));
+    assert!(line.is_some(), "no 'spin ... refused: server policy' line:\n{text}");
+    assert!(used <= 10, "the server used {used} ticks (10 ms) serving 4 requests/s for 1 s");
 }
 
 #[test]

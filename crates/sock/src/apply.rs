@@ -100,6 +100,16 @@ pub enum OptionOutcome {
     },
     /// `setsockopt` succeeded but `getsockopt` reads back something else.
     Mismatch,
+    /// Not attempted: the side that applies the profile (a bench server serving a remote
+    /// client) does not let its peer change this. The row's note says how to allow it.
+    RefusedByPolicy,
+}
+
+impl OptionOutcome {
+    /// True for [`OptionOutcome::RefusedByPolicy`].
+    pub fn is_policy_refusal(&self) -> bool {
+        matches!(self, OptionOutcome::RefusedByPolicy)
+    }
 }
 
 impl ApplyReport {
@@ -560,6 +570,7 @@ impl fmt::Display for OptionOutcome {
             OptionOutcome::Unsupported => f.write_str("unsupported by this kernel or socket"),
             OptionOutcome::Failed { error } => write!(f, "failed: {error}"),
             OptionOutcome::Mismatch => f.write_str("mismatch: read back differs"),
+            OptionOutcome::RefusedByPolicy => f.write_str("refused: server policy"),
         }
     }
 }

@@ -10,7 +10,11 @@
 //! - a connection that sends nothing for [`ServerConfig::idle_timeout`] is closed;
 //! - a response that makes no progress for [`ServerConfig::write_timeout`] (the peer does not
 //!   read) closes the connection, so a peer that sends requests and never reads cannot hold a
-//!   thread and a connection slot for ever.
+//!   thread and a connection slot for ever;
+//! - the Hello's requests pass the server's [`ServerPolicy`](super::ServerPolicy) first: what
+//!   it refuses is not attempted and is reported in the Welcome;
+//! - a spinning connection (when allowed) that receives nothing for the policy's spin cap
+//!   sleeps in `poll` until its next request, so an idle client cannot keep a CPU busy.
 //!
 //! Memory per connection is bounded whatever the peer asks: a [`RECV_BUF_LEN`] receive buffer
 //! and a response buffer of at most [`RESPONSE_BUF_LEN`]; longer responses are written from
@@ -24,6 +28,7 @@ use std::time::{Duration, Instant};
 use tcptail_sock::apply::{apply_profile, congestion_control};
 use tcptail_sock::recv::recv_with_policy;
 
+use super::policy::HostLimits;
 use super::{
     HANDSHAKE_TIMEOUT, LINGER, RECV_BUF_LEN, RejectReason, Server, ServerConfig, ServerEvent,
     Shared,
@@ -158,9 +163,12 @@ fn handshake(
     stream.set_read_timeout(None)?;
 
     let fd = stream.as_fd();
-    let apply = apply_profile(fd, &hello.profile);
+    let vetted =
+        server.config.policy.vet(&hello.profile, hello.spin, hello.server_cpu, &HostLimits::read());
+    let mut apply = apply_profile(fd, &vetted.profile);
+    apply.options.extend(vetted.refused);
     let congestion = congestion_control(fd).ok();
-    let requested_cpu = hello.server_cpu.or(server.config.cpu);
+    let requested_cpu = vetted.server_cpu.or(server.config.cpu);
     let pinned = requested_cpu.and_then(|cpu| {
         sys::pin_current_thread(cpu).err().map(|e| format!("pinning to CPU {cpu} failed: {e}"))
     });
@@ -170,7 +178,7 @@ fn handshake(
         server_cpu: sys::current_cpu(),
         requested_cpu,
         pinned,
-        spin: hello.spin,
+        spin: vetted.spin,
         kernel: server.kernel.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         idle_timeout_seconds: Some(server.config.idle_timeout.as_secs_f64()),
@@ -181,7 +189,9 @@ fn handshake(
         Err(e) => return Err(End::Reject(RejectReason::Io(e.to_string()))),
     }
     events(ServerEvent::Configured { peer, welcome: Box::new(welcome) });
-    Ok(hello)
+    // What the serve loop follows: the profile's QUICKACK policy (never refused) and the
+    // vetted spin decision.
+    Ok(HelloConfig { spin: vetted.spin, ..hello })
 }
 
 /// Notices "no progress for `limit`" in a busy loop without reading the clock on every turn.
@@ -242,6 +252,7 @@ fn serve(
     let mut parser =
         FrameParser::new(FrameKind::Request, hello.request_len).with_max_reply_len(hello.reply_len);
     let mut idle = Stall::new(config.idle_timeout);
+    let mut spinning_idle = Stall::new(config.policy.spin_cap);
     let out = Sender { stream, spin, shared, timeout: config.write_timeout };
     // rbuf[start..end] holds received bytes not yet consumed by the parser.
     let (mut start, mut end) = (0, 0);
@@ -262,6 +273,16 @@ fn serve(
                 if idle.expired() {
                     return Err(idle_timeout());
                 }
+                if spinning_idle.expired() {
+                    // Spun for the cap without a request: sleep until one arrives or the rest
+                    // of the idle timeout passes (a shutdown wakes the poll with a hang-up).
+                    let left = config.idle_timeout.saturating_sub(config.policy.spin_cap);
+                    if !sys::wait_readable(fd, left)? && !shared.stopping() {
+                        return Err(idle_timeout());
+                    }
+                    spinning_idle.progress();
+                    continue;
+                }
                 std::hint::spin_loop();
                 continue;
             }
@@ -269,6 +290,7 @@ fn serve(
             Err(e) => return Err(e.into()),
         };
         idle.progress();
+        spinning_idle.progress();
         end += n;
         loop {
             let (used, request) = parser.advance(&rbuf[start..end])?;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tcptail_bench::attribution::AttributedSample;
 use tcptail_bench::client::{RawRun, RunControl, run_raw};
 use tcptail_bench::config::{BenchConfig, Load, StopAfter};
-use tcptail_bench::server::{Server, ServerConfig};
+use tcptail_bench::server::{Server, ServerConfig, ServerPolicy};
 use tcptail_bench::stats::LatencySummary;
 use tcptail_report::Series;
 use tcptail_sock::{BbrPhase, Profile};
@@ -113,7 +113,14 @@ impl RoundSpec {
         let listen = SocketAddr::from((live.server_addr(), 0));
         let server = live
             .server()
-            .run(|| Server::bind(ServerConfig::new(listen)))?
+            // The experiment's own server in its own namespace: it grants the spinning,
+            // pinning and congestion controls the experiment asks for.
+            .run(|| {
+                Server::bind(ServerConfig {
+                    policy: ServerPolicy::trusting(),
+                    ..ServerConfig::new(listen)
+                })
+            })?
             .map_err(|e| RunError::failed("bench server: bind", e))?
             .spawn();
         // The flows share the path's bottleneck with the requests; their bytes received while
