@@ -12,6 +12,7 @@
 //! This module never touches a namespace, socket or clock itself.
 
 use serde::Serialize;
+use tcptail_units::stats::median;
 
 use crate::Error;
 use crate::profile::Scope;
@@ -43,21 +44,10 @@ pub struct Trial {
 }
 
 impl Trial {
-    /// Median before minus median after (µs; positive = better).
+    /// Median before minus median after (µs; positive = better); an empty series counts as 0.
     pub fn gain(&self) -> f64 {
-        median(&self.before) - median(&self.after)
+        median(&self.before).unwrap_or(0.0) - median(&self.after).unwrap_or(0.0)
     }
-}
-
-/// The median of `xs` (0 when empty).
-pub fn median(xs: &[f64]) -> f64 {
-    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 /// Run-to-run noise: the larger spread (max - min) of the two series.
@@ -73,10 +63,9 @@ pub fn noise(before: &[f64], after: &[f64]) -> f64 {
 /// Whether `after` improves on `before` beyond noise: the median drops by more than the
 /// spread of either series, and every run after beats the median before.
 pub fn improves(before: &[f64], after: &[f64]) -> bool {
-    if before.is_empty() || after.is_empty() {
+    let (Some(b), Some(a)) = (median(before), median(after)) else {
         return false;
-    }
-    let (b, a) = (median(before), median(after));
+    };
     b - a > noise(before, after) && after.iter().all(|x| *x < b)
 }
 
@@ -130,8 +119,8 @@ pub fn render(trials: &[Trial], percentile: &str) -> String {
             "{:<w$} {:<28} {:>10.1}us {:>10.1}us {:>8.1}us {:>8.1}us  {}\n",
             t.key,
             change,
-            median(&t.before),
-            median(&t.after),
+            median(&t.before).unwrap_or(0.0),
+            median(&t.after).unwrap_or(0.0),
             t.gain(),
             noise(&t.before, &t.after),
             if t.kept { "kept" } else { "reverted (no gain beyond noise)" }
@@ -223,6 +212,6 @@ mod tests {
         assert!(improves(&[100.0, 101.0, 99.0], &[90.0, 91.0, 89.0]));
         assert!(!improves(&[100.0, 130.0, 80.0], &[90.0, 91.0, 89.0]), "spread 50 > gain 10");
         assert!(!improves(&[100.0], &[]));
-        assert_eq!(median(&[3.0, 1.0, 2.0, 4.0]), 2.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0, 4.0]), Some(2.5));
     }
 }

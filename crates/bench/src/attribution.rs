@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tcptail_sock::tcp_info::CaState;
 use tcptail_sock::{BbrInfo, BbrPhase, TcpInfo};
 
-use crate::stats;
+use tcptail_units::stats::median;
 
 /// The per-request kernel state attribution works from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
@@ -249,8 +249,8 @@ pub fn attribute(
             let slow_v: Vec<f64> = slow.iter().filter_map(|s| value_of(s)).collect();
             Some(NumericComparison {
                 feature: name.to_string(),
-                median_slow: stats::median(&slow_v)?,
-                median_all: stats::median(&all_v)?,
+                median_slow: median(&slow_v)?,
+                median_all: median(&all_v)?,
             })
         })
         .collect();

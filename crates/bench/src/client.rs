@@ -235,7 +235,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         attribution::attribute(
             &raw.attributed,
             raw.latency.quantile_nanos(0.99),
-            crate::stats::median(&raw.snapshot_costs_ns).unwrap_or(0.0),
+            tcptail_units::stats::median(&raw.snapshot_costs_ns).unwrap_or(0.0),
         )
     });
     let secs = raw.elapsed.as_secs_f64();

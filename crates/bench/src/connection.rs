@@ -37,7 +37,7 @@ use crate::attribution::{AttributedSample, KernelSnapshot};
 use crate::client::{BenchError, RawRun, RunControl};
 use crate::config::{BenchConfig, Load, StopAfter};
 use crate::report::SampleRecord;
-use crate::stats::{self, LatencyHistogram};
+use crate::stats::LatencyHistogram;
 use crate::sys;
 use crate::watchdog::{Watch, Watchdog};
 use crate::wire::{self, Header, HelloConfig, Welcome};
@@ -608,7 +608,7 @@ impl Connection {
             elapsed: end.saturating_duration_since(start),
             achieved_rate,
             attributed: m.attributed,
-            snapshot_costs_ns: stats::median(&costs).into_iter().collect(),
+            snapshot_costs_ns: tcptail_units::stats::median(&costs).into_iter().collect(),
             samples: m.samples,
             connections: vec![self.outcome],
             rounds: 1,

@@ -7,6 +7,7 @@
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use tcptail_units::stats::median;
 
 /// Significant decimal digits kept by every latency histogram.
 pub const SIGNIFICANT_DIGITS: u8 = 3;
@@ -143,17 +144,6 @@ pub struct LatencySummary {
     pub p9999: f64,
     /// Largest sample.
     pub max: f64,
-}
-
-/// Median of a slice of floats (NaNs sort last); `None` when empty.
-pub fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 })
 }
 
 /// Spread of repeated measurements: median with min and max, for "median over rounds".

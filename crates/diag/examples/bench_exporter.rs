@@ -35,6 +35,7 @@ use tcptail_diag::selector::Selectors;
 use tcptail_diag::sys::{NetlinkSocket, children_cpu_time, process_cpu_time};
 use tcptail_diag::wire;
 use tcptail_diag::{DumpRequest, Dumper};
+use tcptail_units::stats;
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
@@ -115,11 +116,6 @@ const LISTENERS: u8 = 8;
 const HOLDER_FDS: usize = 18_000;
 /// The issue's target: a scrape costs at most this fraction of `ss -tin`.
 const TARGET_RATIO: f64 = 0.15;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// CPU seconds `f` takes (this process).
 fn cpu<T>(f: impl FnOnce() -> T) -> (f64, T) {
@@ -381,9 +377,10 @@ fn main() {
             assert_eq!(matched, MATCHED as u64, "the filter matches the fixed set");
             m.filtered.push(t);
         }
-        let per = |v: &[f64]| median(v.to_vec()) * 1e6 / sockets.max(1) as f64;
+        let median = |v: &[f64]| stats::median(v).expect("at least one repetition");
+        let per = |v: &[f64]| median(v) * 1e6 / sockets.max(1) as f64;
         let (ss, scrape, dump, two) = (per(&m.ss), per(&m.scrape), per(&m.dump), per(&m.two_walks));
-        let filtered_us = median(m.filtered.clone()) * 1e6;
+        let filtered_us = median(&m.filtered) * 1e6;
         let first = *filtered_at_first.get_or_insert(filtered_us);
         println!(
             "{n:>6} {sockets:>7} | {ss:>7.3} {scrape:>7.3} {dump:>7.3} {:>7.3} {:>7.3} | \
@@ -404,11 +401,11 @@ fn main() {
              ss printed {} KiB]",
             load(),
             setup.as_secs_f64(),
-            median(m.scrape.clone()) * 1e3,
-            median(m.ss.clone()) * 1e3,
+            median(&m.scrape) * 1e3,
+            median(&m.ss) * 1e3,
             scrape / ss,
             if scrape / ss <= TARGET_RATIO { "met" } else { "MISSED" },
-            median(m.full.clone()) * 1e9 / series.max(1) as f64,
+            median(&m.full) * 1e9 / series.max(1) as f64,
             peak_scrape / 1024,
             ss_bytes / 1024,
         );

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use tcptail_units::stats;
 
 /// The file name inside a run's output directory.
 pub const RESULTS_FILE: &str = "results.json";
@@ -309,15 +310,11 @@ impl Metric {
         if values.is_empty() {
             return None;
         }
-        let mut sorted = values.clone();
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        let median =
-            if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+        let median = stats::median(&values)?;
         Some(Metric {
             median,
-            min: sorted[0],
-            max: sorted[n - 1],
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             values,
             unit: unit_of(name).to_owned(),
         })

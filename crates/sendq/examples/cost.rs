@@ -14,6 +14,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use tcptail_sendq::{BoundedSender, GovernorConfig, Mode};
+use tcptail_units::stats::median;
 
 const CALLS: u32 = 20_000;
 
@@ -27,11 +28,6 @@ fn pair() -> (TcpStream, std::thread::JoinHandle<()>) {
         while matches!(server.read(&mut buf), Ok(n) if n > 0) {}
     });
     (client, reader)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Nanoseconds per call of one round of `CALLS` calls.
@@ -66,7 +62,8 @@ fn compare(rounds: usize, config: GovernorConfig) -> (f64, f64, f64, f64, f64) {
     let reads = stats.info_reads as f64 / stats.writes as f64;
     drop(stream);
     reader.join().unwrap();
-    (median(plain), median(wrapped), median(diff), median(ratio), reads)
+    let median = |v: &[f64]| median(v).expect("at least one round");
+    (median(&plain), median(&wrapped), median(&diff), median(&ratio), reads)
 }
 
 /// The target: under 1 µs added per call.
@@ -110,20 +107,19 @@ fn main() {
         app_limited: Some(false),
         ..Default::default()
     };
-    let ns = median(
-        (0..rounds)
-            .map(|_| {
-                g.observe(epoch.elapsed(), &inputs);
-                round(|| {
-                    let now = std::hint::black_box(epoch.elapsed());
-                    let admission = std::hint::black_box(&mut g).admit(now, 64);
-                    if admission != tcptail_sendq::Admission::Admit(64) {
-                        g.observe(now, &inputs);
-                    }
-                    g.on_written(64);
-                })
+    let per_round: Vec<f64> = (0..rounds)
+        .map(|_| {
+            g.observe(epoch.elapsed(), &inputs);
+            round(|| {
+                let now = std::hint::black_box(epoch.elapsed());
+                let admission = std::hint::black_box(&mut g).admit(now, 64);
+                if admission != tcptail_sendq::Admission::Admit(64) {
+                    g.observe(now, &inputs);
+                }
+                g.on_written(64);
             })
-            .collect(),
-    );
+        })
+        .collect();
+    let ns = median(&per_round).expect("at least one round");
     println!("cached decision alone (clock read + bound check): {ns:.1} ns/call");
 }

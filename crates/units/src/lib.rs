@@ -17,12 +17,17 @@
 //! Parsing never panics; errors carry the input and what was expected so a CLI can name the
 //! flag and print them as they are. The types are plain newtypes: no arithmetic surprises, the
 //! inner value is always in the base unit (bytes, bits per second, seconds).
+//!
+//! [`stats`] holds the statistics every crate shares (one median, one empty-input rule), so
+//! the numbers a unit describes are summarised the same way everywhere.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub mod stats;
 
 /// A value that could not be parsed: the text given and what was wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
