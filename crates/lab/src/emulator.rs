@@ -7,6 +7,12 @@
 //! tun <──write when due── down: Direction (loss, queue, rate, delay) <──read── tun
 //! ```
 //!
+//! With TUN devices opened for segmentation offload ([`tcptail_netns::TunMode::Offload`],
+//! the default of a TUN topology), each read brings a GSO packet of up to 64 KiB; the model still
+//! sees every MTU-sized segment on its own (loss, queue bytes/packets/time, CoDel, rate,
+//! Mahimahi logs), and consecutive segments that leave within 100 µs of serialisation at the
+//! link's rate are written back as one packet (split in software whenever they part ways).
+//!
 //! [`Emulator::start`] validates the [`PathSpec`] and [`EmulatorOptions`], opens the optional
 //! Mahimahi logs and report file, starts the forwarding thread(s) and returns once they run and
 //! have applied their latency settings. [`EmulatorHandle::stop`] (or dropping the handle, or a
@@ -56,7 +62,9 @@
 //! - Timing shortcomings degrade, they do not fail: `SCHED_FIFO`, timer slack and affinity
 //!   that the kernel refuses are recorded as [`TuningStatus`] in the report.
 //! - The runtime never changes anything outside its own threads: no sysctls, no qdiscs, no
-//!   interfaces. It never reads or writes a packet's contents.
+//!   interfaces. It reads a packet's headers only to cut a GSO packet into its segments, and
+//!   rewrites them only for a run that is not the whole packet; a packet from
+//!   a device without `virtio_net_hdr`s is never looked at.
 //!
 //! All system calls go through `rustix` (safe wrappers); this module has no `unsafe`.
 
@@ -78,6 +86,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use tcptail_emu::segment::Segment;
 use tcptail_emu::{LogHeader, MahimahiLog, Nanos, Path, PathSpec, SpecError, Stats};
 use tcptail_netns::TunPair;
 
@@ -136,7 +145,8 @@ pub struct EmulatorOptions {
     /// Most packets read from, or written to, one device before the other direction gets its
     /// turn (default 32).
     pub batch: usize,
-    /// Bytes per packet buffer; must exceed the TUN MTU (default 2048; 256..=65536).
+    /// Bytes per packet buffer of a device without `virtio_net_hdr`s; must exceed the TUN MTU
+    /// (default 2048; 256..=65536). Offload devices always read into 64 KiB buffers.
     pub buffer_size: usize,
     /// `SCHED_FIFO` priority of the emulator thread(s), 1..=99 (default `Some(10)`).
     pub fifo_priority: Option<i32>,
@@ -278,7 +288,17 @@ impl Emulator {
         options: EmulatorOptions,
     ) -> Result<EmulatorHandle, EmulatorError> {
         options.validate()?;
-        let path = Path::<Box<[u8]>>::try_new(spec.clone(), options.seed)?;
+        if client.vnet_hdr() != server.vnet_hdr() {
+            let problem = format!(
+                "{} {} virtio_net_hdr but {} {}: open both TUN devices in one mode",
+                client.name(),
+                if client.vnet_hdr() { "has" } else { "has no" },
+                server.name(),
+                if server.vnet_hdr() { "has" } else { "has no" },
+            );
+            return Err(EmulatorError::Option { field: "devices", problem });
+        }
+        let path = Path::<Segment>::try_new(spec.clone(), options.seed)?;
         let report_file = match &options.report_path {
             Some(p) => Some((p.clone(), File::create(p).map_err(|e| file_error(p, e))?)),
             None => None,

@@ -104,8 +104,8 @@ impl Lab {
 fn assert_no_emulator_errors(report: &EmulatorReport) {
     for (name, d) in [("up", &report.up), ("down", &report.down)] {
         assert_eq!(
-            (d.read_errors, d.write_errors, d.oversize_drops),
-            (0, 0, 0),
+            (d.read_errors, d.write_errors, d.oversize_drops, d.malformed_drops),
+            (0, 0, 0, 0),
             "{name}: {:?}",
             d.last_error
         );
@@ -292,6 +292,67 @@ fn one_percent_loss_shows_as_drops_in_the_report() {
     assert!((0.006..0.015).contains(&rate), "loss rate {rate} at p = 0.01");
     assert_eq!(report.up.stats.arrivals.packets, sent);
     assert_no_emulator_errors(&report);
+}
+
+/// The byte at `offset` of the test stream: a position-dependent pattern, so a segment
+/// delivered at the wrong sequence number (a bad split) cannot go unnoticed.
+fn pattern(offset: u64) -> u8 {
+    let x = offset.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as u8 ^ (offset >> 12) as u8
+}
+
+#[test]
+fn fifty_megabytes_over_the_offload_path_with_one_percent_loss_arrive_intact() {
+    let _serial = require_root();
+    let mut spec = symmetric(1_000_000_000, Duration::from_millis(1), 4_000_000);
+    spec.up.loss = Some(LossModel::Bernoulli { p: 0.01 });
+    let mut lab = Lab::start(spec, EmulatorOptions { seed: 5, ..Default::default() });
+    let listener = lab.listen();
+    let port = listener.local_addr().unwrap().port();
+    const TOTAL: u64 = 50_000_000;
+    let receiver = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().expect("accept");
+        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (mut at, mut buf) = (0u64, vec![0u8; 1 << 16]);
+        loop {
+            let n = conn.read(&mut buf).expect("read");
+            if n == 0 {
+                return at;
+            }
+            for (i, &b) in buf[..n].iter().enumerate() {
+                let offset = at + i as u64;
+                assert_eq!(b, pattern(offset), "byte {offset} differs");
+            }
+            at += n as u64;
+        }
+    });
+    let mut stream = lab.connect(port, "bbr");
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut sent = 0u64;
+    while sent < TOTAL {
+        let n = chunk.len().min((TOTAL - sent) as usize);
+        for (i, b) in chunk[..n].iter_mut().enumerate() {
+            *b = pattern(sent + i as u64);
+        }
+        stream.write_all(&chunk[..n]).expect("send");
+        sent += n as u64;
+    }
+    drop(stream);
+    let received = receiver.join().expect("the receiver saw every byte in order");
+    let report = lab.stop();
+
+    assert_eq!(received, TOTAL);
+    assert_no_emulator_errors(&report);
+    let up = &report.up;
+    // The kernel handed out GSO packets, the model saw MTU segments, and lost segments made
+    // the emulator split packets: more frames written than read.
+    assert!(up.forwarded.packets > 2 * up.reads, "no GSO packets: {} reads", up.reads);
+    assert!(up.writes > up.reads, "no packet was split: {} reads, {} writes", up.reads, up.writes);
+    let loss = &up.stats.drops.loss;
+    let rate = loss.packets as f64 / up.stats.arrivals.packets as f64;
+    assert!((0.006..0.015).contains(&rate), "loss rate {rate} at p = 0.01");
+    // Every segment on the wire is at most an MTU.
+    assert!(up.stats.arrivals.bytes <= up.stats.arrivals.packets * 1500, "{:?}", up.stats.arrivals);
 }
 
 #[test]

@@ -14,8 +14,8 @@
 //! path carries only the experiment's packets. Only the router has `ip_forward = 1`.
 //!
 //! TUN devices are opened from a thread inside each namespace with `IFF_TUN | IFF_NO_PI`,
-//! and with [`TunMode::Offload`] ([`TopologyBuilder::tun_mode`]) also `IFF_VNET_HDR` with
-//! checksum and segmentation offload (a forwarder then moves 64 KiB GSO packets per call),
+//! by default ([`TopologyBuilder::tun_mode`]) also `IFF_VNET_HDR` with checksum and
+//! segmentation offload (the emulator then moves 64 KiB GSO packets per system call),
 //! non-blocking, MTU 1500 by default and a transmit queue of [`DEFAULT_TUN_TXQUEUELEN`]
 //! packets (the kernel's default of 500 drops at the TUN before the emulator's own queue
 //! sees the packet). They are not persistent: closing both descriptors removes them.
@@ -117,8 +117,8 @@ pub struct TopologyBuilder {
 }
 
 impl TopologyBuilder {
-    /// How the TUN devices are opened (default [`TunMode::Plain`]: one MTU packet per read;
-    /// [`TunMode::Offload`]: GSO packets of up to 64 KiB behind a `virtio_net_hdr`).
+    /// How the TUN devices are opened (default [`TunMode::Offload`]: GSO packets of up to
+    /// 64 KiB behind a `virtio_net_hdr`; [`TunMode::Plain`]: one MTU packet per read).
     pub fn tun_mode(mut self, mode: TunMode) -> Self {
         self.tun_mode = mode;
         self
@@ -282,7 +282,7 @@ impl Topology {
             roles: roles.iter().map(|r| (*r).to_owned()).collect(),
             mtu: DEFAULT_MTU,
             tun_txqueuelen: DEFAULT_TUN_TXQUEUELEN,
-            tun_mode: TunMode::Plain,
+            tun_mode: TunMode::Offload,
             sysctls: Vec::new(),
         }
     }

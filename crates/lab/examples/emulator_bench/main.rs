@@ -2,18 +2,28 @@
 //!
 //! ```text
 //! emulator_bench delay      [--delays 1,5,25,100] [--secs 5] [--interval-us 1000] [--no-veth]
-//! emulator_bench throughput [--delays-ms 0,25] [--secs 10] [--cc cubic]
-//! emulator_bench rate       [--rates 10,30,100,300] [--secs 10] [--delay-ms 5] [--cc cubic]
-//! common: [--spin-us 50] [--wake ppoll|timerfd] [--threads single|per] [--cpu N] [--no-fifo]
-//!         [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N] [--log-dir DIR]
-//!         [--json (full emulator reports on stderr)]
+//! emulator_bench throughput [--delays-ms 0,25] [--secs 10] [--cc cubic] [--no-veth]
+//! emulator_bench longfat    [--rate-mbit 10000] [--rtt-ms 120] [--queue-mb 150] [--secs 20]
+//!                           [--cc bbr]
+//! emulator_bench rate       [--rates 0.128,1,10,100,1000,10000] [--secs 10] [--delay-ms 5]
+//!                           [--cc cubic]
+//! common: [--tun offload|plain] [--spin-us 50] [--wake ppoll|timerfd] [--threads single|per]
+//!         [--cpu N] [--no-fifo] [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N]
+//!         [--log-dir DIR] [--json (full emulator reports on stderr)]
 //! ```
 //!
 //! - `delay`: open-loop 64-byte TCP echo through the emulator with `d` ms each way; prints
 //!   RTT − 2d (p50/p99/max) beside the plain RTT over a veth pair, and the emulator's lateness.
 //! - `throughput`: one iperf3 flow through an unshaped (10 Gbit/s) path with `d` ms each way,
-//!   `tcp_rmem`/`tcp_wmem` sized for 2 Gbit/s over the round trip.
+//!   `tcp_rmem`/`tcp_wmem` sized for 10 Gbit/s over the round trip, beside the same flow over
+//!   a plain veth pair (ratio); system calls per GB and segments per write from the report.
+//! - `longfat`: seed 002's path (10 Gbit/s, 120 ms RTT, a 150 MB bottleneck buffer): one BBR
+//!   flow's goodput and the release lateness.
 //! - `rate`: one iperf3 flow through `r` Mbit/s; goodput / (r × 1448/1500).
+//!
+//! Every row prints the emulator's peak RSS (this process's `VmHWM`, reset before the row).
+//! `--tun plain` opens the TUN devices without `IFF_VNET_HDR` (one MTU packet per system
+//! call, the emulator before segmentation offload).
 //!
 //! Every namespace is uniquely named and removed on exit, also on Ctrl-C.
 
@@ -24,16 +34,21 @@ use std::time::Duration;
 
 use tcptail_emu::{DirectionSpec, PathSpec, QueueLimit, QueueSpec};
 use tcptail_lab::emulator::{Emulator, EmulatorOptions, EmulatorReport, Threads, Wake};
-use tcptail_netns::{Cleanup, NetSysctl, Topology, ensure_root, signal};
+use tcptail_netns::{Cleanup, NetSysctl, Topology, TunMode, ensure_root, signal};
 use tcptail_units::{BitRate, ByteSize};
 
 type Res<T> = Result<T, String>;
 
+#[derive(Clone)]
 struct Args {
     cmd: String,
-    list: Vec<u64>,
+    list: Vec<f64>,
     secs: u32,
     delay_ms: u64,
+    rate_mbit: u64,
+    rtt_ms: u64,
+    queue_mb: u64,
+    tun: TunMode,
     interval_us: u64,
     json: bool,
     veth: bool,
@@ -46,17 +61,25 @@ fn parse() -> Res<Args> {
     let cmd = it.next().ok_or("usage: emulator_bench delay|throughput|rate [options]")?;
     let mut a = Args {
         list: match cmd.as_str() {
-            "delay" => vec![1, 5, 25, 100],
-            "throughput" => vec![0, 25],
-            "rate" => vec![10, 30, 100, 300],
+            "delay" => vec![1.0, 5.0, 25.0, 100.0],
+            "throughput" => vec![0.0, 25.0],
+            "rate" => vec![0.128, 1.0, 10.0, 100.0, 1000.0, 10000.0],
             _ => Vec::new(),
         },
-        secs: if cmd == "delay" { 5 } else { 10 },
+        secs: match cmd.as_str() {
+            "delay" => 5,
+            "longfat" => 20,
+            _ => 10,
+        },
         delay_ms: if cmd == "rate" { 5 } else { 0 },
+        rate_mbit: 10_000,
+        rtt_ms: 120,
+        queue_mb: 150,
+        tun: TunMode::Offload,
         interval_us: 1000,
         json: false,
         veth: true,
-        cc: "cubic".to_owned(),
+        cc: if cmd == "longfat" { "bbr" } else { "cubic" }.to_owned(),
         options: EmulatorOptions::default(),
         cmd,
     };
@@ -65,7 +88,18 @@ fn parse() -> Res<Args> {
         let num = |s: String| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
         match flag.as_str() {
             "--delays" | "--rates" | "--delays-ms" => {
-                a.list = val()?.split(',').map(|s| num(s.to_owned())).collect::<Res<_>>()?;
+                let float = |s: &str| s.parse::<f64>().map_err(|e| format!("{s}: {e}"));
+                a.list = val()?.split(',').map(float).collect::<Res<_>>()?;
+            }
+            "--rate-mbit" => a.rate_mbit = num(val()?)?,
+            "--rtt-ms" => a.rtt_ms = num(val()?)?,
+            "--queue-mb" => a.queue_mb = num(val()?)?,
+            "--tun" => {
+                a.tun = match val()?.as_str() {
+                    "offload" => TunMode::Offload,
+                    "plain" => TunMode::Plain,
+                    other => return Err(format!("--tun {other}: offload or plain")),
+                }
             }
             "--secs" => a.secs = num(val()?)? as u32,
             "--delay-ms" => a.delay_ms = num(val()?)?,
@@ -122,11 +156,13 @@ fn through_emulator<R>(
     let cleanup = Cleanup::new();
     let mem = format!("4096 131072 {buffers}");
     let mut topo = Topology::tun_pair("client", "server")
+        .tun_mode(a.tun)
         .sysctl(NetSysctl::TcpRmem, mem.clone())
         .sysctl(NetSysctl::TcpWmem, mem)
         .build(&cleanup)
         .map_err(|e| e.to_string())?;
     let tun = topo.take_tun().ok_or("no TUN pair")?;
+    reset_peak_rss();
     let emu = Emulator::start(tun, spec, a.options.clone()).map_err(|e| e.to_string())?;
     let token = cleanup.defer("emulator", {
         let stopper = emu.stopper();
@@ -138,6 +174,32 @@ fn through_emulator<R>(
     drop(topo);
     print_report(a, &report);
     Ok((result?, report))
+}
+
+/// Resets this process's `VmHWM` to its current RSS (`/proc/self/clear_refs`, value 5), so
+/// the next [`peak_rss_mb`] is the peak of one emulator run. Best effort: without it the
+/// peak is the process's.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// This process's peak resident set (`VmHWM`) in MB; the emulator is most of it.
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+    kb.map_or(f64::NAN, |kb| kb / 1e3)
+}
+
+/// System calls (reads and writes of both directions) per GB forwarded in the up direction,
+/// and segments per write in the up direction.
+fn syscalls(r: &EmulatorReport) -> String {
+    let calls = (r.up.reads + r.up.writes + r.down.reads + r.down.writes) as f64;
+    let gb = r.up.forwarded.bytes as f64 / 1e9;
+    let per_write = r.up.forwarded.packets as f64 / r.up.writes.max(1) as f64;
+    format!("{:.0} calls/GB, {per_write:.1} seg/write", calls / gb.max(1e-9))
 }
 
 fn lateness(r: &EmulatorReport) -> String {
@@ -175,7 +237,7 @@ fn delay(a: &Args) -> Res<()> {
     };
     println!(
         "64-byte TCP echo every {} µs for {} s; error = RTT - 2 x one-way delay (ms); \
-         target p50 <= 0.150, p99 <= 0.500",
+         target p50 <= 0.100, p99 <= 0.300",
         a.interval_us, a.secs
     );
     if let Some([p50, p99, max]) = veth {
@@ -183,7 +245,7 @@ fn delay(a: &Args) -> Res<()> {
     }
     println!("one-way | error p50 | error p99 | error max | target | lateness p50/p99/max (ms)");
     for &d in &a.list {
-        let one_way = Duration::from_millis(d);
+        let one_way = Duration::from_secs_f64(d / 1e3);
         let spec = path(BitRate(10_000_000_000), one_way, 10_000_000);
         let (rtts, report) = through_emulator(spec, a, 16 << 20, |topo| {
             // Slow start needs a few round trips to open the window for the probe's rate.
@@ -192,36 +254,96 @@ fn delay(a: &Args) -> Res<()> {
         })?;
         let [p50, p99, max] = quantiles(&rtts, 2.0 * one_way.as_secs_f64() * 1e3);
         println!(
-            "{d:4} ms | {p50:9.3} | {p99:9.3} | {max:9.3} | {:6} | {}",
-            mark(p50 <= 0.150 && p99 <= 0.500),
-            lateness(&report)
+            "{d:4} ms | {p50:9.3} | {p99:9.3} | {max:9.3} | {:6} | {} | RSS {:.0} MB",
+            mark(p50 <= 0.100 && p99 <= 0.300),
+            lateness(&report),
+            peak_rss_mb()
         );
     }
     Ok(())
 }
 
+/// Goodput of one iperf3 flow over a plain veth pair with `buffers` as tcp_rmem/wmem max.
+fn veth_goodput(a: &Args, buffers: u64) -> Res<f64> {
+    let cleanup = Cleanup::new();
+    let mem = format!("4096 131072 {buffers}");
+    let mut topo = Topology::veth_pair("client", "server")
+        .sysctl(NetSysctl::TcpRmem, mem.clone())
+        .sysctl(NetSysctl::TcpWmem, mem)
+        .build(&cleanup)
+        .map_err(|e| e.to_string())?;
+    iperf::goodput(&mut topo, a.secs, 2, &a.cc)
+}
+
 fn throughput(a: &Args) -> Res<()> {
     println!(
         "one iperf3 flow ({}), unshaped 10 Gbit/s path, {} s after 2 s omitted; \
-         target >= 1.5 Gbit/s",
+         target >= 10 Gbit/s and >= 0.4 x veth",
         a.cc, a.secs
     );
-    println!("one-way | goodput (Gbit/s) | tcp_rmem/wmem max | lateness p50/p99/max (ms)");
+    let veth = if a.veth { Some(veth_goodput(a, 64 << 20)?) } else { None };
+    if let Some(v) = veth {
+        println!("plain veth pair, no delay: {:.3} Gbit/s", v / 1e9);
+    }
+    println!(
+        "one-way | goodput (Gbit/s) | x veth | tcp_rmem/wmem max | lateness p50/p99/max (ms) | \
+         system calls | peak RSS"
+    );
     for &d in &a.list {
-        let one_way = Duration::from_millis(d);
+        let one_way = Duration::from_secs_f64(d / 1e3);
         let spec = path(BitRate(10_000_000_000), one_way, 64 << 20);
-        // Enough window for 2 Gbit/s over the round trip, at least the default 6 MB.
-        let bdp = (2e9 / 8.0 * (2.0 * one_way.as_secs_f64() + 0.001)) as u64;
-        let buffers = (2 * bdp).max(6 << 20);
+        // Enough window for 10 Gbit/s over the round trip, at least 64 MB.
+        let bdp = (10e9 / 8.0 * (2.0 * one_way.as_secs_f64() + 0.001)) as u64;
+        let buffers = (2 * bdp).max(64 << 20);
         let (bps, report) =
             through_emulator(spec, a, buffers, |topo| iperf::goodput(topo, a.secs, 2, &a.cc))?;
+        let ratio = veth.map_or(f64::NAN, |v| bps / v);
+        let ok = bps >= 10e9 && (veth.is_none() || ratio >= 0.4);
         println!(
-            "{d:4} ms | {:9.3} {:6} | {buffers:>17} | {}",
+            "{d:4} ms | {:9.3} {:6} | {ratio:6.3} | {buffers:>17} | {} | {} | {:.0} MB",
             bps / 1e9,
-            mark(bps >= 1.5e9),
-            lateness(&report)
+            mark(ok),
+            lateness(&report),
+            syscalls(&report),
+            peak_rss_mb()
         );
     }
+    Ok(())
+}
+
+fn longfat(a: &Args) -> Res<()> {
+    let rate = BitRate(a.rate_mbit * 1_000_000);
+    let one_way = Duration::from_millis(a.rtt_ms) / 2;
+    let queue = a.queue_mb * 1_000_000;
+    let bdp = (rate.0 as f64 / 8.0 * 2.0 * one_way.as_secs_f64()) as u64;
+    // The sender keeps BDP + queue unacknowledged; the receiver advertises as much.
+    let buffers = 3 * (bdp + queue);
+    println!(
+        "one iperf3 flow ({}) through {} Mbit/s, {} ms RTT, a {} MB drop-tail buffer, {} s \
+         after 5 s omitted; target goodput >= 0.9 x rate, lateness p99 <= 1 ms",
+        a.cc, a.rate_mbit, a.rtt_ms, a.queue_mb, a.secs
+    );
+    let spec = path(rate, one_way, queue);
+    let mut options = a.options.clone();
+    options.lateness_bound = options.lateness_bound.max(Duration::from_millis(1));
+    let b = Args { options, ..a.clone() };
+    let (bps, report) =
+        through_emulator(spec, &b, buffers, |topo| iperf::goodput(topo, a.secs, 5, &a.cc))?;
+    let ok = bps >= 0.9 * rate.0 as f64 && report.lateness.p99_us <= 1000.0;
+    let up = &report.up.stats;
+    println!(
+        "goodput {:.3} Gbit/s ({:.3} x rate) {} | lateness p50/p99/max {} ms | queue p50/p99 \
+         {:.1} / {:.1} ms | drops {} | {} | peak RSS {:.0} MB",
+        bps / 1e9,
+        bps / rate.0 as f64,
+        mark(ok),
+        lateness(&report),
+        up.queue_delay_ms.p50,
+        up.queue_delay_ms.p99,
+        up.drops.queue_full.packets,
+        syscalls(&report),
+        peak_rss_mb()
+    );
     Ok(())
 }
 
@@ -234,10 +356,10 @@ fn rate(a: &Args) -> Res<()> {
     );
     println!(
         "rate (Mbit/s) | goodput (Mbit/s) | ratio            | queue p50/p99 (ms) | drops | \
-         lateness p50/p99/max (ms)"
+         lateness p50/p99/max (ms) | peak RSS"
     );
     for &r in &a.list {
-        let rate = BitRate(r * 1_000_000);
+        let rate = BitRate((r * 1e6) as u64);
         let bdp = (rate.0 as f64 / 8.0 * 2.0 * one_way.as_secs_f64()) as u64;
         let spec = path(rate, one_way, (2 * bdp).max(100 * 1500));
         let buffers = (8 * bdp).max(6 << 20);
@@ -246,14 +368,15 @@ fn rate(a: &Args) -> Res<()> {
         let ratio = bps / (rate.0 as f64 * 1448.0 / 1500.0);
         let up = &report.up.stats;
         println!(
-            "{r:13} | {:16.3} | {ratio:.4} {:+.2} % {:4} | {:7.2} / {:7.2} | {:5} | {}",
+            "{r:13} | {:16.3} | {ratio:.4} {:+.2} % {:4} | {:7.2} / {:7.2} | {:5} | {} | {:.0} MB",
             bps / 1e6,
             (ratio - 1.0) * 100.0,
             mark((ratio - 1.0).abs() <= 0.01),
             up.queue_delay_ms.p50,
             up.queue_delay_ms.p99,
             up.drops.queue_full.packets,
-            lateness(&report)
+            lateness(&report),
+            peak_rss_mb()
         );
     }
     Ok(())
@@ -277,6 +400,7 @@ fn main() {
         match a.cmd.as_str() {
             "delay" => delay(&a),
             "throughput" => throughput(&a),
+            "longfat" => longfat(&a),
             "rate" => rate(&a),
             other => Err(format!("unknown command {other}")),
         }

@@ -1,29 +1,48 @@
-//! One direction of forwarding: read packets from one TUN device, pass them through the model,
-//! write them to the other TUN device when they come due.
+//! One direction of forwarding: read packets from one TUN device, pass their segments through
+//! the model, write them to the other TUN device when they come due.
 //!
-//! A [`Lane`] owns its [`Direction`] model, a pool of packet buffers, a write backlog and its
-//! counters. It never blocks and never sleeps: reads and writes are non-blocking, and the event
-//! loop ([`super::run`]) decides when to call it and how long to wait.
+//! A [`Lane`] owns its [`Direction`] model, a [`RunAssembler`], pools of packet buffers, a
+//! write backlog and its counters. It never blocks and never sleeps: reads and writes are
+//! non-blocking, and the event loop ([`super::run`]) decides when to call it and how long to
+//! wait.
+//!
+//! # Segmentation offload
+//!
+//! A device opened with `IFF_VNET_HDR` ([`Endpoint::vnet_hdr`]) hands out GSO packets of up to
+//! 64 KiB behind a `virtio_net_hdr`. Each is parsed once into a shared [`GsoPacket`] and enters
+//! the model as its MTU-sized [`Segment`]s, one by one, each with its own wire length: loss,
+//! queue limits, CoDel, the link rate, the delay line and the observers (statistics, Mahimahi
+//! logs) see exactly the packets a wire would carry. On release, the [`RunAssembler`] gathers
+//! consecutive surviving segments of one packet into a run of at most 100 µs of serialisation
+//! at the link's rate and writes it in one `writev`: the original bytes when the whole packet
+//! leaves together, else rewritten headers (sequence number, IP id, lengths, flags, partial
+//! checksum) in front of a slice of the original payload. Nothing is copied but headers and
+//! packets shorter than [`SMALL_PACKET`] (moved out of their 64 KiB read buffer so that ACKs in
+//! flight do not pin large buffers). A device without `IFF_VNET_HDR` carries one segment per
+//! packet, whose bytes are never looked at.
 //!
 //! # Invariants
 //!
-//! - Every packet read is exactly one of: dropped by the model (counted in its stats), dropped
-//!   as oversize (counted), held (model or write backlog), written (counted in `forwarded`), or
-//!   lost to a failed write (counted in `write_errors`). Nothing disappears silently.
-//! - A write that finds the device busy (`EAGAIN`) keeps the packet at the head of the write
-//!   backlog; later releases queue behind it, so order is kept.
-//! - Lateness is measured on the clock read just before each write.
-//! - Buffers circulate: read buffer -> model payload -> written -> back to the pool. The pool
-//!   allocates only when it runs dry and keeps at most [`POOL_MAX`] spare buffers.
+//! - Every segment read is exactly one of: dropped by the model (counted in its stats), dropped
+//!   with its packet as oversize or malformed (counted), held (model, run assembler or write
+//!   backlog), written (counted in `forwarded`), or lost to a failed write (counted in
+//!   `write_errors`, one per frame). Nothing disappears silently.
+//! - A write that finds the device busy (`EAGAIN`) keeps the run at the head of the write
+//!   backlog; later runs queue behind it, so order is kept.
+//! - Lateness is measured for every segment on the clock read just before its frame's write.
+//! - Buffers circulate: read buffer -> shared packet -> written (last run) -> back to the pool.
+//!   Pools allocate only when they run dry and keep a bounded number of spare buffers.
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use rustix::io::Errno;
-use tcptail_emu::{Admission, Count, Direction, Event, MahimahiLog, Observer, Packet, ReleaseInfo};
+use tcptail_emu::runs::{Run, RunAssembler, RunPolicy};
+use tcptail_emu::segment::{GsoPacket, MAX_FRAME_HEADER, Segment, VNET_HDR_LEN};
+use tcptail_emu::{Count, Direction, Event, MahimahiLog, Observer, Packet};
 use tcptail_emu::{Nanos, Stats};
 use tcptail_netns::TunDevice;
 
@@ -31,25 +50,33 @@ use super::clock::MonoClock;
 use super::report::{DirectionReport, LatenessHistogram};
 
 /// A packet device: a non-blocking descriptor that reads and writes one packet per call (a
-/// TUN device; a datagram socket in tests) and a name for messages.
+/// TUN device; a datagram socket in tests), whether each packet carries a `virtio_net_hdr`,
+/// and a name for messages.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
     fd: OwnedFd,
     name: String,
+    vnet_hdr: bool,
     /// `(namespace, interface)` of a network device, whose kernel counters can be read.
     device: Option<(String, String)>,
 }
 
 impl Endpoint {
-    /// `fd` must be non-blocking and packet-oriented.
+    /// `fd` must be non-blocking and packet-oriented; `vnet_hdr` if every packet read from or
+    /// written to it starts with a `virtio_net_hdr`.
     #[cfg(test)]
-    pub(crate) fn new(fd: OwnedFd, name: String) -> Endpoint {
-        Endpoint { fd, name, device: None }
+    pub(crate) fn new(fd: OwnedFd, name: String, vnet_hdr: bool) -> Endpoint {
+        Endpoint { fd, name, vnet_hdr, device: None }
     }
 
     /// `tcptail-tun in tcptail-123-client-0`.
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether packets carry a `virtio_net_hdr` (GSO packets of up to 64 KiB).
+    pub(crate) fn vnet_hdr(&self) -> bool {
+        self.vnet_hdr
     }
 
     /// `(namespace, interface)` if this is a network device.
@@ -62,7 +89,8 @@ impl From<TunDevice> for Endpoint {
     fn from(dev: TunDevice) -> Endpoint {
         let name = format!("{} in {}", dev.ifname(), dev.netns());
         let device = Some((dev.netns().to_owned(), dev.ifname().to_owned()));
-        Endpoint { fd: dev.into_fd(), name, device }
+        let vnet_hdr = dev.offloads().vnet_hdr;
+        Endpoint { fd: dev.into_fd(), name, vnet_hdr, device }
     }
 }
 
@@ -77,6 +105,21 @@ pub(crate) const POOL_MAX: usize = 8192;
 
 /// Buffers allocated up front per lane.
 const POOL_INITIAL: usize = 256;
+
+/// Read buffer of a `virtio_net_hdr` device: the header and a 64 KiB GSO packet.
+pub(crate) const GSO_READ_SIZE: usize = VNET_HDR_LEN + 65536;
+
+/// Spare 64 KiB read buffers kept per lane (64 MiB); a full queue holds its packets' buffers
+/// in any case, this only bounds the idle ones.
+const GSO_POOL_MAX: usize = 1024;
+
+/// Up-front 64 KiB read buffers per lane.
+const GSO_POOL_INITIAL: usize = 32;
+
+/// Packets up to this many bytes (`virtio_net_hdr` included) read from a `virtio_net_hdr`
+/// device are copied into a buffer of this size, so that the 64 KiB read buffer is reused at
+/// once: a pure ACK would otherwise pin 64 KiB for a whole one-way delay.
+pub(crate) const SMALL_PACKET: usize = 2048;
 
 type Buf = Box<[u8]>;
 
@@ -101,13 +144,18 @@ impl Observer for LaneObserver {
 #[derive(Debug)]
 struct Pool {
     size: usize,
+    max: usize,
     free: Vec<Buf>,
 }
 
 impl Pool {
     fn new(size: usize) -> Pool {
-        let mut pool = Pool { size, free: Vec::with_capacity(POOL_INITIAL) };
-        pool.free.extend((0..POOL_INITIAL).map(|_| vec![0u8; size].into_boxed_slice()));
+        Pool::with_limits(size, POOL_INITIAL, POOL_MAX)
+    }
+
+    fn with_limits(size: usize, initial: usize, max: usize) -> Pool {
+        let mut pool = Pool { size, max, free: Vec::with_capacity(initial) };
+        pool.free.extend((0..initial).map(|_| vec![0u8; size].into_boxed_slice()));
         pool
     }
 
@@ -116,10 +164,52 @@ impl Pool {
         self.free.pop().unwrap_or_else(|| vec![0u8; self.size].into_boxed_slice())
     }
 
+    /// Keeps `buf` if it has this pool's size and there is room; hands it back otherwise.
     #[inline]
-    fn put(&mut self, buf: Buf) {
-        if self.free.len() < POOL_MAX {
+    fn put(&mut self, buf: Buf) -> Option<Buf> {
+        if buf.len() != self.size {
+            return Some(buf);
+        }
+        if self.free.len() < self.max {
             self.free.push(buf);
+        }
+        None
+    }
+}
+
+/// The read buffers of one lane: full-size reads, and (on a `virtio_net_hdr` device) small
+/// buffers that short packets are copied into.
+#[derive(Debug)]
+struct Buffers {
+    read: Pool,
+    small: Option<Pool>,
+}
+
+impl Buffers {
+    fn new(vnet_hdr: bool, buffer_size: usize) -> Buffers {
+        if vnet_hdr {
+            Buffers {
+                read: Pool::with_limits(GSO_READ_SIZE, GSO_POOL_INITIAL, GSO_POOL_MAX),
+                small: Some(Pool::new(SMALL_PACKET)),
+            }
+        } else {
+            Buffers { read: Pool::new(buffer_size), small: None }
+        }
+    }
+
+    /// Takes back the buffer of a packet nothing else refers to any more (otherwise the last
+    /// segment to go frees it).
+    fn reclaim(&mut self, packet: Arc<GsoPacket>) {
+        if let Ok(packet) = Arc::try_unwrap(packet) {
+            self.put(packet.into_buffer());
+        }
+    }
+
+    /// Returns `buf` to the pool of its size.
+    fn put(&mut self, buf: Buf) {
+        let rest = self.read.put(buf);
+        if let (Some(buf), Some(small)) = (rest, &mut self.small) {
+            let _ = small.put(buf);
         }
     }
 }
@@ -128,8 +218,11 @@ impl Pool {
 #[derive(Debug, Default)]
 struct Counters {
     forwarded: Count,
+    reads: u64,
+    writes: u64,
     read_errors: u64,
     oversize_drops: u64,
+    malformed_drops: u64,
     write_errors: u64,
     write_retries: u64,
 }
@@ -138,7 +231,7 @@ struct Counters {
 enum Written {
     /// Written, or failed for good (counted); the buffer can be reused.
     Done,
-    /// The device is busy: keep the packet and retry when writable.
+    /// The device is busy: keep the run and retry when writable.
     Busy,
 }
 
@@ -148,10 +241,12 @@ pub(crate) struct Lane {
     label: &'static str,
     from: Arc<Endpoint>,
     to: Arc<Endpoint>,
-    model: Direction<Buf, LaneObserver>,
-    pool: Pool,
+    model: Direction<Segment, LaneObserver>,
+    runs: RunAssembler,
+    buffers: Buffers,
     spare: Option<Buf>,
-    backlog: VecDeque<(Buf, ReleaseInfo)>,
+    backlog: VecDeque<Run>,
+    scratch: [u8; MAX_FRAME_HEADER],
     next_id: u64,
     counters: Counters,
     lateness: LatenessHistogram,
@@ -160,21 +255,26 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
+    /// A lane from `from` to `to` (both with or both without `virtio_net_hdr`s; the caller
+    /// checks). `buffer_size` is the read buffer of a device without them.
     pub(crate) fn new(
         label: &'static str,
         from: Arc<Endpoint>,
         to: Arc<Endpoint>,
-        model: Direction<Buf, LaneObserver>,
+        model: Direction<Segment, LaneObserver>,
         buffer_size: usize,
     ) -> Lane {
+        let policy = RunPolicy::for_rate(&model.spec().rate);
         Lane {
             label,
+            buffers: Buffers::new(from.vnet_hdr(), buffer_size),
             from,
             to,
             model,
-            pool: Pool::new(buffer_size),
+            runs: RunAssembler::new(policy),
             spare: None,
             backlog: VecDeque::new(),
+            scratch: [0; MAX_FRAME_HEADER],
             next_id: 0,
             counters: Counters::default(),
             lateness: LatenessHistogram::default(),
@@ -214,29 +314,36 @@ impl Lane {
         !self.backlog.is_empty()
     }
 
-    /// When the model next needs attention (`None`: nothing in flight).
+    /// When the lane next needs attention (`None`: nothing in flight): the model's next
+    /// release, or the moment a run held for its next segment must go.
     pub(crate) fn next_wakeup(&self) -> Option<Nanos> {
-        self.model.next_wakeup()
+        self.runs.next_wakeup(&self.model)
     }
 
-    /// Reads up to `max` packets and hands them to the model. Returns how many were read.
+    /// Reads up to `max` packets and hands their segments to the model. Returns how many
+    /// packets were read.
     pub(crate) fn read_batch(&mut self, clock: &MonoClock, max: usize) -> usize {
         if self.input_closed {
             return 0;
         }
         let mut read = 0;
         while read < max {
-            let mut buf = self.spare.take().unwrap_or_else(|| self.pool.get());
+            let mut buf = self.spare.take().unwrap_or_else(|| self.buffers.read.get());
             match rustix::io::read(&*self.from, &mut buf[..]) {
                 Ok(n) if n > 0 && n < buf.len() => {
                     read += 1;
+                    self.counters.reads += 1;
                     let now = clock.now();
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    let packet = Packet { id, len: n as u32, payload: buf };
-                    if let Admission::Dropped { payload, .. } = self.model.enqueue(now, packet) {
-                        self.pool.put(payload);
-                    }
+                    let buf = match &mut self.buffers.small {
+                        Some(small) if n <= SMALL_PACKET => {
+                            let mut copy = small.get();
+                            copy[..n].copy_from_slice(&buf[..n]);
+                            self.spare = Some(buf);
+                            copy
+                        }
+                        _ => buf,
+                    };
+                    self.admit(now, buf, n);
                 }
                 Ok(0) => {
                     self.spare = Some(buf);
@@ -245,6 +352,7 @@ impl Lane {
                 Ok(n) => {
                     // Filled the whole buffer: the packet may have been cut. Never forward it.
                     read += 1;
+                    self.counters.reads += 1;
                     self.counters.oversize_drops += 1;
                     self.last_error = Some(format!(
                         "{}: a {n}-byte read filled the {}-byte buffer (MTU larger than \
@@ -268,30 +376,57 @@ impl Lane {
         read
     }
 
-    /// Writes up to `max` releases that have come due (the write backlog first). Returns how
-    /// many packets left the lane (written or lost to a write error). Bounded so that one busy
+    /// Parses the `n` bytes read into `buf` and enqueues each segment at `now`.
+    fn admit(&mut self, now: Nanos, buf: Buf, n: usize) {
+        let packet = match GsoPacket::parse(buf, n, self.from.vnet_hdr()) {
+            Ok(packet) => Arc::new(packet),
+            Err(rejected) => {
+                self.counters.malformed_drops += 1;
+                self.last_error = Some(format!(
+                    "{}: a {n}-byte packet from {} could not be segmented ({}); dropped",
+                    self.label,
+                    self.from.name(),
+                    rejected.error
+                ));
+                self.buffers.put(rejected.buffer);
+                return;
+            }
+        };
+        for segment in Segment::all(&packet) {
+            let id = self.next_id;
+            self.next_id += 1;
+            let len = segment.len();
+            // A dropped segment's handle is released here; the packet's buffer goes when the
+            // last of its segments does.
+            let _ = self.model.enqueue(now, Packet { id, len, payload: segment });
+        }
+        self.buffers.reclaim(packet);
+    }
+
+    /// Writes up to `max` runs that have come due (the write backlog first). Returns how many
+    /// frames left the lane (written or lost to a write error). Bounded so that one busy
     /// direction cannot starve the other direction's releases or the reads.
     pub(crate) fn release_due(&mut self, clock: &MonoClock, max: usize) -> usize {
         let mut done = 0;
         while done < max {
-            let (buf, info) = match self.backlog.pop_front() {
-                Some(item) => item,
-                None => match self.model.poll_release(clock.now()) {
-                    Some(item) => item,
+            let run = match self.backlog.pop_front() {
+                Some(run) => run,
+                None => match self.runs.poll(clock.now(), &mut self.model) {
+                    Some(run) => run,
                     None => return done,
                 },
             };
-            match self.write(&buf, &info, clock) {
+            match self.write(&run, clock) {
                 Written::Done => {
-                    self.pool.put(buf);
+                    self.buffers.reclaim(run.into_packet());
                     done += 1;
                 }
                 Written::Busy => {
-                    self.backlog.push_front((buf, info));
+                    self.backlog.push_front(run);
                     // Move what is due behind the blocked head, so the model's clock and the
                     // observer keep up; it is written in order once the device drains.
                     let now = clock.now();
-                    while let Some(r) = self.model.poll_release(now) {
+                    while let Some(r) = self.runs.poll(now, &mut self.model) {
                         self.backlog.push_back(r);
                     }
                     return done;
@@ -301,16 +436,27 @@ impl Lane {
         done
     }
 
-    fn write(&mut self, buf: &[u8], info: &ReleaseInfo, clock: &MonoClock) -> Written {
-        let len = info.len as usize;
+    fn write(&mut self, run: &Run, clock: &MonoClock) -> Written {
+        let frame = run.frame(&mut self.scratch);
         loop {
             let now = clock.now();
-            match rustix::io::write(&*self.to, &buf[..len]) {
+            let result = if frame.payload.is_empty() {
+                rustix::io::write(&*self.to, frame.head)
+            } else {
+                rustix::io::writev(
+                    &*self.to,
+                    &[IoSlice::new(frame.head), IoSlice::new(frame.payload)],
+                )
+            };
+            match result {
                 Ok(_) => {
-                    // A TUN write takes the whole packet or fails.
-                    self.lateness.record(info.lateness(now));
-                    self.counters.forwarded.packets += 1;
-                    self.counters.forwarded.bytes += u64::from(info.len);
+                    // A TUN write takes the whole frame or fails.
+                    for info in run.releases() {
+                        self.lateness.record(info.lateness(now));
+                    }
+                    self.counters.writes += 1;
+                    self.counters.forwarded.packets += u64::from(run.segments());
+                    self.counters.forwarded.bytes += u64::from(run.wire_bytes());
                     return Written::Done;
                 }
                 Err(Errno::INTR) => continue,
@@ -320,7 +466,12 @@ impl Lane {
                 }
                 Err(e) => {
                     self.counters.write_errors += 1;
-                    self.last_error = Some(format!("{}: write: {e}", self.label));
+                    self.last_error = Some(format!(
+                        "{}: write of {} segment(s), {} bytes: {e}",
+                        self.label,
+                        run.segments(),
+                        frame.len()
+                    ));
                     return Written::Done;
                 }
             }
@@ -337,7 +488,8 @@ impl Lane {
     pub(crate) fn finish(self, now: Nanos) -> (DirectionReport, Option<String>) {
         let mut model = self.model;
         model.advance(now);
-        let held = model.backlog().packets() as u64 + self.backlog.len() as u64;
+        let in_backlog: u64 = self.backlog.iter().map(|r| u64::from(r.segments())).sum();
+        let held = model.backlog().packets() as u64 + in_backlog + self.runs.held() as u64;
         let LaneObserver { stats, log } = model.into_observer();
         let log_error = log
             .and_then(|log| log.finish().err())
@@ -345,9 +497,12 @@ impl Lane {
         let report = DirectionReport {
             stats: stats.summary(),
             forwarded: self.counters.forwarded,
+            reads: self.counters.reads,
+            writes: self.counters.writes,
             lateness: self.lateness.summary(),
             read_errors: self.counters.read_errors,
             oversize_drops: self.counters.oversize_drops,
+            malformed_drops: self.counters.malformed_drops,
             write_errors: self.counters.write_errors,
             write_retries: self.counters.write_retries,
             kernel_drops_before_read: None,
@@ -371,12 +526,16 @@ mod tests {
         assert!(pool.free.is_empty());
         assert!(bufs.iter().all(|b| b.len() == 64));
         for b in bufs {
-            pool.put(b);
+            assert!(pool.put(b).is_none());
         }
         assert_eq!(pool.free.len(), POOL_INITIAL + 3);
         for _ in 0..POOL_MAX {
-            pool.put(vec![0; 64].into_boxed_slice());
+            assert!(pool.put(vec![0; 64].into_boxed_slice()).is_none());
         }
         assert_eq!(pool.free.len(), POOL_MAX);
+        // A buffer of another size is handed back, not kept.
+        pool.free.clear();
+        assert!(pool.put(vec![0; 65].into_boxed_slice()).is_some());
+        assert!(pool.free.is_empty());
     }
 }

@@ -142,8 +142,12 @@ impl LatenessHistogram {
 pub struct DirectionReport {
     /// The model's summary (virtual time): arrivals, departures, queueing delay, drops.
     pub stats: StatsSummary,
-    /// Packets and bytes written to the far TUN device.
+    /// Packets (MTU-sized segments, as on a wire) and bytes written to the far TUN device.
     pub forwarded: Count,
+    /// Frames read from the near device (a GSO frame carries up to 64 KiB of segments).
+    pub reads: u64,
+    /// Frames written to the far device (a run of consecutive segments each).
+    pub writes: u64,
     /// How late releases were written (µs).
     pub lateness: LatenessSummary,
     /// Reads from the near TUN device that failed (other than "nothing to read").
@@ -152,6 +156,9 @@ pub struct DirectionReport {
     /// [`EmulatorOptions::buffer_size`](super::EmulatorOptions::buffer_size)); dropped and
     /// counted here, never forwarded cut short.
     pub oversize_drops: u64,
+    /// GSO packets the segmenter refused (inconsistent `virtio_net_hdr`, unsupported GSO
+    /// type); dropped and counted here, with the reason in `last_error`.
+    pub malformed_drops: u64,
     /// Writes to the far TUN device that failed; each lost one packet, counted here.
     pub write_errors: u64,
     /// Writes that found the device busy (`EAGAIN`); the packet was kept and written later.
@@ -217,13 +224,14 @@ pub struct EmulatorReport {
 }
 
 impl EmulatorReport {
-    /// Whether nothing was flagged or went wrong: lateness within its bound; no read, write or
-    /// oversize errors; no kernel drops at the devices; no other errors.
+    /// Whether nothing was flagged or went wrong: lateness within its bound; no read, write,
+    /// oversize or malformed-packet errors; no kernel drops at the devices; no other errors.
     pub fn is_clean(&self) -> bool {
         let dir_ok = |d: &DirectionReport| {
             d.read_errors == 0
                 && d.write_errors == 0
                 && d.oversize_drops == 0
+                && d.malformed_drops == 0
                 && d.kernel_drops_before_read.unwrap_or(0) == 0
                 && d.kernel_drops_after_write.unwrap_or(0) == 0
         };

@@ -18,7 +18,7 @@ fn device(name: &str) -> (Endpoint, UnixDatagram) {
     let (emu, app) = UnixDatagram::pair().expect("socketpair");
     emu.set_nonblocking(true).unwrap();
     app.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    (Endpoint::new(OwnedFd::from(emu), name.to_owned()), app)
+    (Endpoint::new(OwnedFd::from(emu), name.to_owned(), false), app)
 }
 
 fn direction(delay_ms: u64, loss: Option<LossModel>) -> DirectionSpec {
