@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 
 use socket2::{Domain, Socket as Sock2, Type};
 use tcptail_diag::filter::{Filter, Prefix, Side};
@@ -41,7 +42,10 @@ fn dump_finds_bbr_connection_with_info_cong_bbr_and_skmem() {
     assert_eq!(c.state, "ESTABLISHED");
     assert_eq!(c.cc.as_deref(), Some("bbr"));
     let info = c.info.as_ref().expect("INET_DIAG_INFO");
-    assert_eq!(info.len, 280, "tcp_info length on this kernel");
+    // sock_diag's INET_DIAG_INFO carries the kernel's whole struct, as TCP_INFO does.
+    let mut raw = [0u8; 4096];
+    let kernel_len = tcptail_sock::tcp_info::tcp_info_raw(client.as_fd(), &mut raw).unwrap();
+    assert_eq!(info.len, kernel_len, "tcp_info length: sock_diag vs TCP_INFO on this kernel");
     assert!(info.rtt_us > 0);
     let bbr = c.bbr.expect("INET_DIAG_BBRINFO");
     assert!(bbr.pacing_gain > 0);

@@ -216,16 +216,20 @@ fn request_response_rtt_is_the_path_delay_plus_small_error() {
     let report = lab.stop();
 
     rtts.sort();
-    let (min, p50, p90) = (rtts[0], rtts[rtts.len() / 2], rtts[rtts.len() * 9 / 10]);
+    let (min, p50) = (rtts[0], rtts[rtts.len() / 2]);
     let path = 2 * one_way;
     assert!(min >= path, "a round trip took {min:?}, less than the path's {path:?}");
-    // The bounds catch a wrong delay (a direction delayed twice, or not at all), not the
-    // emulator's accuracy: every round trip also pays four thread wake-ups on vCPUs that halt
-    // when idle, which cost from tens to hundreds of µs with the host's load (the same build
-    // passed a 500 µs bound in one CI run and measured 530-930 µs of median error an hour
-    // later on an idle guest). Accuracy is measured by scripts/bench-emulator, a benchmark.
-    assert!(p50 - path < Duration::from_millis(1), "median RTT {p50:?} (path {path:?})");
-    assert!(p90 - path < Duration::from_millis(3), "p90 RTT {p90:?} (path {path:?})");
+    // The bounds catch a wrong delay, not the emulator's accuracy, so they come from the
+    // delay itself: a direction not delayed puts round trips under `path` (the check above);
+    // one delayed twice puts every round trip at `path + one_way` or more. Host noise only
+    // adds time (four thread wake-ups per round trip on vCPUs that halt when idle: tens of µs
+    // to many ms with the host's load; a fixed 1 ms median bound and a 3 ms p90 bound failed
+    // on a busy 2-vCPU guest, where the p90 reached 14 ms over the path), so the fastest round
+    // trip is the statistic that sees the delay and little else, and the median only has to
+    // stay under what a delay doubled on most packets would give. Accuracy is measured by
+    // scripts/bench-emulator, a benchmark.
+    assert!(min - path < one_way / 2, "fastest RTT {min:?} (path {path:?}, one way {one_way:?})");
+    assert!(p50 - path < one_way, "median RTT {p50:?} (path {path:?}, one way {one_way:?})");
     assert_no_emulator_errors(&report);
     for (name, d) in [("up", &report.up), ("down", &report.down)] {
         assert!(d.forwarded.packets >= 300, "{name}: {:?}", d.forwarded);
@@ -358,7 +362,8 @@ fn fifty_megabytes_over_the_offload_path_with_one_percent_loss_arrive_intact() {
 #[test]
 fn stop_is_prompt_and_removes_the_tun_devices() {
     let _serial = require_root();
-    let spec = symmetric(100_000_000, Duration::from_secs(2), 1_000_000);
+    let delay = Duration::from_secs(2);
+    let spec = symmetric(100_000_000, delay, 1_000_000);
     let mut lab = Lab::start(spec, Default::default());
     let sender = lab
         .topo
@@ -372,7 +377,9 @@ fn stop_is_prompt_and_removes_the_tun_devices() {
     std::thread::sleep(Duration::from_millis(50));
     let t = Instant::now();
     let report = lab.stop();
-    assert!(t.elapsed() < Duration::from_millis(200), "stop took {:?}", t.elapsed());
+    // Prompt means not waiting for the held packets' delay: the bound is half of it, so
+    // only a stop that waits for the delay line (not a slow host) fails it.
+    assert!(t.elapsed() < delay / 2, "stop took {:?} with {delay:?} of delay held", t.elapsed());
     assert_eq!(report.up.held_at_stop, 5, "{:?}", report.up);
     assert_eq!(report.up.forwarded.packets, 0);
     // The descriptors were closed with the thread, which removes the devices.
