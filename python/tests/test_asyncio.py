@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import tcptail
 
@@ -100,11 +101,19 @@ async def run_slow_reader(mode: str) -> None:
     # can read 15 GB/s even while the reader's window holds the flow to ~400 KB/s, so a
     # millisecond bound (or a LOWAT of 2 x bound x rate) would admit the whole burst into the
     # socket; 2 us x 15 GB/s is 30 kB, which the slow reader leaves unsent within milliseconds.
-    out = tcptail.BoundedWriter(sock, mode=mode, threshold="2us", max_age=0.02, conflate=False)
+    # max_age from the reader's pace, not the host's speed: 600 kB take the reader about
+    # 1.5 s, so messages held back for a fifth of that must go stale, while offering them all
+    # (milliseconds, tens on a loaded host) stays far inside it. A 20 ms max_age let a loaded
+    # host age out all but the first few messages before any write could wait.
+    max_age = 0.3
+    out = tcptail.BoundedWriter(sock, mode=mode, threshold="2us", max_age=max_age, conflate=False)
 
-    total = 600  # 600 kB: about 1.5 s at the reader's pace, far beyond max_age
+    total = 600  # 600 kB: about 1.5 s at the reader's pace, five times max_age
+    offering = time.monotonic()
     for seq in range(total):
         out.offer(message(seq))  # key None: never conflated
+    offered_in = time.monotonic() - offering
+    assert offered_in < max_age / 2, f"offering {total} messages took {offered_in:.3f} s"
     await asyncio.wait_for(out.drain(), 30)
     stats = out.stats()
     sock.close()
