@@ -1,4 +1,4 @@
-//! The audit: pure functions from a [`Profile`] and a [`Snapshot`] to [`Finding`]s.
+//! The audit: pure functions from a [`HostProfile`] and a [`Snapshot`] to [`AuditFinding`]s.
 //!
 //! One finding per check, each with a status (OK / WARN / FAIL / N/A), the current value, the
 //! recommended value, a one-line rationale and, where there is some, the evidence (the config
@@ -23,7 +23,7 @@
 use serde::Serialize;
 
 use crate::host::Snapshot;
-use crate::profile::{KnownBad, Profile, Scope, Setting, Severity, Want};
+use crate::profile::{HostProfile, KnownBad, Scope, Setting, Severity, Want};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -63,7 +63,7 @@ impl Status {
 
 /// One row of the audit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
+pub struct AuditFinding {
     /// Stable identifier, e.g. `sysctl:net.ipv4.tcp_frto`, `known-bad:...`, `fm5-time-wait`.
     pub id: String,
     /// The outcome.
@@ -82,8 +82,8 @@ pub struct Finding {
     pub source: String,
 }
 
-fn finding(id: impl Into<String>, status: Status, current: impl Into<String>) -> Finding {
-    Finding {
+fn finding(id: impl Into<String>, status: Status, current: impl Into<String>) -> AuditFinding {
+    AuditFinding {
         id: id.into(),
         status,
         current: current.into(),
@@ -94,7 +94,7 @@ fn finding(id: impl Into<String>, status: Status, current: impl Into<String>) ->
     }
 }
 
-impl Finding {
+impl AuditFinding {
     fn rec(mut self, r: impl Into<String>) -> Self {
         self.recommended = r.into();
         self
@@ -125,7 +125,7 @@ pub struct Report {
     /// Whether we ran in a PID namespace of our own (processes outside it are invisible).
     pub own_pid_namespace: bool,
     /// One finding per check.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<AuditFinding>,
 }
 
 impl Report {
@@ -140,7 +140,7 @@ impl Report {
     }
 
     /// The finding with `id`.
-    pub fn get(&self, id: &str) -> Option<&Finding> {
+    pub fn get(&self, id: &str) -> Option<&AuditFinding> {
         self.findings.iter().find(|f| f.id == id)
     }
 }
@@ -154,8 +154,8 @@ const PER_SOCKET: &str = "per socket: not visible host-wide";
 const DEFAULT_MEM_MAX: u64 = 212_992;
 
 /// Runs every check of `profile` against `snap`.
-pub fn audit(profile: &Profile, snap: &Snapshot) -> Report {
-    let mut findings: Vec<Finding> = Vec::new();
+pub fn audit(profile: &HostProfile, snap: &Snapshot) -> Report {
+    let mut findings: Vec<AuditFinding> = Vec::new();
     findings.extend(profile.settings.iter().map(|s| check_setting(s, snap)));
     findings.extend(read_list(profile, snap));
     findings.extend(profile.known_bad.iter().map(|k| check_known_bad(k, snap)));
@@ -172,7 +172,7 @@ pub fn audit(profile: &Profile, snap: &Snapshot) -> Report {
 }
 
 /// One profile setting against its current value.
-pub fn check_setting(s: &Setting, snap: &Snapshot) -> Finding {
+pub fn check_setting(s: &Setting, snap: &Snapshot) -> AuditFinding {
     let id = format!("sysctl:{}", s.key);
     let current = snap.sysctl(&s.key);
     let f = |status, cur: &str| {
@@ -242,7 +242,7 @@ pub const READ_LIST: [(&str, &str); 9] = [
 ];
 
 /// Informational rows for the [`READ_LIST`] settings `profile` does not recommend a value for.
-pub fn read_list(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+pub fn read_list(profile: &HostProfile, snap: &Snapshot) -> Vec<AuditFinding> {
     READ_LIST
         .iter()
         .filter(|(key, _)| profile.setting(key).is_none())
@@ -255,9 +255,9 @@ pub fn read_list(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
             match current {
                 _ if host_scope && snap.host_hidden() => {
                     let ev = host_scope_evidence(snap, current, None).unwrap_or_default();
-                    Finding { status: Status::NotApplicable, ..base }.evidence(ev)
+                    AuditFinding { status: Status::NotApplicable, ..base }.evidence(ev)
                 }
-                None => Finding {
+                None => AuditFinding {
                     status: Status::NotApplicable,
                     current: "(no such key)".into(),
                     ..base
@@ -270,7 +270,7 @@ pub fn read_list(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
 }
 
 /// One known-bad entry against the live value and the sysctl configuration files.
-pub fn check_known_bad(k: &KnownBad, snap: &Snapshot) -> Finding {
+pub fn check_known_bad(k: &KnownBad, snap: &Snapshot) -> AuditFinding {
     let id = match &k.value {
         Some(v) => format!("known-bad:{}={}", k.key, v.replace(' ', ",")),
         None => format!("known-bad:{}", k.key),
@@ -313,7 +313,7 @@ fn words(s: Option<&str>) -> Vec<&str> {
 }
 
 /// Congestion control availability and BBR pacing.
-pub fn check_congestion(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+pub fn check_congestion(profile: &HostProfile, snap: &Snapshot) -> Vec<AuditFinding> {
     let mut out = Vec::new();
     let current = snap.sysctl("net.ipv4.tcp_congestion_control");
     let available = words(snap.sysctl("net.ipv4.tcp_available_congestion_control"));
@@ -331,14 +331,14 @@ pub fn check_congestion(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
             allowed.join(" ")
         ));
     out.push(match wanted {
-        _ if available.is_empty() => Finding { status: Status::NotApplicable, ..f },
+        _ if available.is_empty() => AuditFinding { status: Status::NotApplicable, ..f },
         // Kernel modules are the host's: a container cannot load one.
         Some(want) if !available.contains(&want) => match snap.container.as_deref() {
-            Some(c) => Finding { status: Status::NotApplicable, ..f }.evidence(format!(
+            Some(c) => AuditFinding { status: Status::NotApplicable, ..f }.evidence(format!(
                 "{HOST_NOT_CHANGEABLE} (container: {c}); {want} is not loaded: modprobe \
                  tcp_{want} on the host"
             )),
-            None => Finding { status: Status::Fail, ..f }
+            None => AuditFinding { status: Status::Fail, ..f }
                 .evidence(format!("{want} is not loaded: modprobe tcp_{want}")),
         },
         _ => f,
@@ -362,7 +362,7 @@ pub fn check_congestion(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
             "interface qdiscs not readable; default_qdisc = {}",
             default_qdisc.unwrap_or("(host scope: not visible here)")
         );
-        out.push(Finding { status, ..pacing }.evidence(ev));
+        out.push(AuditFinding { status, ..pacing }.evidence(ev));
         return out;
     };
     let unpaced: Vec<String> = qdiscs
@@ -374,7 +374,7 @@ pub fn check_congestion(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
         out.push(pacing.evidence("every interface has an fq root qdisc"));
     } else {
         out.push(
-            Finding { status: Status::Warn, ..pacing }
+            AuditFinding { status: Status::Warn, ..pacing }
                 .evidence(format!("BBR without fq: internal pacing on {}", unpaced.join(", "))),
         );
     }
@@ -387,7 +387,7 @@ fn is_fq(kind: &str, default_qdisc: Option<&str>) -> bool {
 }
 
 /// The six failure modes of seed 000 ("How This Breaks in Production").
-pub fn failure_modes(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+pub fn failure_modes(profile: &HostProfile, snap: &Snapshot) -> Vec<AuditFinding> {
     let src = |n: u8| format!("seed 000 (failure mode {n})");
     let cc = snap.sysctl("net.ipv4.tcp_congestion_control").unwrap_or("-");
     let wants_bbr = profile
@@ -434,7 +434,7 @@ pub fn failure_modes(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
     vec![fm1, fm2, fm3, fm4, fm5, fm6]
 }
 
-fn check_rmem_cap(snap: &Snapshot) -> Finding {
+fn check_rmem_cap(snap: &Snapshot) -> AuditFinding {
     let max = snap.sysctl("net.core.rmem_max");
     let base = finding("fm4-rcvbuf-silently-capped", Status::Ok, max.unwrap_or("-"))
         .rec(format!(
@@ -447,12 +447,12 @@ fn check_rmem_cap(snap: &Snapshot) -> Finding {
             Some(m) => format!("; SO_RCVBUF above {m} bytes is silently capped"),
             None => String::new(),
         };
-        return Finding { status: Status::NotApplicable, ..base }
+        return AuditFinding { status: Status::NotApplicable, ..base }
             .evidence(format!("{hidden}{effect}"));
     }
     match max.and_then(|m| m.parse::<u64>().ok()) {
-        None => Finding { status: Status::NotApplicable, ..base },
-        Some(m) if m <= DEFAULT_MEM_MAX => Finding { status: Status::Warn, ..base }.evidence(
+        None => AuditFinding { status: Status::NotApplicable, ..base },
+        Some(m) if m <= DEFAULT_MEM_MAX => AuditFinding { status: Status::Warn, ..base }.evidence(
             format!("rmem_max = {m}: any SO_RCVBUF above {m} bytes is silently capped"),
         ),
         Some(m) => base.evidence(format!(
@@ -461,7 +461,7 @@ fn check_rmem_cap(snap: &Snapshot) -> Finding {
     }
 }
 
-fn check_time_wait(snap: &Snapshot) -> Finding {
+fn check_time_wait(snap: &Snapshot) -> AuditFinding {
     let range = words(snap.sysctl("net.ipv4.ip_local_port_range"));
     let ports = match range.as_slice() {
         [lo, hi] => match (lo.parse::<u64>(), hi.parse::<u64>()) {

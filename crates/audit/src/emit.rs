@@ -12,7 +12,7 @@
 //! Pure string rendering: never touches the host. YAML scalars are always double-quoted
 //! (JSON string escaping is valid YAML), so keys and values cannot break the document.
 
-use crate::profile::{Profile, Want};
+use crate::profile::{HostProfile, Want};
 use crate::tune::{Plan, file_name, render_file};
 
 /// The plain `sysctl.d` file (`--emit sysctl`).
@@ -39,7 +39,7 @@ fn bounded_value(index: usize, field: usize, bound: u64, pick: &str) -> String {
 }
 
 /// An Ansible task list (`--emit ansible`): include it from a play with `become: true`.
-pub fn ansible(profile: &Profile) -> String {
+pub fn ansible(profile: &HostProfile) -> String {
     let dest = format!("/etc/sysctl.d/{}", file_name(&profile.name));
     let mut out = format!(
         "# tcptail tune --profile {name} --emit ansible\n# Include from a play with become: \

@@ -7,7 +7,7 @@
 //!   `extends` a built-in, and errors naming file, line and key.
 //! - [`host`]: [`HostView`], every read of the host relative to a root directory (`/` or a
 //!   fixture tree), and the [`Snapshot`] the checks run on.
-//! - [`checks`]: pure functions from a profile and a snapshot to [`Finding`]s (OK / WARN /
+//! - [`checks`]: pure functions from a profile and a snapshot to [`AuditFinding`]s (OK / WARN /
 //!   FAIL / N/A with current value, recommendation, rationale and evidence), including the
 //!   seed's six production failure modes.
 //! - [`tune`]: the `sysctl.d` file and diff a profile implies, atomic apply with read-back
@@ -57,7 +57,7 @@ pub mod revert;
 pub mod tune;
 pub mod verify;
 
-pub use checks::{Finding, Report, Status, audit};
+pub use checks::{AuditFinding, Report, Status, audit};
 pub use error::Error;
 pub use host::{HostView, Snapshot};
-pub use profile::{Profile, Scope, Severity, Want};
+pub use profile::{HostProfile, Scope, Severity, Want};

@@ -11,7 +11,7 @@
 //! extends or overrides one with `extends = "NAME"`; a child setting replaces the parent's
 //! setting of the same key, `remove = true` drops it.
 //!
-//! Invariants: a resolved [`Profile`] has unique setting keys, every key is a syntactically
+//! Invariants: a resolved [`HostProfile`] has unique setting keys, every key is a syntactically
 //! valid sysctl name, `kernel.`/`vm.` keys and the known host-scope `net.core` keys are never
 //! declared per-namespace, and every error names the file, the line and, where there is one,
 //! the key. Parsing never touches the host.
@@ -213,7 +213,7 @@ pub struct HostExpect {
 
 /// A resolved profile (its `extends` chain merged).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Profile {
+pub struct HostProfile {
     /// Profile name.
     pub name: String,
     /// One line.
@@ -226,7 +226,7 @@ pub struct Profile {
     pub host: HostExpect,
 }
 
-impl Profile {
+impl HostProfile {
     /// The setting for `key`, if any.
     pub fn setting(&self, key: &str) -> Option<&Setting> {
         self.settings.iter().find(|s| s.key == key)
@@ -298,7 +298,7 @@ struct RawKnownBad {
 
 /// A parsed profile file before its parent is merged in.
 struct Parsed {
-    profile: Profile,
+    profile: HostProfile,
     extends: Option<(String, usize)>,
     removed: Vec<String>,
 }
@@ -517,13 +517,13 @@ fn parse(file: &Path, text: &str) -> Result<Parsed, Error> {
         None => None,
     };
     Ok(Parsed {
-        profile: Profile { name, description, settings, known_bad, host },
+        profile: HostProfile { name, description, settings, known_bad, host },
         extends,
         removed,
     })
 }
 
-fn merge(parent: Profile, child: Parsed) -> Profile {
+fn merge(parent: HostProfile, child: Parsed) -> HostProfile {
     let mut settings: Vec<Setting> =
         parent.settings.into_iter().filter(|s| !child.removed.contains(&s.key)).collect();
     for s in child.profile.settings {
@@ -538,7 +538,7 @@ fn merge(parent: Profile, child: Parsed) -> Profile {
         known_bad.push(k);
     }
     let (p, c) = (parent.host, child.profile.host);
-    Profile {
+    HostProfile {
         name: child.profile.name,
         description: child.profile.description,
         settings,
@@ -560,11 +560,11 @@ pub fn builtin_names() -> Vec<&'static str> {
 
 /// Loads a profile: a built-in name, or a path to a `.toml` file (anything containing `/` or
 /// ending in `.toml`). `extends` in a file names a built-in, or a file relative to it.
-pub fn load(name_or_path: &str) -> Result<Profile, Error> {
+pub fn load(name_or_path: &str) -> Result<HostProfile, Error> {
     load_depth(name_or_path, None, 0)
 }
 
-fn load_depth(name: &str, base: Option<&Path>, depth: usize) -> Result<Profile, Error> {
+fn load_depth(name: &str, base: Option<&Path>, depth: usize) -> Result<HostProfile, Error> {
     let is_path = name.contains('/') || name.ends_with(".toml");
     let (file, text) = if is_path {
         let path = match base {
@@ -606,7 +606,7 @@ fn load_depth(name: &str, base: Option<&Path>, depth: usize) -> Result<Profile, 
 }
 
 /// Parses profile text (no `extends` resolution beyond built-ins); for tests and fuzzing.
-pub fn parse_str(file: &str, text: &str) -> Result<Profile, Error> {
+pub fn parse_str(file: &str, text: &str) -> Result<HostProfile, Error> {
     let mut parsed = parse(Path::new(file), text)?;
     match parsed.extends.take() {
         None => Ok(parsed.profile),

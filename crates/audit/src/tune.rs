@@ -47,7 +47,7 @@ use crate::files::{remove_durably, write_durably};
 use crate::host::{HostView, Snapshot, config_files, parse_config};
 use crate::lock::TuneLock;
 use crate::profile::{
-    Profile, Scope, line_problem, normalize, valid_key, valid_name, value_problem,
+    HostProfile, Scope, line_problem, normalize, valid_key, valid_name, value_problem,
 };
 
 /// One key of the plan.
@@ -94,7 +94,7 @@ fn slug(name: &str) -> String {
 }
 
 /// The plan for `profile` against the values in `snap`.
-pub fn plan(profile: &Profile, snap: &Snapshot) -> Plan {
+pub fn plan(profile: &HostProfile, snap: &Snapshot) -> Plan {
     let mut entries = Vec::new();
     let mut skipped = Vec::new();
     for s in &profile.settings {

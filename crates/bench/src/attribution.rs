@@ -109,9 +109,9 @@ pub struct Attribution {
     /// All attributed requests.
     pub requests: u64,
     /// Categorical values over-represented among slow requests, strongest first.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<AttributionFinding>,
     /// Every categorical feature value seen, with both shares (for the JSON reader).
-    pub features: Vec<Finding>,
+    pub features: Vec<AttributionFinding>,
     /// Medians of numeric features, slow against all.
     pub numeric: Vec<NumericComparison>,
     /// Sentences a person reads.
@@ -122,7 +122,7 @@ pub struct Attribution {
 
 /// One value of one categorical feature and how common it is among slow and all requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
+pub struct AttributionFinding {
     /// Feature name, e.g. "BBR phase at send".
     pub feature: String,
     /// Value, e.g. "probe-bw-up".
@@ -133,7 +133,7 @@ pub struct Finding {
     pub share_of_all: f64,
 }
 
-impl Finding {
+impl AttributionFinding {
     /// How many times more common the value is among slow requests than among all.
     pub fn lift(&self) -> f64 {
         if self.share_of_all > 0.0 { self.share_of_slow / self.share_of_all } else { 0.0 }
@@ -225,7 +225,7 @@ pub fn attribute(
                     vals.iter().filter(|v| *v == value).count() as f64 / vals.len() as f64
                 }
             };
-            features.push(Finding {
+            features.push(AttributionFinding {
                 feature: name.to_string(),
                 value: value.clone(),
                 share_of_slow: share(&slow_values),
@@ -233,7 +233,7 @@ pub fn attribute(
             });
         }
     }
-    let mut findings: Vec<Finding> = features
+    let mut findings: Vec<AttributionFinding> = features
         .iter()
         .filter(|f| f.share_of_slow >= MIN_SHARE_OF_SLOW && f.lift() >= MIN_LIFT)
         .cloned()

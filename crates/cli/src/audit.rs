@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use tcptail_audit::checks::render_table;
 use tcptail_audit::profile::Scope;
-use tcptail_audit::profile::{self, Profile};
+use tcptail_audit::profile::{self, HostProfile};
 use tcptail_audit::tune::{self, Plan};
 use tcptail_audit::verify::{self, Lab};
 use tcptail_audit::{HostView, Snapshot, emit};
@@ -166,11 +166,11 @@ fn view(root: Option<&Path>) -> Result<HostView> {
     }
 }
 
-fn load(name: &str) -> Result<Profile> {
+fn load(name: &str) -> Result<HostProfile> {
     profile::load(name).with_context(|| format!("loading profile {name:?}"))
 }
 
-fn snapshot(view: &HostView, p: &Profile) -> Snapshot {
+fn snapshot(view: &HostView, p: &HostProfile) -> Snapshot {
     let keys = p.settings.iter().map(|s| s.key.as_str());
     Snapshot::collect(view, keys.chain(p.known_bad.iter().map(|k| k.key.as_str())))
 }
@@ -363,7 +363,12 @@ fn measure_err(message: String) -> tcptail_audit::Error {
     tcptail_audit::Error::Measure { message }
 }
 
-fn verify_with(p: &Profile, bench_args: &str, percentile: &str, runs: usize) -> Result<ExitCode> {
+fn verify_with(
+    p: &HostProfile,
+    bench_args: &str,
+    percentile: &str,
+    runs: usize,
+) -> Result<ExitCode> {
     ensure_root()?;
     signal::install(signal::DEFAULT_GRACE)?;
     let cleanup = Cleanup::new();

@@ -17,7 +17,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tcptail_experiments::round::RunError;
 use tcptail_experiments::runner::{self, Observer, Prepared, RunOptions};
-use tcptail_experiments::spec::{Experiment, Mode};
+use tcptail_experiments::spec::{Experiment, RunMode};
 use tcptail_netns::{ensure_root, signal};
 use tcptail_report::{ExperimentResult, Results};
 
@@ -78,13 +78,13 @@ pub struct ReportArgs {
 }
 
 impl RunArgs {
-    fn mode(&self) -> Mode {
+    fn mode(&self) -> RunMode {
         if self.smoke {
-            Mode::Smoke
+            RunMode::Smoke
         } else if self.full {
-            Mode::Full
+            RunMode::Full
         } else {
-            Mode::Quick
+            RunMode::Quick
         }
     }
 
@@ -180,7 +180,7 @@ pub fn report(args: ReportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_list(prepared: &[Prepared], mode: Mode) {
+fn print_list(prepared: &[Prepared], mode: RunMode) {
     println!("{:<14} {:>8} {:>6}  {:<17} title", "experiment", "variants", "rounds", "workload");
     for p in prepared {
         let e = &p.experiment;

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tcptail_experiments::spec::{Experiment, Mode};
+use tcptail_experiments::spec::{Experiment, RunMode};
 
 mod common;
 
@@ -110,7 +110,7 @@ fn every_builtin_runs_end_to_end_in_smoke_mode() {
         // Every variant the mode runs: its declared metrics, or the reason it cannot run.
         let variants = e["variants"].as_array().expect("variants");
         let ran: Vec<&str> =
-            spec.variants_in(Mode::Smoke).iter().map(|v| v.name.as_str()).collect();
+            spec.variants_in(RunMode::Smoke).iter().map(|v| v.name.as_str()).collect();
         let got: Vec<&str> = variants.iter().filter_map(|v| v["name"].as_str()).collect();
         assert_eq!(got, ran, "{name}: the smoke variants");
         let mut measured: Vec<&str> = Vec::new();
@@ -181,8 +181,8 @@ fn list_shows_every_builtin_with_its_variants_and_rounds() {
         .collect();
     assert_eq!(rows.len(), builtins.len(), "{text}");
     for (e, row) in builtins.iter().zip(&rows) {
-        let variants = e.variants_in(Mode::Quick).len().to_string();
-        let rounds = e.mode(Mode::Quick).rounds.to_string();
+        let variants = e.variants_in(RunMode::Quick).len().to_string();
+        let rounds = e.mode(RunMode::Quick).rounds.to_string();
         assert_eq!(row[..4], [e.name.as_str(), &variants, &rounds, &e.workload], "{text}");
     }
     assert!(text.contains("(quick mode;"), "{text}");
@@ -192,8 +192,8 @@ fn list_shows_every_builtin_with_its_variants_and_rounds() {
     let bloat = Experiment::builtin("bloat").unwrap();
     let line = text.lines().find(|l| l.starts_with("bloat ")).expect("bloat listed");
     let full: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(full[1], bloat.variants_in(Mode::Full).len().to_string(), "{line}");
-    assert_eq!(full[2], bloat.mode(Mode::Full).rounds.to_string(), "{line}");
+    assert_eq!(full[1], bloat.variants_in(RunMode::Full).len().to_string(), "{line}");
+    assert_eq!(full[2], bloat.mode(RunMode::Full).rounds.to_string(), "{line}");
 }
 
 #[test]

@@ -17,8 +17,8 @@ use tcptail_report::{
 };
 
 use crate::round::{Measurement, RoundContext, RunError};
-use crate::spec::{Experiment, Mode, SpecError, VariantSpec};
-use crate::verdict::{self, Finding, Rule, RuleError};
+use crate::spec::{Experiment, RunMode, SpecError, VariantSpec};
+use crate::verdict::{self, FindingRule, Rule, RuleError};
 use crate::workload::{self, VariantPlan};
 
 /// One experiment, checked: every variant planned, every rule compiled.
@@ -27,7 +27,7 @@ pub struct Prepared {
     pub experiment: Experiment,
     variants: Vec<PreparedVariant>,
     rules: Vec<Rule>,
-    findings: Vec<Finding>,
+    findings: Vec<FindingRule>,
     rounds: usize,
 }
 
@@ -42,7 +42,7 @@ impl Prepared {
     /// returned with its file, line and key. `rounds` overrides the mode's.
     pub fn new(
         experiment: Experiment,
-        mode: Mode,
+        mode: RunMode,
         rounds: Option<usize>,
     ) -> Result<Prepared, SpecError> {
         let engine = workload::by_name(&experiment.workload).ok_or_else(|| SpecError {
@@ -92,7 +92,7 @@ impl Prepared {
         let findings = experiment
             .findings
             .iter()
-            .map(|spec| Finding::compile(spec, &names).map_err(at_line(spec.line)))
+            .map(|spec| FindingRule::compile(spec, &names).map_err(at_line(spec.line)))
             .collect::<Result<Vec<_>, _>>()?;
         let rounds = rounds.unwrap_or(experiment.mode(mode).rounds).max(1);
         Ok(Prepared { experiment, variants, rules, findings, rounds })
@@ -118,7 +118,7 @@ impl Prepared {
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The mode (recorded; the rounds and variants are already in the prepared experiments).
-    pub mode: Mode,
+    pub mode: RunMode,
     /// Where results.json, index.html and the per-round scratch directories go.
     pub out: PathBuf,
     /// The run's seed: every round's seed derives from it, the experiment, variant and round.

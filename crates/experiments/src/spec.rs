@@ -60,7 +60,7 @@ use crate::params::{Param, Params};
 
 /// How long and how thoroughly an experiment runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Mode {
+pub enum RunMode {
     /// Seconds per experiment: CI's end-to-end check that everything runs.
     Smoke,
     /// Minutes for the whole set: the README's main job.
@@ -69,21 +69,21 @@ pub enum Mode {
     Full,
 }
 
-impl Mode {
+impl RunMode {
     /// Every mode, in order.
-    pub const ALL: [Mode; 3] = [Mode::Smoke, Mode::Quick, Mode::Full];
+    pub const ALL: [RunMode; 3] = [RunMode::Smoke, RunMode::Quick, RunMode::Full];
 
     /// The name used in files and on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Smoke => "smoke",
-            Mode::Quick => "quick",
-            Mode::Full => "full",
+            RunMode::Smoke => "smoke",
+            RunMode::Quick => "quick",
+            RunMode::Full => "full",
         }
     }
 }
 
-impl fmt::Display for Mode {
+impl fmt::Display for RunMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -126,7 +126,7 @@ pub struct RuleSpec {
     pub line: usize,
 }
 
-/// One finding (see [`crate::verdict::Finding`]).
+/// One finding (see [`crate::verdict::FindingRule`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FindingSpec {
     /// What it is about.
@@ -159,7 +159,7 @@ pub struct Experiment {
     /// `[params]`.
     pub params: BTreeMap<String, Param>,
     /// `[mode.*]`: all three modes.
-    pub modes: BTreeMap<Mode, ModeSpec>,
+    pub modes: BTreeMap<RunMode, ModeSpec>,
     /// `[[variant]]`, in order.
     pub variants: Vec<VariantSpec>,
     /// `[[plot]]`.
@@ -425,7 +425,7 @@ impl Experiment {
         let table = src.table("mode", v)?;
         for (k, mv) in table.iter() {
             let key = k.get_ref().as_ref();
-            let Some(mode) = Mode::ALL.into_iter().find(|m| m.as_str() == key) else {
+            let Some(mode) = RunMode::ALL.into_iter().find(|m| m.as_str() == key) else {
                 return Err(src.at(mv, key, "unknown mode (smoke, quick, full)"));
             };
             let mt = src.table(key, mv)?;
@@ -445,7 +445,7 @@ impl Experiment {
             let params = src.params(mt, &["rounds", "variants"])?;
             self.modes.insert(mode, ModeSpec { rounds, variants, params });
         }
-        for mode in Mode::ALL {
+        for mode in RunMode::ALL {
             if !self.modes.contains_key(&mode) {
                 return Err(src.at(v, &format!("mode.{mode}"), "is required"));
             }
@@ -525,12 +525,12 @@ impl Experiment {
     }
 
     /// A mode's settings (all three exist in a parsed file).
-    pub fn mode(&self, mode: Mode) -> &ModeSpec {
+    pub fn mode(&self, mode: RunMode) -> &ModeSpec {
         &self.modes[&mode]
     }
 
     /// The variants a mode runs, in file order.
-    pub fn variants_in(&self, mode: Mode) -> Vec<&VariantSpec> {
+    pub fn variants_in(&self, mode: RunMode) -> Vec<&VariantSpec> {
         match &self.mode(mode).variants {
             Some(names) => self.variants.iter().filter(|v| names.contains(&v.name)).collect(),
             None => self.variants.iter().collect(),
@@ -538,7 +538,7 @@ impl Experiment {
     }
 
     /// A variant's parameters in a mode: `[params]`, then the variant's, then the mode's.
-    pub fn params_for(&self, variant: &VariantSpec, mode: Mode) -> Params {
+    pub fn params_for(&self, variant: &VariantSpec, mode: RunMode) -> Params {
         Params::from_layers([&self.params, &variant.params, &self.mode(mode).params])
     }
 
@@ -546,7 +546,7 @@ impl Experiment {
     pub fn param_error(
         &self,
         variant: &VariantSpec,
-        mode: Mode,
+        mode: RunMode,
         key: &str,
         problem: &str,
     ) -> SpecError {

@@ -47,7 +47,7 @@ mod finding;
 mod tests;
 
 use condition::{Cond, parse_condition};
-pub use finding::Finding;
+pub use finding::FindingRule;
 
 /// Which statistic over rounds a reference reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use tcptail_experiments::spec::{Experiment, Mode};
-use tcptail_experiments::verdict::{Finding, Rule};
+use tcptail_experiments::spec::{Experiment, RunMode};
+use tcptail_experiments::verdict::{FindingRule, Rule};
 use tcptail_experiments::workload;
 use tcptail_report::PlotSpec;
 
@@ -19,7 +19,7 @@ fn every_builtin_variant_plans_in_every_mode() {
             problems.push(format!("{}: unknown workload {}", experiment.name, experiment.workload));
             continue;
         };
-        for mode in Mode::ALL {
+        for mode in RunMode::ALL {
             let variants = experiment.variants_in(mode);
             if variants.is_empty() {
                 problems.push(format!("{} ({mode}): no variants", experiment.name));
@@ -59,15 +59,15 @@ fn every_metric_an_experiment_reads_is_declared_by_its_engine() {
             Rule::compile(rule, &names).expect("rules compile");
         }
         for finding in &e.findings {
-            Finding::compile(finding, &names)
+            FindingRule::compile(finding, &names)
                 .unwrap_or_else(|err| panic!("{} line {}: {err}", e.file, finding.line));
         }
         // Full mode runs every variant.
         let declared: Vec<(String, BTreeSet<String>)> = e
-            .variants_in(Mode::Full)
+            .variants_in(RunMode::Full)
             .into_iter()
             .map(|v| {
-                let plan = workload::plan(engine, &e.params_for(v, Mode::Full)).expect("plans");
+                let plan = workload::plan(engine, &e.params_for(v, RunMode::Full)).expect("plans");
                 (v.name.clone(), plan.metrics().into_iter().collect())
             })
             .collect();

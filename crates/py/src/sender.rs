@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyString};
 use tcptail_sendq::{
-    BoundedSender, FreshSender, FreshnessPolicy, GovernorConfig, Mode, SenderStats,
+    BoundedSender, FreshSender, FreshnessPolicy, GovernorConfig, GovernorMode, SenderStats,
 };
 
 use crate::convert::{duration, type_name};
@@ -32,10 +32,10 @@ fn config(
         }
     };
     let mode = match mode {
-        "none" | "no-control" => Mode::NoControl,
-        "threshold" => Mode::Threshold(threshold()?),
-        "adaptive-lowat" => Mode::AdaptiveLowat(threshold()?),
-        "static-lowat" => Mode::StaticLowat(lowat.ok_or_else(|| {
+        "none" | "no-control" => GovernorMode::NoControl,
+        "threshold" => GovernorMode::Threshold(threshold()?),
+        "adaptive-lowat" => GovernorMode::AdaptiveLowat(threshold()?),
+        "static-lowat" => GovernorMode::StaticLowat(lowat.ok_or_else(|| {
             PyValueError::new_err("`lowat`: mode \"static-lowat\" needs lowat=<bytes>")
         })?),
         other => {

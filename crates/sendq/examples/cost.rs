@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use tcptail_sendq::{BoundedSender, GovernorConfig, Mode};
+use tcptail_sendq::{BoundedSender, GovernorConfig, GovernorMode};
 use tcptail_units::stats::median;
 
 const CALLS: u32 = 20_000;
@@ -72,7 +72,7 @@ const TARGET_ADDED_NS: f64 = 1000.0;
 fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(15);
     let big = Duration::from_secs(10);
-    let mut per_call = GovernorConfig::new(Mode::Threshold(big));
+    let mut per_call = GovernorConfig::new(GovernorMode::Threshold(big));
     per_call.refresh = Duration::ZERO;
     println!("64-byte writes on loopback, median of {rounds} rounds x {CALLS} calls per mode");
     println!(
@@ -86,10 +86,10 @@ fn main() {
         TARGET_ADDED_NS / 1e3
     );
     for (name, config) in [
-        ("no control", GovernorConfig::new(Mode::NoControl)),
-        ("static LOWAT 16 KB", GovernorConfig::new(Mode::StaticLowat(16_384))),
-        ("threshold (cached bound)", GovernorConfig::new(Mode::Threshold(big))),
-        ("adaptive LOWAT (cached bound)", GovernorConfig::new(Mode::AdaptiveLowat(big))),
+        ("no control", GovernorConfig::new(GovernorMode::NoControl)),
+        ("static LOWAT 16 KB", GovernorConfig::new(GovernorMode::StaticLowat(16_384))),
+        ("threshold (cached bound)", GovernorConfig::new(GovernorMode::Threshold(big))),
+        ("adaptive LOWAT (cached bound)", GovernorConfig::new(GovernorMode::AdaptiveLowat(big))),
         ("threshold, tcp_info every call", per_call),
     ] {
         let (p, w, d, r, reads) = compare(rounds, config);
@@ -100,7 +100,7 @@ fn main() {
         );
     }
     // The decision alone, without the write: what the wrapper adds in CPU per call.
-    let mut g = tcptail_sendq::Governor::new(GovernorConfig::new(Mode::Threshold(big)));
+    let mut g = tcptail_sendq::Governor::new(GovernorConfig::new(GovernorMode::Threshold(big)));
     let epoch = Instant::now();
     let inputs = tcptail_sendq::Inputs {
         delivery_rate: Some(1 << 30),

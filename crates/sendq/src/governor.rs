@@ -16,14 +16,15 @@
 //!
 //! # Modes
 //!
-//! - [`Mode::NoControl`]: the governor never holds a write back (the baseline); the kernel's
-//!   send buffer alone decides.
-//! - [`Mode::StaticLowat`]: set `TCP_NOTSENT_LOWAT` once; the kernel alone decides.
-//! - [`Mode::Threshold`]: the poster's proposal, polling `tcp_info`: the byte bound is
+//! - [`GovernorMode::NoControl`]: the governor never holds a write back (the baseline); the
+//!   kernel's send buffer alone decides.
+//! - [`GovernorMode::StaticLowat`]: set `TCP_NOTSENT_LOWAT` once; the kernel alone decides.
+//! - [`GovernorMode::Threshold`]: the poster's proposal, polling `tcp_info`: the byte bound is
 //!   `B = T × R` with `R` from the latest `tcp_info` read.
-//! - [`Mode::AdaptiveLowat`]: beyond the poster: `TCP_NOTSENT_LOWAT` is kept at `L = T × R`
-//!   (re-computed when `R` moves by more than [`GovernorConfig::lowat_hysteresis`]) and the
-//!   byte bound is `B = L`, the value set on the socket. The kernel then does the waiting:
+//! - [`GovernorMode::AdaptiveLowat`]: beyond the poster: `TCP_NOTSENT_LOWAT` is kept at
+//!   `L = T × R` (re-computed when `R` moves by more than
+//!   [`GovernorConfig::lowat_hysteresis`]) and the byte bound is `B = L`, the value set on the
+//!   socket. The kernel then does the waiting:
 //!   it withholds `POLLOUT` while `2 × notsent ≥ L` and wakes a writer when `2 × notsent < L`,
 //!   so no `tcp_info` polling is needed while the writer waits.
 //!
@@ -78,7 +79,7 @@ use tcptail_sock::tcp_info::RateSource;
 /// How a sender bounds its socket's send queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind", content = "value")]
-pub enum Mode {
+pub enum GovernorMode {
     /// No control: the kernel's send buffer alone decides.
     NoControl,
     /// A fixed `TCP_NOTSENT_LOWAT` in bytes.
@@ -90,12 +91,12 @@ pub enum Mode {
     AdaptiveLowat(Duration),
 }
 
-impl Mode {
+impl GovernorMode {
     /// The delay bound, for the threshold-based modes.
     pub fn threshold(&self) -> Option<Duration> {
         match *self {
-            Mode::Threshold(t) | Mode::AdaptiveLowat(t) => Some(t),
-            Mode::NoControl | Mode::StaticLowat(_) => None,
+            GovernorMode::Threshold(t) | GovernorMode::AdaptiveLowat(t) => Some(t),
+            GovernorMode::NoControl | GovernorMode::StaticLowat(_) => None,
         }
     }
 }
@@ -194,7 +195,7 @@ fn delay_of(bytes: u64, rate: u64) -> Duration {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GovernorConfig {
     /// The policy.
-    pub mode: Mode,
+    pub mode: GovernorMode,
     /// Shortest wait (default 100 µs): below it, sleeping costs more than it saves.
     pub min_wait: Duration,
     /// Longest wait before re-reading `tcp_info` (default 5 ms): bounds how long a writer can
@@ -215,7 +216,7 @@ pub struct GovernorConfig {
 
 impl GovernorConfig {
     /// The defaults for `mode`.
-    pub fn new(mode: Mode) -> GovernorConfig {
+    pub fn new(mode: GovernorMode) -> GovernorConfig {
         GovernorConfig {
             mode,
             min_wait: Duration::from_micros(100),
@@ -324,9 +325,9 @@ impl Governor {
             rate: estimate.map(|e| e.rate),
         });
         let set_lowat = match self.config.mode {
-            Mode::NoControl | Mode::Threshold(_) => None,
-            Mode::StaticLowat(bytes) => (self.lowat != Some(bytes)).then_some(bytes),
-            Mode::AdaptiveLowat(threshold) => {
+            GovernorMode::NoControl | GovernorMode::Threshold(_) => None,
+            GovernorMode::StaticLowat(bytes) => (self.lowat != Some(bytes)).then_some(bytes),
+            GovernorMode::AdaptiveLowat(threshold) => {
                 let target = estimate.map(|e| self.bound_for(threshold, e.rate));
                 match (target, self.lowat) {
                     (Some(t), Some(cur)) => {
@@ -359,12 +360,12 @@ impl Governor {
     /// threshold mode without a rate).
     pub fn bound(&self) -> Option<u64> {
         match self.config.mode {
-            Mode::NoControl | Mode::StaticLowat(_) => None,
-            Mode::Threshold(t) => {
+            GovernorMode::NoControl | GovernorMode::StaticLowat(_) => None,
+            GovernorMode::Threshold(t) => {
                 let rate = self.last?.rate?;
                 Some(u64::from(self.bound_for(t, rate)))
             }
-            Mode::AdaptiveLowat(_) => self.lowat.map(u64::from),
+            GovernorMode::AdaptiveLowat(_) => self.lowat.map(u64::from),
         }
     }
 
@@ -393,12 +394,12 @@ impl Governor {
             return Admission::Refresh;
         }
         let bound = match self.config.mode {
-            Mode::NoControl => return Admission::Admit(want),
-            Mode::StaticLowat(b) if self.lowat == Some(b) => return Admission::Admit(want),
+            GovernorMode::NoControl => return Admission::Admit(want),
+            GovernorMode::StaticLowat(b) if self.lowat == Some(b) => return Admission::Admit(want),
             // Not applied yet (the caller skipped `lowat_applied`): observe again.
-            Mode::StaticLowat(_) => return Admission::Refresh,
-            Mode::AdaptiveLowat(_) if self.lowat.is_none() => return Admission::Refresh,
-            Mode::Threshold(_) | Mode::AdaptiveLowat(_) => match self.bound() {
+            GovernorMode::StaticLowat(_) => return Admission::Refresh,
+            GovernorMode::AdaptiveLowat(_) if self.lowat.is_none() => return Admission::Refresh,
+            GovernorMode::Threshold(_) | GovernorMode::AdaptiveLowat(_) => match self.bound() {
                 Some(b) => b,
                 None => return Admission::Admit(want),
             },
@@ -415,7 +416,7 @@ impl Governor {
         }
         self.exact = false;
         match (self.config.mode, last.rate) {
-            (Mode::Threshold(_), Some(rate)) => {
+            (GovernorMode::Threshold(_), Some(rate)) => {
                 let excess = upper - (bound - need);
                 let wait = delay_of(excess, rate).clamp(self.config.min_wait, self.config.max_wait);
                 Admission::Wait(wait)

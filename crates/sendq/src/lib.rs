@@ -26,14 +26,14 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tcptail_sendq::{BoundedSender, GovernorConfig, Mode};
+//! use tcptail_sendq::{BoundedSender, GovernorConfig, GovernorMode};
 //!
 //! # fn main() -> std::io::Result<()> {
 //! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 //! # let stream = std::net::TcpStream::connect(listener.local_addr()?)?;
 //! # let _peer = listener.accept()?;
 //! // Keep at most ~10 ms of unsent data in the socket; a blocking socket waits for it.
-//! let mode = Mode::Threshold(Duration::from_millis(10));
+//! let mode = GovernorMode::Threshold(Duration::from_millis(10));
 //! let mut sender = BoundedSender::new(stream, GovernorConfig::new(mode))?;
 //! sender.send_all(b"the freshest price")?;
 //! let stats = sender.stats();
@@ -55,5 +55,7 @@ pub mod sender;
 
 pub use fresh_sender::{FreshSender, FreshSenderStats};
 pub use freshness::{FreshnessPolicy, FreshnessQueue, FreshnessStats};
-pub use governor::{Admission, Estimate, Governor, GovernorConfig, Inputs, Mode, Observation};
+pub use governor::{
+    Admission, Estimate, Governor, GovernorConfig, GovernorMode, Inputs, Observation,
+};
 pub use sender::{BoundedSender, SenderStats};

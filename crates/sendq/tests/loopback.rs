@@ -10,7 +10,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use socket2::SockRef;
-use tcptail_sendq::{BoundedSender, GovernorConfig, Mode};
+use tcptail_sendq::{BoundedSender, GovernorConfig, GovernorMode};
 
 /// A connected pair whose receiver has a small receive buffer and does not read yet, so the
 /// sender's unsent queue builds up.
@@ -41,9 +41,11 @@ fn non_blocking_returns_would_block_and_recovers() {
     let (client, server) = pair();
     client.set_nonblocking(true).unwrap();
     // 1 µs at loopback rates is a few KB: the bound trips long before the socket buffer fills.
-    let mut sender =
-        BoundedSender::new(client, GovernorConfig::new(Mode::Threshold(Duration::from_micros(1))))
-            .unwrap();
+    let mut sender = BoundedSender::new(
+        client,
+        GovernorConfig::new(GovernorMode::Threshold(Duration::from_micros(1))),
+    )
+    .unwrap();
     let chunk = vec![1u8; 8 * 1024];
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -87,9 +89,11 @@ fn non_blocking_returns_would_block_and_recovers() {
 #[test]
 fn blocking_writer_waits_but_never_forever() {
     let (client, server) = pair();
-    let mut sender =
-        BoundedSender::new(client, GovernorConfig::new(Mode::Threshold(Duration::from_micros(1))))
-            .unwrap();
+    let mut sender = BoundedSender::new(
+        client,
+        GovernorConfig::new(GovernorMode::Threshold(Duration::from_micros(1))),
+    )
+    .unwrap();
     let total = 4u64 << 20;
     let reader = drain(server, total);
     let chunk = vec![3u8; 16 * 1024];
@@ -106,7 +110,7 @@ fn blocking_writer_waits_but_never_forever() {
 fn lowat_modes_set_the_socket_option() {
     let (client, server) = pair();
     let sender =
-        BoundedSender::new(client, GovernorConfig::new(Mode::StaticLowat(16_384))).unwrap();
+        BoundedSender::new(client, GovernorConfig::new(GovernorMode::StaticLowat(16_384))).unwrap();
     assert_eq!(SockRef::from(sender.get_ref()).tcp_notsent_lowat().unwrap(), 16_384);
     assert_eq!(sender.stats().lowat, Some(16_384));
     drop(server);
@@ -115,7 +119,7 @@ fn lowat_modes_set_the_socket_option() {
     let reader = drain(server, 1 << 20);
     let mut sender = BoundedSender::new(
         client,
-        GovernorConfig::new(Mode::AdaptiveLowat(Duration::from_millis(1))),
+        GovernorConfig::new(GovernorMode::AdaptiveLowat(Duration::from_millis(1))),
     )
     .unwrap();
     for _ in 0..16 {
@@ -134,7 +138,8 @@ fn no_control_writes_everything_and_reads_tcp_info_at_a_bounded_rate() {
     let (client, server) = pair();
     let reader = drain(server, 1 << 20);
     let start = Instant::now();
-    let mut sender = BoundedSender::new(client, GovernorConfig::new(Mode::NoControl)).unwrap();
+    let mut sender =
+        BoundedSender::new(client, GovernorConfig::new(GovernorMode::NoControl)).unwrap();
     for _ in 0..16 {
         sender.send_all(&[5u8; 64 * 1024]).unwrap();
     }
@@ -171,9 +176,10 @@ fn slow_drain(mut server: TcpStream, step: usize, every: Duration) -> std::threa
 /// bound in force when the write was admitted; the kernel only ever lowers `notsent`).
 #[test]
 fn the_bound_holds_after_every_write_on_every_path() {
-    for mode in
-        [Mode::AdaptiveLowat(Duration::from_millis(1)), Mode::Threshold(Duration::from_millis(1))]
-    {
+    for mode in [
+        GovernorMode::AdaptiveLowat(Duration::from_millis(1)),
+        GovernorMode::Threshold(Duration::from_millis(1)),
+    ] {
         let (client, server) = pair();
         let reader = slow_drain(server, 8 * 1024, Duration::from_millis(1));
         let mut config = GovernorConfig::new(mode);
@@ -204,7 +210,7 @@ fn the_bound_holds_after_every_write_on_every_path() {
         let stats = sender.stats();
         assert!(worst > 12 * 1024, "{mode:?}: the queue never approached the bound ({worst})");
         assert!(stats.waits > 0 && stats.time_blocked > Duration::ZERO, "{mode:?}: {stats:?}");
-        if let Mode::AdaptiveLowat(_) = mode {
+        if let GovernorMode::AdaptiveLowat(_) = mode {
             assert_eq!(SockRef::from(&client).tcp_notsent_lowat().unwrap() as u64, {
                 sender.governor().bound().unwrap()
             });
@@ -221,7 +227,7 @@ fn the_bound_holds_after_every_write_on_every_path() {
 fn non_blocking_adaptive_returns_would_block_and_recovers_on_pollout() {
     let (client, server) = pair();
     client.set_nonblocking(true).unwrap();
-    let mut config = GovernorConfig::new(Mode::AdaptiveLowat(Duration::from_millis(1)));
+    let mut config = GovernorConfig::new(GovernorMode::AdaptiveLowat(Duration::from_millis(1)));
     (config.min_bound, config.max_bound) = (16 * 1024, 16 * 1024);
     let mut sender = BoundedSender::new(&client, config).unwrap();
     assert_eq!(SockRef::from(&client).tcp_notsent_lowat().unwrap(), 16 * 1024);
@@ -275,7 +281,8 @@ fn timespec(ms: i32) -> rustix::time::Timespec {
 fn no_control_counts_the_kernels_blocking_in_the_stats() {
     let (client, server) = pair();
     SockRef::from(&client).set_send_buffer_size(32 * 1024).unwrap();
-    let mut sender = BoundedSender::new(&client, GovernorConfig::new(Mode::NoControl)).unwrap();
+    let mut sender =
+        BoundedSender::new(&client, GovernorConfig::new(GovernorMode::NoControl)).unwrap();
     let total = 1u64 << 20;
     let reader = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -299,7 +306,8 @@ fn no_control_counts_the_kernels_blocking_in_the_stats() {
 fn static_lowat_keeps_the_estimate_fresh() {
     let (client, server) = pair();
     let mut sender =
-        BoundedSender::new(&client, GovernorConfig::new(Mode::StaticLowat(256 * 1024))).unwrap();
+        BoundedSender::new(&client, GovernorConfig::new(GovernorMode::StaticLowat(256 * 1024)))
+            .unwrap();
     assert_eq!(sender.stats().estimate.map(|e| e.notsent_bytes), Some(0));
     // The peer does not read: what does not fit its window stays unsent.
     sender.send_all(&[3u8; 128 * 1024]).unwrap();
@@ -317,7 +325,7 @@ fn non_blocking_lowat_gets_would_block_from_the_kernel_and_recovers() {
     let (client, server) = pair();
     client.set_nonblocking(true).unwrap();
     let mut sender =
-        BoundedSender::new(client, GovernorConfig::new(Mode::StaticLowat(16_384))).unwrap();
+        BoundedSender::new(client, GovernorConfig::new(GovernorMode::StaticLowat(16_384))).unwrap();
     let chunk = vec![6u8; 4096];
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -361,7 +369,7 @@ fn fresh_sender_merges_while_blocked_and_delivers_the_latest_value() {
     let policy = FreshnessPolicy { conflate: true, max_age: None };
     let mut fresh = FreshSender::new(
         client,
-        GovernorConfig::new(Mode::Threshold(Duration::from_micros(1))),
+        GovernorConfig::new(GovernorMode::Threshold(Duration::from_micros(1))),
         policy,
     )
     .unwrap();

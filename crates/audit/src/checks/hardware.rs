@@ -3,25 +3,25 @@
 //! coalescing. Every audit reports them; the profile's `[host]` decides whether they are
 //! judged, and never inside a container or child namespace (they are the host's).
 
-use super::{Finding, HOST_NOT_CHANGEABLE, Status, finding};
+use super::{AuditFinding, HOST_NOT_CHANGEABLE, Status, finding};
 use crate::host::Snapshot;
-use crate::profile::Profile;
+use crate::profile::HostProfile;
 
 /// CPU governor, irqbalance, isolated CPUs, transparent huge pages, NIC coalescing: always
 /// reported; judged only when the profile's `[host]` asks for a value, and never judged
 /// inside a container or child namespace (host scope).
-pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
+pub fn host_checks(profile: &HostProfile, snap: &Snapshot) -> Vec<AuditFinding> {
     let h = &profile.host;
     let no_rec = format!("(no recommendation in {})", profile.name);
     // A row whose value is known: judged against `want`, unless host scope hides it.
-    let judge = |f: Finding, matches: Option<bool>| -> Finding {
+    let judge = |f: AuditFinding, matches: Option<bool>| -> AuditFinding {
         match (matches, snap.confinement()) {
             (None, _) => f,
-            (Some(_), Some(place)) => Finding { status: Status::NotApplicable, ..f }.evidence(
+            (Some(_), Some(place)) => AuditFinding { status: Status::NotApplicable, ..f }.evidence(
                 format!("{HOST_NOT_CHANGEABLE} ({place}); the host's value, for information"),
             ),
             (Some(true), None) => f,
-            (Some(false), None) => Finding { status: Status::Warn, ..f },
+            (Some(false), None) => AuditFinding { status: Status::Warn, ..f },
         }
     };
     let mut out = Vec::new();
@@ -30,7 +30,7 @@ pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
         .why("frequency ramps add microseconds to the first packets of a burst")
         .source("seed 001 (tuning ladder); tuned latency-performance");
     out.push(if snap.governors.is_empty() {
-        Finding { current: "-".into(), status: Status::NotApplicable, ..f }
+        AuditFinding { current: "-".into(), status: Status::NotApplicable, ..f }
             .evidence("no cpufreq in /sys (VM or no driver)")
     } else {
         let matches = h.governor.as_ref().map(|want| snap.governors.iter().all(|g| g == want));
@@ -46,14 +46,16 @@ pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
         .why("irqbalance moves NIC interrupts onto the cores the latency thread uses")
         .source("seed 001 (IRQ affinity)");
     out.push(match (snap.processes_hidden(), snap.irqbalance) {
-        (Some(why), _) => Finding { status: Status::NotApplicable, ..f }
+        (Some(why), _) => AuditFinding { status: Status::NotApplicable, ..f }
             .evidence(format!("processes outside this PID namespace are not visible ({why})")),
-        (None, None) => {
-            Finding { status: Status::NotApplicable, ..f }.evidence("no processes listed in /proc")
-        }
+        (None, None) => AuditFinding { status: Status::NotApplicable, ..f }
+            .evidence("no processes listed in /proc"),
         (None, Some(running)) => {
             let cur = if running { "running" } else { "not running" };
-            judge(Finding { current: cur.into(), ..f }, h.irqbalance.map(|want| want == running))
+            judge(
+                AuditFinding { current: cur.into(), ..f },
+                h.irqbalance.map(|want| want == running),
+            )
         }
     });
 
@@ -67,7 +69,7 @@ pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
         .evidence("/proc/cmdline")
         .source("seed 001 (CPU isolation)");
     out.push(match &snap.cmdline {
-        None => Finding { status: Status::NotApplicable, ..f },
+        None => AuditFinding { status: Status::NotApplicable, ..f },
         Some(cmdline) => {
             let found: Vec<&str> = cmdline
                 .split_whitespace()
@@ -75,7 +77,7 @@ pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
                 .collect();
             let cur = if found.is_empty() { "none".to_owned() } else { found.join(" ") };
             judge(
-                Finding { current: cur, ..f },
+                AuditFinding { current: cur, ..f },
                 h.isolated_cpus.map(|want| found.is_empty() != want),
             )
         }
@@ -86,7 +88,7 @@ pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
         .why("khugepaged compaction stalls show up as latency spikes")
         .source("tuned network-latency");
     out.push(match &snap.thp {
-        None => Finding { status: Status::NotApplicable, ..f }
+        None => AuditFinding { status: Status::NotApplicable, ..f }
             .evidence("/sys/kernel/mm/transparent_hugepage/enabled not readable"),
         Some(mode) => judge(f, h.thp.as_ref().map(|want| want == mode)),
     });
@@ -94,7 +96,7 @@ pub fn host_checks(profile: &Profile, snap: &Snapshot) -> Vec<Finding> {
     out
 }
 
-fn nic_checks(max_usecs: Option<u64>, snap: &Snapshot) -> Vec<Finding> {
+fn nic_checks(max_usecs: Option<u64>, snap: &Snapshot) -> Vec<AuditFinding> {
     let Some(nics) = &snap.nics else {
         return vec![
             finding("nic", Status::NotApplicable, "-")

@@ -4,7 +4,7 @@ use crate::fixture::FakeRoot;
 use crate::profile::{load, parse_str};
 use crate::revert::revert;
 
-fn plan_for(profile: &Profile, f: &FakeRoot) -> Plan {
+fn plan_for(profile: &HostProfile, f: &FakeRoot) -> Plan {
     let snap =
         Snapshot::collect(&HostView::at(f.path()), profile.settings.iter().map(|s| s.key.as_str()));
     plan(profile, &snap)

@@ -108,7 +108,7 @@ fn prepared(p50: [f64; 3], fail: Option<(&str, usize)>, log: &Log) -> Prepared {
         })
         .collect();
     Prepared {
-        rounds: experiment.mode(Mode::Quick).rounds,
+        rounds: experiment.mode(RunMode::Quick).rounds,
         experiment,
         variants,
         rules,
@@ -118,7 +118,7 @@ fn prepared(p50: [f64; 3], fail: Option<(&str, usize)>, log: &Log) -> Prepared {
 
 fn options(dir: &Path) -> RunOptions {
     RunOptions {
-        mode: Mode::Quick,
+        mode: RunMode::Quick,
         out: dir.to_owned(),
         seed: 7,
         command: "test".into(),

@@ -58,9 +58,9 @@ fn parses_a_complete_file() {
     assert_eq!(e.variants.len(), 2);
     assert_eq!(e.variants[0].label, "Nagle on, QUICKACK off");
     assert_eq!(e.variants[1].label, "on_rearm");
-    assert_eq!(e.mode(Mode::Quick).rounds, 3);
-    assert_eq!(e.variants_in(Mode::Quick).len(), 1);
-    assert_eq!(e.variants_in(Mode::Full).len(), 2);
+    assert_eq!(e.mode(RunMode::Quick).rounds, 3);
+    assert_eq!(e.variants_in(RunMode::Quick).len(), 1);
+    assert_eq!(e.variants_in(RunMode::Full).len(), 2);
     assert_eq!(e.rules.len(), 2);
     assert_eq!(e.rules[1].when, None);
     assert!(matches!(&e.plots[0], PlotSpec::Ecdf { log_x: true, .. }));
@@ -70,9 +70,9 @@ fn parses_a_complete_file() {
 fn layers_params_then_variant_then_mode() {
     let e = Experiment::parse(GOOD, "x.toml").unwrap();
     let v = &e.variants[1];
-    let p = e.params_for(v, Mode::Quick);
+    let p = e.params_for(v, RunMode::Quick);
     assert_eq!(p.duration("duration").unwrap(), Some(std::time::Duration::from_secs(2)));
-    let p = e.params_for(v, Mode::Smoke);
+    let p = e.params_for(v, RunMode::Smoke);
     assert_eq!(p.duration("duration").unwrap(), Some(std::time::Duration::from_secs(1)));
     assert_eq!(p.line("duration"), Some(15));
     assert_eq!(p.bool("nodelay").unwrap(), Some(true));
@@ -119,9 +119,9 @@ fn duplicate_variants_are_refused() {
 #[test]
 fn param_errors_point_at_the_line_that_set_the_value() {
     let e = Experiment::parse(GOOD, "x.toml").unwrap();
-    let err = e.param_error(&e.variants[0], Mode::Quick, "nodelay", "bad");
+    let err = e.param_error(&e.variants[0], RunMode::Quick, "nodelay", "bad");
     assert_eq!(err.line, Some(25), "{err}");
-    let err = e.param_error(&e.variants[0], Mode::Quick, "missing", "is required");
+    let err = e.param_error(&e.variants[0], RunMode::Quick, "missing", "is required");
     assert_eq!(err.line, Some(e.variants[0].line), "{err}");
 }
 

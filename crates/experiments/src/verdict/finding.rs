@@ -23,7 +23,7 @@ use crate::spec::FindingSpec;
 
 /// A compiled finding.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Finding {
+pub struct FindingRule {
     title: String,
     when: String,
     cond: Cond,
@@ -31,10 +31,10 @@ pub struct Finding {
     otherwise: Vec<Piece>,
 }
 
-impl Finding {
+impl FindingRule {
     /// Compiles a finding, checking that every reference names one of `variants`.
-    pub fn compile(spec: &FindingSpec, variants: &[&str]) -> Result<Finding, RuleError> {
-        Ok(Finding {
+    pub fn compile(spec: &FindingSpec, variants: &[&str]) -> Result<FindingRule, RuleError> {
+        Ok(FindingRule {
             title: spec.title.clone(),
             when: spec.when.clone(),
             cond: parse_condition(&spec.when, variants)?,

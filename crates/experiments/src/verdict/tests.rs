@@ -484,7 +484,7 @@ fn findings_give_the_text_for_their_outcome_or_say_what_is_missing() {
             otherwise: "no {a.x.max}".into(),
             line: 3,
         };
-        Finding::compile(&spec, VARIANTS).unwrap().evaluate(&v.as_slice())
+        FindingRule::compile(&spec, VARIANTS).unwrap().evaluate(&v.as_slice())
     };
     let f = finding("b.x > a.x");
     assert_eq!(
@@ -502,5 +502,5 @@ fn findings_give_the_text_for_their_outcome_or_say_what_is_missing() {
         otherwise: "".into(),
         line: 3,
     };
-    assert_eq!(Finding::compile(&bad, VARIANTS).unwrap_err().key(), "then");
+    assert_eq!(FindingRule::compile(&bad, VARIANTS).unwrap_err().key(), "then");
 }

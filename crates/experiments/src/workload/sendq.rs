@@ -31,7 +31,7 @@
 use std::time::Duration;
 
 use tcptail_report::Series;
-use tcptail_sendq::governor::Mode;
+use tcptail_sendq::governor::GovernorMode;
 use tcptail_units::BitRate;
 
 use crate::params::{ParamError, Params};
@@ -59,16 +59,16 @@ fn parse_control(text: &str) -> Result<Control, String> {
         tcptail_units::parse_duration(a).map_err(|e| e.to_string())
     };
     match kind.trim() {
-        "no-control" if arg.is_none() => Ok(Control::Governed(Mode::NoControl)),
+        "no-control" if arg.is_none() => Ok(Control::Governed(GovernorMode::NoControl)),
         "never-blocks" if arg.is_none() => Ok(Control::NeverBlocks),
         "lowat" => {
             let a = arg.ok_or("`lowat` needs a size, e.g. `lowat:16KB`")?;
             let bytes = a.parse::<tcptail_units::ByteSize>().map_err(|e| e.to_string())?.bytes();
             let bytes = u32::try_from(bytes).map_err(|_| format!("{a} is too large"))?;
-            Ok(Control::Governed(Mode::StaticLowat(bytes)))
+            Ok(Control::Governed(GovernorMode::StaticLowat(bytes)))
         }
-        "threshold" => Ok(Control::Governed(Mode::Threshold(duration(arg)?))),
-        "adaptive" => Ok(Control::Governed(Mode::AdaptiveLowat(duration(arg)?))),
+        "threshold" => Ok(Control::Governed(GovernorMode::Threshold(duration(arg)?))),
+        "adaptive" => Ok(Control::Governed(GovernorMode::AdaptiveLowat(duration(arg)?))),
         _ => Err(format!(
             "`{text}`: expected no-control, never-blocks, lowat:SIZE, threshold:TIME or adaptive:TIME"
         )),
@@ -81,8 +81,9 @@ impl Workload for SendQueue {
     }
 
     fn plan(&self, params: &Params) -> Result<Box<dyn VariantPlan>, ParamError> {
-        let control =
-            params.parsed("control", parse_control)?.unwrap_or(Control::Governed(Mode::NoControl));
+        let control = params
+            .parsed("control", parse_control)?
+            .unwrap_or(Control::Governed(GovernorMode::NoControl));
         let fresh = params.bool("fresh")?.unwrap_or(false);
         let cc = match params.choice("cc", &["cubic", "bbr"])?.as_deref() {
             Some("bbr") => Cc::Bbr,
@@ -201,9 +202,12 @@ mod tests {
     fn controls_parse() {
         assert_eq!(
             parse_control("threshold:10ms"),
-            Ok(Control::Governed(Mode::Threshold(Duration::from_millis(10))))
+            Ok(Control::Governed(GovernorMode::Threshold(Duration::from_millis(10))))
         );
-        assert_eq!(parse_control("lowat:16KB"), Ok(Control::Governed(Mode::StaticLowat(16_000))));
+        assert_eq!(
+            parse_control("lowat:16KB"),
+            Ok(Control::Governed(GovernorMode::StaticLowat(16_000)))
+        );
         assert_eq!(parse_control("never-blocks"), Ok(Control::NeverBlocks));
         assert!(parse_control("threshold").unwrap_err().contains("needs a time"));
         assert!(parse_control("no-control:5ms").is_err());

@@ -28,7 +28,7 @@ fn at_rate(notsent: u64, rate: u64) -> Inputs {
 }
 
 /// A governor in `mode` that has observed `i` at time zero (and applied any LOWAT it asked).
-fn observed(mode: Mode, i: &Inputs) -> Governor {
+fn observed(mode: GovernorMode, i: &Inputs) -> Governor {
     let mut g = Governor::new(GovernorConfig::new(mode));
     if let Some(l) = g.observe(Duration::ZERO, i).set_lowat {
         g.lowat_applied(l);
@@ -62,7 +62,7 @@ fn app_limited_falls_back_to_min_of_pacing_and_cwnd_per_srtt() {
 #[test]
 fn threshold_caps_writes_to_the_room_and_waits_for_half_the_bound() {
     // 10 ms at 3.75 MB/s: a bound of 37,500 bytes.
-    let mut g = observed(Mode::Threshold(10 * MS), &inputs(30_000));
+    let mut g = observed(GovernorMode::Threshold(10 * MS), &inputs(30_000));
     assert_eq!(g.bound(), Some(37_500));
     // 7,500 bytes of room: a small message goes at once...
     assert_eq!(g.admit(Duration::ZERO, 64), Admission::Admit(64));
@@ -83,14 +83,14 @@ fn threshold_caps_writes_to_the_room_and_waits_for_half_the_bound() {
 #[test]
 fn threshold_without_a_rate_admits_rather_than_wedging() {
     let none = Inputs { notsent_bytes: 1 << 30, ..Inputs::default() };
-    let mut g = observed(Mode::Threshold(MS), &none);
+    let mut g = observed(GovernorMode::Threshold(MS), &none);
     assert_eq!(g.bound(), None);
     assert_eq!(g.admit(Duration::ZERO, 1 << 20), Admission::Admit(1 << 20));
 }
 
 #[test]
 fn cached_fast_path_counts_what_was_written_and_expires() {
-    let mut g = observed(Mode::Threshold(10 * MS), &inputs(18_750)); // 5 ms
+    let mut g = observed(GovernorMode::Threshold(10 * MS), &inputs(18_750)); // 5 ms
     assert_eq!(g.admit(MS, 18_750), Admission::Admit(18_750));
     g.on_written(18_750); // now at most 10 ms
     assert_eq!(g.admit(MS, 1), Admission::Refresh, "no room under the upper bound");
@@ -103,7 +103,7 @@ fn cached_fast_path_counts_what_was_written_and_expires() {
 fn a_fresh_observation_is_used_whatever_its_age() {
     // `refresh` zero: every decision wants a new read, yet the one just made always decides
     // (a read takes time, so an age check alone would never let the writer through).
-    let mut config = GovernorConfig::new(Mode::Threshold(10 * MS));
+    let mut config = GovernorConfig::new(GovernorMode::Threshold(10 * MS));
     config.refresh = Duration::ZERO;
     let mut g = Governor::new(config);
     assert_eq!(g.admit(Duration::ZERO, 64), Admission::Refresh);
@@ -114,7 +114,7 @@ fn a_fresh_observation_is_used_whatever_its_age() {
 
 #[test]
 fn static_lowat_is_set_once_and_observations_stay_fresh() {
-    let mut g = Governor::new(GovernorConfig::new(Mode::StaticLowat(16_384)));
+    let mut g = Governor::new(GovernorConfig::new(GovernorMode::StaticLowat(16_384)));
     assert_eq!(g.admit(Duration::ZERO, 10), Admission::Refresh);
     let o = g.observe(Duration::ZERO, &inputs(0));
     assert_eq!(o.set_lowat, Some(16_384));
@@ -129,7 +129,7 @@ fn static_lowat_is_set_once_and_observations_stay_fresh() {
 
 #[test]
 fn no_control_never_holds_back_but_keeps_its_estimate_fresh() {
-    let mut g = Governor::new(GovernorConfig::new(Mode::NoControl));
+    let mut g = Governor::new(GovernorConfig::new(GovernorMode::NoControl));
     assert_eq!(g.admit(Duration::ZERO, 64), Admission::Refresh);
     let o = g.observe(Duration::ZERO, &inputs(u32::MAX));
     assert_eq!(o.set_lowat, None);
@@ -142,7 +142,7 @@ fn no_control_never_holds_back_but_keeps_its_estimate_fresh() {
 
 #[test]
 fn adaptive_lowat_tracks_the_rate_with_hysteresis() {
-    let mut g = Governor::new(GovernorConfig::new(Mode::AdaptiveLowat(10 * MS)));
+    let mut g = Governor::new(GovernorConfig::new(GovernorMode::AdaptiveLowat(10 * MS)));
     // No rate yet: the floor.
     assert_eq!(g.observe(Duration::ZERO, &Inputs::default()).set_lowat, Some(4096));
     g.lowat_applied(4096);
@@ -160,7 +160,7 @@ fn adaptive_lowat_tracks_the_rate_with_hysteresis() {
 
 #[test]
 fn adaptive_waits_for_the_kernel_exactly_when_it_withholds_pollout() {
-    let mut g = observed(Mode::AdaptiveLowat(10 * MS), &inputs(18_750));
+    let mut g = observed(GovernorMode::AdaptiveLowat(10 * MS), &inputs(18_750));
     assert_eq!(g.lowat(), Some(37_500));
     // 2 × 18,750 = LOWAT: the kernel withholds POLLOUT, but exactly half the bound is free,
     // which is admitted.
@@ -197,10 +197,10 @@ fn arb_inputs() -> impl Strategy<Value = Inputs> {
         })
 }
 
-fn arb_bounded_mode() -> impl Strategy<Value = Mode> {
+fn arb_bounded_mode() -> impl Strategy<Value = GovernorMode> {
     (any::<bool>(), 1u64..100_000).prop_map(|(adaptive, t_us)| {
         let t = Duration::from_micros(t_us);
-        if adaptive { Mode::AdaptiveLowat(t) } else { Mode::Threshold(t) }
+        if adaptive { GovernorMode::AdaptiveLowat(t) } else { GovernorMode::Threshold(t) }
     })
 }
 
@@ -235,11 +235,11 @@ proptest! {
                     });
                 }
                 Admission::Wait(w) => {
-                    prop_assert!(matches!(mode, Mode::Threshold(_)));
+                    prop_assert!(matches!(mode, GovernorMode::Threshold(_)));
                     prop_assert!(w >= g.config().min_wait && w <= g.config().max_wait);
                 }
                 Admission::WaitWritable => {
-                    prop_assert!(matches!(mode, Mode::AdaptiveLowat(_)));
+                    prop_assert!(matches!(mode, GovernorMode::AdaptiveLowat(_)));
                     // Asked on an exact observation: the kernel withheld POLLOUT when it was
                     // made.
                     prop_assert!(2 * seen >= u64::from(g.lowat().unwrap()));
@@ -296,7 +296,8 @@ proptest! {
         notsent in 0u32..50_000_000, rate in 1_000u64..1_000_000_000, t_us in 100u64..100_000,
         want in 1u64..1 << 20,
     ) {
-        let mut g = Governor::new(GovernorConfig::new(Mode::Threshold(Duration::from_micros(t_us))));
+        let mode = GovernorMode::Threshold(Duration::from_micros(t_us));
+        let mut g = Governor::new(GovernorConfig::new(mode));
         let mut now = Duration::ZERO;
         let mut queued = u64::from(notsent);
         let mut waits = 0u32;
@@ -322,7 +323,7 @@ proptest! {
     /// `threshold × rate`, clamped to `[min_bound, max_bound]`.
     #[test]
     fn bound_within_limits(rate in any::<u64>(), t_us in 0u64..1_000_000) {
-        let g = Governor::new(GovernorConfig::new(Mode::AdaptiveLowat(Duration::ZERO)));
+        let g = Governor::new(GovernorConfig::new(GovernorMode::AdaptiveLowat(Duration::ZERO)));
         let l = g.bound_for(Duration::from_micros(t_us), rate);
         prop_assert!(l >= g.config().min_bound && l <= g.config().max_bound);
         let exact = u128::from(rate) * u128::from(t_us) / 1_000_000;
@@ -337,7 +338,12 @@ proptest! {
 /// per observation). Waits are served as the kernel would: `Wait` by sleeping, `WaitWritable`
 /// by sleeping until `2 × notsent < LOWAT`. Checks at every step that `notsent` stays within
 /// the bound and that the link never idles while the writer has data; returns bytes written.
-fn closed_loop(mode: Mode, rate: u64, chunk: u64, jitter: &[i8]) -> Result<u64, TestCaseError> {
+fn closed_loop(
+    mode: GovernorMode,
+    rate: u64,
+    chunk: u64,
+    jitter: &[i8],
+) -> Result<u64, TestCaseError> {
     let mut g = Governor::new(GovernorConfig::new(mode));
     let (mut now, mut queued, mut written) = (Duration::ZERO, 0u64, 0u64);
     let mut left_in_chunk = chunk;

@@ -2,7 +2,7 @@
 //! synthetic results (reproduced, partly, not reproduced, not applicable).
 
 use super::*;
-use crate::spec::Mode;
+use crate::spec::RunMode;
 
 #[test]
 fn every_builtin_rule_compiles() {
@@ -156,7 +156,7 @@ fn bloat_says_when_the_slides_condition_was_not_run() {
     // The finding on CoDel is decided from the same data.
     let e = Experiment::builtin("bloat").unwrap();
     let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
-    let codel = Finding::compile(&e.findings[0], &names).unwrap();
+    let codel = FindingRule::compile(&e.findings[0], &names).unwrap();
     let f = codel.evaluate(&quick(900.0, 40.0).as_slice());
     assert_eq!(f.outcome, Outcome::Holds);
     assert!(f.text.starts_with("CoDel keeps CUBIC's queue short"), "{}", f.text);
@@ -197,7 +197,7 @@ fn tuning_ladder_needs_more_than_a_lower_median() {
     assert_eq!(partly.evaluated.as_deref(), Some("85 < 20 ✗ or 88 < 20 ✗ or 264 < 60 ✗"));
     // The busy-poll finding is decided from busy_poll against same_cpu.
     let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
-    let busy = Finding::compile(&e.findings[0], &names).unwrap();
+    let busy = FindingRule::compile(&e.findings[0], &names).unwrap();
     let f = busy.evaluate(&vs.as_slice());
     assert_eq!(f.outcome, Outcome::Holds, "{}", f.evaluated);
     assert!(f.text.starts_with("No effect measured"), "{}", f.text);
@@ -208,7 +208,7 @@ fn tuning_ladder_needs_more_than_a_lower_median() {
     assert_eq!(f.outcome, Outcome::Fails);
     assert!(f.text.starts_with("SO_BUSY_POLL changed the latency"), "{}", f.text);
     // The steps this host cannot take are findings decided by whether they ran.
-    let irq = Finding::compile(&e.findings[2], &names).unwrap().evaluate(&vs.as_slice());
+    let irq = FindingRule::compile(&e.findings[2], &names).unwrap().evaluate(&vs.as_slice());
     assert_eq!((irq.outcome, irq.text.starts_with("Not applicable")), (Outcome::Fails, true));
 }
 
@@ -285,7 +285,7 @@ fn sendq_needs_both_views_for_both_congestion_controls() {
     // Smoke mode runs CUBIC only: the rule decides on CUBIC and leaves BBR's figures n/a.
     let smoke: Vec<VariantResult> = sendq_results(&[])
         .into_iter()
-        .filter(|v| e.modes[&Mode::Smoke].variants.as_ref().unwrap().contains(&v.name))
+        .filter(|v| e.modes[&RunMode::Smoke].variants.as_ref().unwrap().contains(&v.name))
         .collect();
     assert_eq!(smoke.len(), 4);
     let d = decide(&rules, &smoke);

@@ -34,7 +34,7 @@ use tcptail_lab::emulator::{Emulator, EmulatorError, EmulatorOptions};
 use tcptail_netns::{Cleanup, Topology};
 use tcptail_units::{Bdp, BitRate};
 
-use tcptail_sendq::governor::Mode;
+use tcptail_sendq::governor::GovernorMode;
 
 pub mod plot;
 mod summary;
@@ -70,7 +70,7 @@ impl Cc {
 #[serde(rename_all = "kebab-case")]
 pub enum Control {
     /// A governor mode (including no control with the autotuned buffer).
-    Governed(Mode),
+    Governed(GovernorMode),
     /// No control, and a send buffer so large (`SO_SNDBUFFORCE`, 64 MiB) that writes never
     /// block: the whole backlog waits in the socket.
     NeverBlocks,
@@ -94,10 +94,14 @@ impl Variant {
     pub fn new(control: Control, fresh: bool, cc: Cc) -> Variant {
         let ctl = match control {
             Control::NeverBlocks => "no-control-never-blocks".to_owned(),
-            Control::Governed(Mode::NoControl) => "no-control".to_owned(),
-            Control::Governed(Mode::StaticLowat(b)) => format!("lowat-{}k", b / 1024),
-            Control::Governed(Mode::Threshold(t)) => format!("threshold-{}ms", t.as_millis()),
-            Control::Governed(Mode::AdaptiveLowat(t)) => format!("adaptive-{}ms", t.as_millis()),
+            Control::Governed(GovernorMode::NoControl) => "no-control".to_owned(),
+            Control::Governed(GovernorMode::StaticLowat(b)) => format!("lowat-{}k", b / 1024),
+            Control::Governed(GovernorMode::Threshold(t)) => {
+                format!("threshold-{}ms", t.as_millis())
+            }
+            Control::Governed(GovernorMode::AdaptiveLowat(t)) => {
+                format!("adaptive-{}ms", t.as_millis())
+            }
         };
         let fresh_tag = if fresh { "+fresh" } else { "" };
         Variant { name: format!("{}/{ctl}{fresh_tag}", cc.name()), control, fresh, cc }
@@ -142,12 +146,12 @@ impl SendqConfig {
         let mut variants = Vec::new();
         for cc in [Cc::Cubic, Cc::Bbr] {
             for (control, fresh) in [
-                (Control::Governed(Mode::NoControl), false),
+                (Control::Governed(GovernorMode::NoControl), false),
                 (Control::NeverBlocks, false),
-                (Control::Governed(Mode::Threshold(10 * MS)), false),
-                (Control::Governed(Mode::AdaptiveLowat(10 * MS)), false),
-                (Control::Governed(Mode::Threshold(10 * MS)), true),
-                (Control::Governed(Mode::AdaptiveLowat(10 * MS)), true),
+                (Control::Governed(GovernorMode::Threshold(10 * MS)), false),
+                (Control::Governed(GovernorMode::AdaptiveLowat(10 * MS)), false),
+                (Control::Governed(GovernorMode::Threshold(10 * MS)), true),
+                (Control::Governed(GovernorMode::AdaptiveLowat(10 * MS)), true),
             ] {
                 variants.push(Variant::new(control, fresh, cc));
             }
@@ -173,16 +177,16 @@ impl SendqConfig {
     /// 10 ms, for both congestion controls.
     pub fn full() -> SendqConfig {
         let mut controls = vec![
-            Control::Governed(Mode::NoControl),
+            Control::Governed(GovernorMode::NoControl),
             Control::NeverBlocks,
-            Control::Governed(Mode::StaticLowat(16 * 1024)),
-            Control::Governed(Mode::StaticLowat(64 * 1024)),
+            Control::Governed(GovernorMode::StaticLowat(16 * 1024)),
+            Control::Governed(GovernorMode::StaticLowat(64 * 1024)),
         ];
         for t in [5, 10, 20, 30] {
-            controls.push(Control::Governed(Mode::Threshold(t * MS)));
+            controls.push(Control::Governed(GovernorMode::Threshold(t * MS)));
         }
         for t in [5, 10, 20, 30] {
-            controls.push(Control::Governed(Mode::AdaptiveLowat(t * MS)));
+            controls.push(Control::Governed(GovernorMode::AdaptiveLowat(t * MS)));
         }
         let mut variants = Vec::new();
         for cc in [Cc::Cubic, Cc::Bbr] {
@@ -195,10 +199,10 @@ impl SendqConfig {
         let mut sweep_variants = Vec::new();
         for cc in [Cc::Cubic, Cc::Bbr] {
             for c in [
-                Control::Governed(Mode::NoControl),
+                Control::Governed(GovernorMode::NoControl),
                 Control::NeverBlocks,
-                Control::Governed(Mode::Threshold(10 * MS)),
-                Control::Governed(Mode::AdaptiveLowat(10 * MS)),
+                Control::Governed(GovernorMode::Threshold(10 * MS)),
+                Control::Governed(GovernorMode::AdaptiveLowat(10 * MS)),
             ] {
                 sweep_variants.push(Variant::new(c, false, cc));
             }

@@ -51,7 +51,7 @@ fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantSu
     let summary = |p50| LatencySummary { count: 1, p50, p90: p50, p99: p50, max: p50 };
     let run = VariantResult {
         name: name.to_owned(),
-        variant: Variant::new(Control::Governed(Mode::NoControl), false, Cc::Cubic),
+        variant: Variant::new(Control::Governed(GovernorMode::NoControl), false, Cc::Cubic),
         chunks_offered: 1,
         chunks_delivered: 1,
         merged: 0,

@@ -13,7 +13,7 @@ use tcptail_netns::addr::SERVER_ADDR;
 
 use super::{Control, ExperimentError, SendqConfig, Variant, io_err};
 use tcptail_sendq::freshness::{FreshnessPolicy, FreshnessQueue};
-use tcptail_sendq::governor::{GovernorConfig, Mode};
+use tcptail_sendq::governor::{GovernorConfig, GovernorMode};
 use tcptail_sendq::sender::{BoundedSender, SenderStats};
 
 /// Bytes of the header at the start of every chunk: magic, sequence number, scheduled time
@@ -210,7 +210,7 @@ pub fn run_variant(
 
     let mode = match v.control {
         Control::Governed(m) => m,
-        Control::NeverBlocks => Mode::NoControl,
+        Control::NeverBlocks => GovernorMode::NoControl,
     };
     let sent = send_chunks(&stream, config, v, mode, epoch);
     let sending_ms = ms(epoch.elapsed().saturating_sub(LEAD));
@@ -260,7 +260,7 @@ fn send_chunks(
     stream: &TcpStream,
     config: &SendqConfig,
     v: &Variant,
-    mode: Mode,
+    mode: GovernorMode,
     epoch: Instant,
 ) -> Result<Sent, ExperimentError> {
     let mut sender =
