@@ -295,11 +295,7 @@ pub fn sample_for(
 
 /// Nearest-rank percentile of `sorted` (ascending); NaN when empty.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    tcptail_units::stats::percentile_of_sorted(sorted, q).unwrap_or(f64::NAN)
 }
 
 /// What a bulk measurement window says, from samples taken at a steady interval.
