@@ -60,6 +60,35 @@ pub enum RunError {
     /// Namespaces, links or processes failed.
     #[error(transparent)]
     Netns(#[from] tcptail_netns::Error),
+    /// A system call of the round failed (a socket, a file, a thread); the OS error is kept
+    /// so a caller can look at its kind.
+    #[error("{what}: {error:#}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// A thread of the round panicked: a bug in the engine, not a property of the host.
+    #[error("{what}: {message}")]
+    Panicked {
+        /// Which thread, or what it was doing.
+        what: String,
+        /// The panic's message, when it had one.
+        message: String,
+    },
+    /// The round ran to its end but completed no request, so it has nothing to measure.
+    #[error("{what}: {detail}")]
+    NothingCompleted {
+        /// The kind of round.
+        what: &'static str,
+        /// What did not complete.
+        detail: &'static str,
+    },
+    /// The round's measurement lacks metrics its plan declared (see
+    /// [`crate::workload::VariantPlan::metrics`]): a bug in the engine.
+    #[error("the round's measurement: declared metric(s) missing or not finite: {}", .0.join(", "))]
+    MissingMetrics(Vec<String>),
     /// Anything else, with what was being done.
     #[error("{what}: {detail}")]
     Failed {
@@ -74,5 +103,42 @@ impl RunError {
     /// A failure of `what`, from any error.
     pub fn failed(what: impl Into<String>, err: impl std::fmt::Display) -> RunError {
         RunError::Failed { what: what.into(), detail: format!("{err:#}") }
+    }
+
+    /// A failed system call while doing `what`.
+    pub fn io(what: impl Into<String>, error: std::io::Error) -> RunError {
+        RunError::Io { what: what.into(), error }
+    }
+
+    /// A thread of the round that panicked while doing `what`.
+    pub fn panicked(what: impl Into<String>, message: impl Into<String>) -> RunError {
+        RunError::Panicked { what: what.into(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_failures_read_as_the_untyped_form_did() {
+        let io = || std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        assert_eq!(
+            RunError::io("accept", io()).to_string(),
+            RunError::failed("accept", io()).to_string()
+        );
+        assert_eq!(
+            RunError::panicked("the round panicked", "engine bug").to_string(),
+            RunError::failed("the round panicked", "engine bug").to_string()
+        );
+        let nothing = RunError::NothingCompleted {
+            what: "split-write round",
+            detail: "no request completed",
+        };
+        assert_eq!(nothing.to_string(), "split-write round: no request completed");
+        assert_eq!(
+            RunError::MissingMetrics(vec!["p99_us".into(), "p50_us".into()]).to_string(),
+            "the round's measurement: declared metric(s) missing or not finite: p99_us, p50_us"
+        );
     }
 }

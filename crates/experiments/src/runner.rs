@@ -272,7 +272,7 @@ fn run_experiment(
                 .join(format!("{}-r{round}", variant.spec.name));
             observer.step_started(&variant.spec.name, round, prepared.rounds);
             let outcome = std::fs::create_dir_all(&scratch)
-                .map_err(|e| RunError::failed(format!("create {}", scratch.display()), e))
+                .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
                 .and_then(|()| {
                     let ctx = RoundContext {
                         round,
@@ -386,14 +386,7 @@ fn declared_metrics_present(
         .into_iter()
         .filter(|n| !m.metrics.get(n).is_some_and(|v| v.is_finite()))
         .collect();
-    if missing.is_empty() {
-        Ok(m)
-    } else {
-        Err(RunError::failed(
-            "the round's measurement",
-            format!("declared metric(s) missing or not finite: {}", missing.join(", ")),
-        ))
-    }
+    if missing.is_empty() { Ok(m) } else { Err(RunError::MissingMetrics(missing)) }
 }
 
 /// Runs one variant-round on a thread of its own: engines pin the calling thread to CPUs and
@@ -404,14 +397,14 @@ fn run_isolated(plan: &dyn VariantPlan, ctx: &RoundContext<'_>) -> Result<Measur
         let round = std::thread::Builder::new()
             .name("tcptail-round".into())
             .spawn_scoped(scope, || plan.run(ctx))
-            .map_err(|e| RunError::failed("start the round's thread", e))?;
+            .map_err(|e| RunError::io("start the round's thread", e))?;
         round.join().unwrap_or_else(|panic| {
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".into());
-            Err(RunError::failed("the round panicked", message))
+            Err(RunError::panicked("the round panicked", message))
         })
     })
 }

@@ -124,7 +124,7 @@ impl Probe {
         interval: Duration,
         size: usize,
     ) -> Result<Probe, RunError> {
-        let clone = |s: &TcpStream| s.try_clone().map_err(|e| RunError::failed("clone probe", e));
+        let clone = |s: &TcpStream| s.try_clone().map_err(|e| RunError::io("clone probe", e));
         let stop = Arc::new(AtomicBool::new(false));
         let sockets = [clone(&client)?, clone(&server)?];
         let mut writer_sock = clone(&client)?;
@@ -184,8 +184,8 @@ impl Probe {
         let sent = self
             .writer
             .join()
-            .map_err(|_| RunError::failed("probe writer", "panicked"))?
-            .map_err(|e| RunError::failed("probe writer", e))?;
+            .map_err(|_| RunError::panicked("probe writer", "panicked"))?
+            .map_err(|e| RunError::io("probe writer", e))?;
         let deadline = Instant::now() + grace;
         while self.answered.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -196,8 +196,8 @@ impl Probe {
         let records = self
             .reader
             .join()
-            .map_err(|_| RunError::failed("probe reader", "panicked"))?
-            .map_err(|e| RunError::failed("probe reader", e))?;
+            .map_err(|_| RunError::panicked("probe reader", "panicked"))?
+            .map_err(|e| RunError::io("probe reader", e))?;
         let _ = self.echo.join();
         Ok((sent, records))
     }

@@ -51,7 +51,7 @@ pub fn connect(
     cc: Option<&str>,
     nodelay: bool,
 ) -> Result<(TcpStream, TcpStream), RunError> {
-    let port = listener.local_addr().map_err(|e| RunError::failed("listener address", e))?.port();
+    let port = listener.local_addr().map_err(|e| RunError::io("listener address", e))?.port();
     let target = SocketAddr::from((live.server_addr(), port));
     let socket = live
         .client()
@@ -67,8 +67,8 @@ pub fn connect(
         .map_err(|e| {
             RunError::failed(format!("connect to {target} with {}", cc.unwrap_or("default cc")), e)
         })?;
-    let (server, _) = listener.accept().map_err(|e| RunError::failed("accept", e))?;
-    server.set_nodelay(nodelay).map_err(|e| RunError::failed("TCP_NODELAY", e))?;
+    let (server, _) = listener.accept().map_err(|e| RunError::io("accept", e))?;
+    server.set_nodelay(nodelay).map_err(|e| RunError::io("TCP_NODELAY", e))?;
     Ok((socket.into(), server))
 }
 
@@ -138,10 +138,10 @@ impl BulkFlows {
         };
         for (client, server) in pairs {
             let writer =
-                client.try_clone().map_err(|e| RunError::failed("clone the sender socket", e))?;
+                client.try_clone().map_err(|e| RunError::io("clone the sender socket", e))?;
             flows.senders.push(client);
             flows.receivers.push(
-                server.try_clone().map_err(|e| RunError::failed("clone the receiver socket", e))?,
+                server.try_clone().map_err(|e| RunError::io("clone the receiver socket", e))?,
             );
             let (received, stop) = (received.clone(), stop.clone());
             flows.threads.push(spawn(cpu, move || receive(server, &received, &stop))?);
@@ -193,10 +193,10 @@ impl BulkFlows {
             match t.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    first.get_or_insert_with(|| RunError::failed("bulk flow", e));
+                    first.get_or_insert_with(|| RunError::io("bulk flow", e));
                 }
                 Err(_) => {
-                    first.get_or_insert_with(|| RunError::failed("bulk flow", "thread panicked"));
+                    first.get_or_insert_with(|| RunError::panicked("bulk flow", "thread panicked"));
                 }
             }
         }
@@ -234,7 +234,7 @@ fn spawn(
             }
             f()
         })
-        .map_err(|e| RunError::failed("start a bulk-flow thread", e))
+        .map_err(|e| RunError::io("start a bulk-flow thread", e))
 }
 
 fn send(mut s: TcpStream, stop: &AtomicBool) -> std::io::Result<()> {

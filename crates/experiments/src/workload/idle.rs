@@ -140,7 +140,7 @@ impl Plan {
             done.recv_timeout(Duration::from_secs(60))
                 .map_err(|e| RunError::failed(format!("wait for the receiver ({what})"), e))
         };
-        let io = |what: &'static str| move |e: std::io::Error| RunError::failed(what, e);
+        let io = |what: &'static str| move |e: std::io::Error| RunError::io(what, e);
         let mut out = Vec::with_capacity(self.bursts);
         for i in 0..self.bursts {
             if (ctx.stop_requested)() {
@@ -188,8 +188,7 @@ impl VariantPlan for Plan {
             let (mut client, server) = flows::connect(live, &listener, Some(&self.cc), true)?;
             let (tx, rx) = mpsc::channel();
             let (warmup, burst, bursts) = (self.warmup_bytes, self.burst, self.bursts);
-            let unblock =
-                server.try_clone().map_err(|e| RunError::failed("clone the receiver", e))?;
+            let unblock = server.try_clone().map_err(|e| RunError::io("clone the receiver", e))?;
             let receiver = std::thread::spawn(move || receive(server, warmup, burst, bursts, &tx));
             let records = self.bursts(&mut client, &rx, ctx);
             // Unblocks the receiver when the round ended early.
@@ -197,8 +196,8 @@ impl VariantPlan for Plan {
             let received = receiver.join();
             let records = records?;
             received
-                .map_err(|_| RunError::failed("receiver", "panicked"))?
-                .map_err(|e| RunError::failed("receive the bursts", e))?;
+                .map_err(|_| RunError::panicked("receiver", "panicked"))?
+                .map_err(|e| RunError::io("receive the bursts", e))?;
             Ok::<_, RunError>(records)
         })?;
         let sorted = |f: &dyn Fn(&BurstRecord) -> f64| {

@@ -149,7 +149,7 @@ struct Loops {
 
 impl Plan {
     fn run_on(&self, live: &LivePath, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-        let io_err = |what: &'static str| move |e: io::Error| RunError::failed(what, e);
+        let io_err = |what: &'static str| move |e: io::Error| RunError::io(what, e);
         let listener = live
             .server()
             .run(|| TcpListener::bind((live.server_addr(), 0)))?
@@ -276,7 +276,10 @@ impl Plan {
     fn summarise(&self, loops: Loops) -> Result<Measurement, RunError> {
         let mut us: Vec<f64> = loops.latencies_ns.iter().map(|&n| n as f64 / 1e3).collect();
         if us.is_empty() {
-            return Err(RunError::failed("split-write round", "no request completed"));
+            return Err(RunError::NothingCompleted {
+                what: "split-write round",
+                detail: "no request completed",
+            });
         }
         us.sort_by(f64::total_cmp);
         let n = us.len();
