@@ -183,7 +183,7 @@ impl RoundSpec {
         // send adds the pacer's own lateness, which is the VM's timer behaviour and the same
         // for every congestion control; it is kept as `sched_*`.
         let primary = if open { &raw.service } else { &raw.latency };
-        let s = primary.summary().ok_or_else(|| RunError::NothingCompleted {
+        let s = primary.summary().ok_or(RunError::NothingCompleted {
             what: "request-response round",
             detail: "no request completed in the round",
         })?;
