@@ -12,14 +12,12 @@
 //! `sysctl` entry for them wins.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use tcptail_emu::{BufferSize, DirectionSpec, Discipline, LossModel, PathSpec, QueueSpec};
-use tcptail_lab::emulator::{EmulatorHandle, EmulatorOptions};
-use tcptail_lab::path::tcp_buffers;
-use tcptail_netns::addr::SERVER_ADDR;
-use tcptail_netns::{Cleanup, NetSysctl, Netns, Topology};
+use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
+use tcptail_lab::path::LabError;
+pub use tcptail_lab::{LivePath, PathShape};
 use tcptail_report::Lateness;
 use tcptail_units::{Bdp, BitRate};
 
@@ -29,27 +27,11 @@ use crate::round::{RoundContext, RunError};
 /// p99 emulator lateness above which a round's results are marked.
 pub const LATENESS_BOUND: Duration = Duration::from_micros(500);
 
-/// The shape of a path.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PathKind {
-    /// A plain veth pair.
-    Veth,
-    /// The built-in emulator between two TUN devices.
-    Emulated(Box<PathSpec>),
-    /// `tbf` on a forwarding router.
-    Tbf {
-        /// Token rate.
-        rate: BitRate,
-        /// Bucket / queue size in bytes.
-        buffer_bytes: u64,
-    },
-}
-
 /// A checked path: what to build for each round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PathPlan {
-    /// The shape.
-    pub kind: PathKind,
+    /// The shape (never [`PathShape::Netem`]: this kernel has no netem).
+    pub kind: PathShape,
     /// Sysctls for the client and server namespaces.
     pub sysctls: BTreeMap<String, String>,
 }
@@ -78,7 +60,7 @@ impl PathPlan {
                         ));
                     }
                 }
-                PathKind::Veth
+                PathShape::Veth
             }
             "tbf" => {
                 let rate = required("rate", params.rate("rate")?)?;
@@ -105,7 +87,7 @@ impl PathPlan {
                         ));
                     }
                 };
-                PathKind::Tbf { rate, buffer_bytes: buffer_bytes.max(1600) }
+                PathShape::Tbf { rate, buffer_bytes: buffer_bytes.max(1600) }
             }
             _ => {
                 let rate = required("rate", params.rate("rate")?)?;
@@ -129,7 +111,7 @@ impl PathPlan {
                 down.loss = None;
                 let spec = PathSpec { up: dir, down };
                 spec.validate().map_err(|e| ParamError::new("path", e.to_string()))?;
-                PathKind::Emulated(Box::new(spec))
+                PathShape::Emulated(spec)
             }
         };
         Ok(PathPlan { kind, sysctls })
@@ -138,26 +120,27 @@ impl PathPlan {
     /// Base round-trip time of the path (zero for veth and tbf).
     pub fn rtt(&self) -> Duration {
         match &self.kind {
-            PathKind::Emulated(p) => p.up.delay + p.down.delay,
-            _ => Duration::ZERO,
+            PathShape::Emulated(p) | PathShape::Netem(p) => p.up.delay + p.down.delay,
+            PathShape::Veth | PathShape::Tbf { .. } => Duration::ZERO,
         }
     }
 
     /// The bottleneck rate, if there is one.
     pub fn rate(&self) -> Option<BitRate> {
         match &self.kind {
-            PathKind::Veth => None,
-            PathKind::Emulated(p) => Some(p.up.rate.mean()),
-            PathKind::Tbf { rate, .. } => Some(*rate),
+            PathShape::Veth => None,
+            PathShape::Emulated(p) | PathShape::Netem(p) => Some(p.up.rate.mean()),
+            PathShape::Tbf { rate, .. } => Some(*rate),
         }
     }
 
     /// One line for the report.
     pub fn describe(&self) -> String {
         let base = match &self.kind {
-            PathKind::Veth => "veth pair (no shaping)".to_owned(),
-            PathKind::Emulated(p) => format!("emulated path: {}", p.up),
-            PathKind::Tbf { rate, buffer_bytes } => {
+            PathShape::Veth => "veth pair (no shaping)".to_owned(),
+            PathShape::Emulated(p) => format!("emulated path: {}", p.up),
+            PathShape::Netem(p) => format!("netem path: {}", p.up),
+            PathShape::Tbf { rate, buffer_bytes } => {
                 format!(
                     "router with tbf {} Mbit/s, {} KB bucket",
                     rate.0 as f64 / 1e6,
@@ -186,135 +169,38 @@ impl PathPlan {
         }
         let live = self.build(ctx.seed)?;
         let outcome = measure(&live);
-        let lateness = live.finish();
+        let lateness = live.stop().emulator.as_ref().map(lateness);
         Ok((outcome?, lateness))
     }
 
     /// Builds the path for one round; `seed` drives the emulator's loss draws.
     pub fn build(&self, seed: u64) -> Result<LivePath, RunError> {
         tcptail_netns::ensure_root()?;
-        let cleanup = Cleanup::new();
-        let builder = match &self.kind {
-            PathKind::Veth => Topology::veth_pair("xc", "xs"),
-            PathKind::Emulated(_) => Topology::tun_pair("xc", "xs"),
-            PathKind::Tbf { .. } => Topology::routed("xc", "xr", "xs"),
-        };
-        let mut topo = builder.build(&cleanup)?;
-        let mut emulator = None;
-        match &self.kind {
-            PathKind::Veth => {}
-            PathKind::Emulated(spec) => {
-                for ns in [topo.client(), topo.server()] {
-                    let rmem = ns.sysctl(NetSysctl::TcpRmem.key())?;
-                    let wmem = ns.sysctl(NetSysctl::TcpWmem.key())?;
-                    let b = tcp_buffers(spec, &rmem, &wmem);
-                    ns.set_sysctl(NetSysctl::TcpRmem.key(), &b.tcp_rmem)?;
-                    ns.set_sysctl(NetSysctl::TcpWmem.key(), &b.tcp_wmem)?;
-                }
-                let tun = topo.take_tun().ok_or_else(|| {
-                    RunError::failed("emulated path", "the topology has no TUN pair")
-                })?;
-                let options = EmulatorOptions {
-                    seed,
-                    lateness_bound: LATENESS_BOUND,
-                    ..EmulatorOptions::default()
-                };
-                let handle = tcptail_lab::emulator::Emulator::start(tun, (**spec).clone(), options)
-                    .map_err(|e| RunError::failed("start the emulator", e))?;
-                emulator = Some(handle);
-            }
-            PathKind::Tbf { rate, buffer_bytes } => {
-                let (router, ifname) = topo
-                    .bottleneck()
-                    .ok_or_else(|| RunError::failed("tbf path", "the topology has no router"))?;
-                // burst: enough tokens for a few full-size packets at this rate, at least one
-                // 64 KB TSO segment so the qdisc never stalls a GSO packet.
-                let burst = (rate.bytes_per_second() / 1000).max(64 * 1024);
-                let out = router
-                    .command("tc")
-                    .args(["qdisc", "replace", "dev", ifname, "root", "tbf"])
-                    .args(["rate", &format!("{}bit", rate.0)])
-                    .args(["burst", &burst.to_string(), "limit", &buffer_bytes.to_string()])
-                    .output()
-                    .map_err(|e| RunError::failed("run tc", e))?;
-                if !out.status.success() {
-                    return Err(RunError::failed(
-                        "tc qdisc add tbf",
-                        String::from_utf8_lossy(&out.stderr).trim(),
-                    ));
-                }
-            }
-        }
-        for ns in [topo.client(), topo.server()] {
-            for (k, v) in &self.sysctls {
-                ns.set_sysctl(k, v)?;
-            }
-        }
-        Ok(LivePath { topo: Some(topo), emulator, _cleanup: cleanup })
+        let options =
+            EmulatorOptions { seed, lateness_bound: LATENESS_BOUND, ..EmulatorOptions::default() };
+        LivePath::builder(self.kind.clone())
+            .roles("xc", "xr", "xs")
+            .emulator(options)
+            .sysctls(self.sysctls.clone())
+            .start()
+            .map_err(|e| match e {
+                LabError::Netns(e) => RunError::Netns(*e),
+                LabError::Interrupted => RunError::Interrupted,
+                LabError::Emulator(e) => RunError::failed("start the emulator", e),
+                LabError::Tbf { detail } => RunError::failed("tc qdisc add tbf", detail),
+                e => RunError::failed("build the path", e),
+            })
     }
 }
 
-/// A path that exists for one round; dropping it (or [`LivePath::finish`]) removes it.
-pub struct LivePath {
-    topo: Option<Topology>,
-    emulator: Option<EmulatorHandle>,
-    // Declared last: dropped after the topology, runs whatever the topology left.
-    _cleanup: Cleanup,
-}
-
-impl LivePath {
-    /// The client namespace.
-    pub fn client(&self) -> &Netns {
-        self.topo.as_ref().expect("live until finish").client()
-    }
-
-    /// The server namespace.
-    pub fn server(&self) -> &Netns {
-        self.topo.as_ref().expect("live until finish").server()
-    }
-
-    /// The server's address (the client's is [`tcptail_netns::addr::CLIENT_ADDR`]).
-    pub fn server_addr(&self) -> Ipv4Addr {
-        SERVER_ADDR
-    }
-
-    /// The topology (namespaces and links).
-    pub fn topo(&self) -> &Topology {
-        self.topo.as_ref().expect("live until finish")
-    }
-
-    /// The topology, for processes started in its namespaces.
-    pub fn topology(&mut self) -> &mut Topology {
-        self.topo.as_mut().expect("live until finish")
-    }
-
-    /// Stops the emulator, removes the namespaces and returns the emulator's lateness.
-    pub fn finish(mut self) -> Option<Lateness> {
-        let lateness = self.emulator.take().map(|handle| {
-            let report = handle.stop();
-            Lateness {
-                worst_p99_us: report.lateness.p99_us,
-                max_us: report.lateness.max_us,
-                bound_us: LATENESS_BOUND.as_secs_f64() * 1e6,
-                flagged_paths: usize::from(report.lateness_flag.is_some()),
-                paths: 1,
-            }
-        });
-        if let Some(topo) = self.topo.take() {
-            let _ = topo.teardown();
-        }
-        lateness
-    }
-}
-
-impl Drop for LivePath {
-    fn drop(&mut self) {
-        if let Some(handle) = self.emulator.take() {
-            let _ = handle.stop();
-        }
-        if let Some(topo) = self.topo.take() {
-            let _ = topo.teardown();
-        }
+/// A round's view of the emulator's lateness against [`LATENESS_BOUND`].
+fn lateness(report: &EmulatorReport) -> Lateness {
+    Lateness {
+        worst_p99_us: report.lateness.p99_us,
+        max_us: report.lateness.max_us,
+        bound_us: LATENESS_BOUND.as_secs_f64() * 1e6,
+        flagged_paths: usize::from(report.lateness_flag.is_some()),
+        paths: 1,
     }
 }
 
@@ -333,7 +219,7 @@ mod tests {
         let plan = PathPlan::from_params(&p).unwrap();
         assert_eq!(plan.rtt(), Duration::from_millis(10));
         assert_eq!(plan.rate(), Some(BitRate(100_000_000)));
-        let PathKind::Emulated(spec) = &plan.kind else { panic!("{plan:?}") };
+        let PathShape::Emulated(spec) = &plan.kind else { panic!("{plan:?}") };
         assert!(spec.up.loss.is_some() && spec.down.loss.is_none());
         assert!(p.unread().is_empty());
     }
@@ -354,7 +240,7 @@ mod tests {
         let plan = PathPlan::from_params(&params(&[("path", "tbf"), ("rate", "1gbit")])).unwrap();
         assert_eq!(
             plan.kind,
-            PathKind::Tbf { rate: BitRate(1_000_000_000), buffer_bytes: 125_000 }
+            PathShape::Tbf { rate: BitRate(1_000_000_000), buffer_bytes: 125_000 }
         );
     }
 

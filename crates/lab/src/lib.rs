@@ -6,6 +6,10 @@
 //! - [`path`]: a checked path specification from the command line's flags, and a lab run that
 //!   builds the namespaces, sets per-namespace TCP buffers for the path's BDP, starts the
 //!   emulator and the commands, and tears everything down on every exit path.
+//! - [`live`]: [`LivePath`], the one live path between two namespaces every front end builds
+//!   (lab path, lab run's rounds, the send-queue experiment, tune --verify-with): topology,
+//!   TCP buffers for the BDP, emulator or qdisc, handles for each end, the emulator's
+//!   self-measurement at stop, teardown on drop.
 //! - [`netem`]: the same path on kernel qdiscs behind a forwarding hop, where the host has
 //!   netem.
 
@@ -13,5 +17,8 @@
 #![warn(missing_docs)]
 
 pub mod emulator;
+pub mod live;
 pub mod netem;
 pub mod path;
+
+pub use live::{LivePath, LivePathBuilder, PathShape, StoppedPath};

@@ -238,6 +238,18 @@ pub enum LabError {
     /// `lab exec` found no running lab, or several and no `--run`.
     #[error("{0}")]
     NoRunningLab(String),
+    /// The kernel `tbf` qdisc of a [`crate::live::PathShape::Tbf`] path could not be added.
+    #[error("tc qdisc add tbf: {detail}")]
+    Tbf {
+        /// What `tc` said, or why it could not run.
+        detail: String,
+    },
+    /// An emulated path's topology came without its TUN pair (a bug).
+    #[error("the emulated path's topology has no TUN pair")]
+    NoTunPair,
+    /// A netem or tbf path's topology came without its router (a bug).
+    #[error("the path's topology has no router")]
+    NoRouter,
 }
 
 impl From<tcptail_netns::Error> for LabError {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathKind, PathPlan};
+use crate::path::{PathPlan, PathShape};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, BulkFlows};
 use crate::workload::{VariantPlan, Workload};
@@ -88,7 +88,7 @@ impl Workload for Bloat {
             ));
         }
         let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathKind::Emulated(_)) {
+        if !matches!(path.kind, PathShape::Emulated(_)) {
             return Err(ParamError::new("path", "the bloat workload needs path = \"emulated\""));
         }
         Ok(Box::new(Plan {

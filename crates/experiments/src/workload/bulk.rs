@@ -23,7 +23,7 @@ use std::time::Duration;
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathKind, PathPlan};
+use crate::path::{PathPlan, PathShape};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, BulkFlows};
 use crate::workload::{VariantPlan, Workload};
@@ -69,7 +69,7 @@ impl Workload for Bulk {
             return Err(ParamError::new("sample", "between 1ms and 100ms"));
         }
         let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathKind::Emulated(_)) {
+        if !matches!(path.kind, PathShape::Emulated(_)) {
             return Err(ParamError::new("path", "the bulk workload needs path = \"emulated\""));
         }
         Ok(Box::new(Plan { path, cc, flows: flows as usize, duration, warmup, sample }))

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathKind, PathPlan};
+use crate::path::{PathPlan, PathShape};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, percentile};
 use crate::workload::{VariantPlan, Workload};
@@ -83,7 +83,7 @@ impl Workload for IdleRestart {
             return Err(ParamError::new("bursts", "at least one burst"));
         }
         let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathKind::Emulated(_)) {
+        if !matches!(path.kind, PathShape::Emulated(_)) {
             return Err(ParamError::new(
                 "path",
                 "the idle-restart workload needs path = \"emulated\"",

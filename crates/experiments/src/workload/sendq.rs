@@ -35,7 +35,7 @@ use tcptail_sendq::governor::GovernorMode;
 use tcptail_units::BitRate;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathKind, PathPlan};
+use crate::path::{PathPlan, PathShape};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::{VariantPlan, Workload};
 
@@ -94,7 +94,7 @@ impl Workload for SendQueue {
         let interval = params.duration("interval")?.unwrap_or(Duration::from_millis(10));
         let max_age = params.duration("max_age")?.unwrap_or(interval * 2);
         let path = PathPlan::from_params(params)?;
-        let PathKind::Emulated(spec) = &path.kind else {
+        let PathShape::Emulated(spec) = &path.kind else {
             return Err(ParamError::new("path", "the sendq workload needs path = \"emulated\""));
         };
         let config = SendqConfig {
@@ -129,7 +129,7 @@ impl VariantPlan for Plan {
         let mut config = self.config.clone();
         config.seed = ctx.seed;
         let (r, lateness) = self.path.round(ctx, |live| {
-            run_variant(live.topo(), &config, &self.variant)
+            run_variant(live, &config, &self.variant)
                 .map_err(|e| RunError::failed(format!("sendq {}", self.variant.name), e))
         })?;
 

@@ -22,7 +22,8 @@
 //! checks the targets; [`plot`] draws the ECDF (the poster's Figure 3) and the
 //! bandwidth sweep (its Figure 4) as SVG.
 //!
-//! [`run`] returns a serialisable [`SendqReport`]; it changes nothing outside the namespaces it
+//! [`run`] returns a serialisable [`SendqReport`]. Each bandwidth's path is a
+//! [`LivePath`](tcptail_lab::LivePath); the run changes nothing outside the namespaces it
 //! creates, which are removed on every exit path.
 
 use std::io;
@@ -30,8 +31,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tcptail_emu::{DirectionSpec, PathSpec, QueueSpec};
-use tcptail_lab::emulator::{Emulator, EmulatorError, EmulatorOptions};
-use tcptail_netns::{Cleanup, Topology};
+use tcptail_lab::emulator::EmulatorOptions;
+use tcptail_lab::path::LabError;
+use tcptail_lab::{LivePath, PathShape};
 use tcptail_units::{Bdp, BitRate};
 
 use tcptail_sendq::governor::GovernorMode;
@@ -279,9 +281,9 @@ pub enum ExperimentError {
     /// Building or entering the namespaces failed (not root? no iproute2?).
     #[error("lab namespaces: {0}")]
     Netns(#[from] tcptail_netns::Error),
-    /// The emulator failed to start.
-    #[error("emulator: {0}")]
-    Emulator(#[from] EmulatorError),
+    /// The emulated path could not be built (the emulator failed to start, say).
+    #[error(transparent)]
+    Lab(LabError),
     /// A socket operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -290,6 +292,15 @@ pub enum ExperimentError {
         /// The cause.
         source: io::Error,
     },
+}
+
+impl From<LabError> for ExperimentError {
+    fn from(e: LabError) -> ExperimentError {
+        match e {
+            LabError::Netns(e) => ExperimentError::Netns(*e),
+            e => ExperimentError::Lab(e),
+        }
+    }
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ExperimentError {
@@ -304,11 +315,11 @@ fn run_at(
     variants: &[Variant],
     progress: &mut dyn FnMut(&str),
 ) -> Result<RateResults, ExperimentError> {
-    let cleanup = Cleanup::new();
-    let mut topo = Topology::tun_pair("sqc", "sqs").build(&cleanup)?;
-    let tun = topo.take_tun().ok_or_else(|| ExperimentError::Config("no TUN devices".into()))?;
     let options = EmulatorOptions { seed: config.seed, ..EmulatorOptions::default() };
-    let emu = Emulator::start(tun, config.path(rate), options)?;
+    let live = LivePath::builder(PathShape::Emulated(config.path(rate)))
+        .roles("sqc", "sqr", "sqs")
+        .emulator(options)
+        .start()?;
     let mut runs: Vec<Vec<VariantResult>> = vec![Vec::new(); variants.len()];
     let outcome = (|| -> Result<(), ExperimentError> {
         for round in 0..config.rounds {
@@ -323,15 +334,14 @@ fn run_at(
                     round + 1,
                     config.rounds
                 ));
-                runs[i].push(variant::run_variant(&topo, config, v)?);
+                runs[i].push(variant::run_variant(&live, config, v)?);
                 // Let the path's queues empty before the next connection.
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
         Ok(())
     })();
-    let report = emu.stop();
-    drop(topo);
+    let report = live.stop().emulator.ok_or(ExperimentError::Lab(LabError::NoTunPair))?;
     outcome?;
     Ok(RateResults {
         rate_bps: rate.0,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
-use tcptail_netns::Topology;
+use tcptail_lab::LivePath;
 use tcptail_netns::addr::SERVER_ADDR;
 
 use super::{Control, ExperimentError, SendqConfig, Variant, io_err};
@@ -125,9 +125,9 @@ impl VariantResult {
     }
 }
 
-fn connect(topo: &Topology, port: u16, v: &Variant) -> Result<TcpStream, ExperimentError> {
+fn connect(live: &LivePath, port: u16, v: &Variant) -> Result<TcpStream, ExperimentError> {
     let target = SocketAddr::from((SERVER_ADDR, port));
-    let socket = topo.client().run(|| -> std::io::Result<Socket> {
+    let socket = live.client().run(|| -> std::io::Result<Socket> {
         let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
         s.set_tcp_congestion(v.cc.name().as_bytes())?;
         s.set_tcp_nodelay(true)?;
@@ -191,18 +191,18 @@ fn receive(
     }
 }
 
-/// Runs one variant on `topo`'s path.
+/// Runs one variant on `live`.
 pub fn run_variant(
-    topo: &Topology,
+    live: &LivePath,
     config: &SendqConfig,
     v: &Variant,
 ) -> Result<VariantResult, ExperimentError> {
-    let listener = topo
+    let listener = live
         .server()
         .run(|| TcpListener::bind((SERVER_ADDR, 0)))?
         .map_err(io_err("listen in the server namespace"))?;
     let port = listener.local_addr().map_err(io_err("listener address"))?.port();
-    let stream = connect(topo, port, v)?;
+    let stream = connect(live, port, v)?;
     let (conn, _) = listener.accept().map_err(io_err("accept"))?;
     let epoch = Instant::now();
     let chunk_bytes = config.chunk_bytes;
