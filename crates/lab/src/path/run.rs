@@ -3,13 +3,13 @@
 //! Order of events, each step only after the previous one succeeded:
 //!
 //! 1. root check, signal handlers ([`tcptail_netns::signal::install`]), output directory;
-//! 2. the topology: TUN pair (built-in emulator), client ─ router ─ server (netem) or a veth
-//!    pair (none), all registered in one [`Cleanup`];
-//! 3. `net.ipv4.tcp_rmem`/`tcp_wmem` in the client and server namespaces raised for the path
-//!    ([`super::tcp_buffers`]), then every lab sysctl read back for the report;
-//! 4. the emulator: the built-in one on the TUN pair (its stop is registered in the cleanup
-//!    registry too), or netem qdiscs on the router; a missing netem fails here;
-//! 5. the server command (`sh -c`, own process group, output to `server.log`), and the wait
+//! 2. the [`LivePath`]: the topology (TUN pair for the built-in emulator, client ─ router ─
+//!    server for netem, a veth pair for none), `net.ipv4.tcp_rmem`/`tcp_wmem` in the client
+//!    and server namespaces raised for the path ([`super::tcp_buffers`]), and the emulator
+//!    (the built-in one on the TUN pair, or netem qdiscs on the router; a missing netem fails
+//!    here);
+//! 3. every lab sysctl read back for the report;
+//! 4. the server command (`sh -c`, own process group, output to `server.log`), and the wait
 //!    for it to be ready ([`super::Readiness`]).
 //!
 //! [`LabRun::run`] then runs the client command with the terminal's stdio, waits for it, stops
@@ -17,8 +17,8 @@
 //! `lab-report.json`, and tears the topology down. Once the client has run, its result is
 //! the run's result: a report that cannot be written or a teardown step that fails is
 //! returned in [`LabOutcome::lab_errors`], not as an error that would hide the command's exit
-//! code. `Drop` does the same teardown without the report for any run that ends early (error,
-//! panic).
+//! code. The [`LivePath`]'s `Drop` does the same teardown without the report for any run that
+//! ends early (error, panic).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -29,14 +29,15 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tcptail_netns::addr::{CLIENT_ADDR, SERVER_ADDR};
-use tcptail_netns::{Cleanup, Group, NetSysctl, Netns, Token, Topology, signal};
+use tcptail_netns::{Group, Netns, signal};
 
 use super::report::{CommandView, DirectionView, LabReport};
-use super::sizing::{listening, tcp_buffers};
+use super::sizing::listening;
 use super::{
     CLIENT_ROLE, EmulatorKind, LabError, LabSpec, PORT_TIMEOUT, ROUTER_ROLE, Readiness, SERVER_ROLE,
 };
-use crate::emulator::{Emulator, EmulatorHandle, EmulatorOptions};
+use crate::emulator::EmulatorOptions;
+use crate::live::{LivePath, PathShape};
 
 /// The report file in the output directory.
 pub const REPORT_FILE: &str = "lab-report.json";
@@ -71,9 +72,7 @@ pub struct LabOutcome {
 #[derive(Debug)]
 pub struct LabRun {
     spec: LabSpec,
-    cleanup: Cleanup,
-    emulator: Option<(EmulatorHandle, Token)>,
-    topo: Option<Topology>,
+    live: LivePath,
     server_pid: Option<u32>,
     server_status: Option<ExitStatus>,
     report: LabReport,
@@ -103,12 +102,12 @@ impl LabRun {
         tcptail_netns::ensure_root()?;
         signal::install(signal::DEFAULT_GRACE)?;
         fs::create_dir_all(&spec.out_dir).map_err(output_err(&spec.out_dir, "create directory"))?;
-        let cleanup = Cleanup::new();
-        let builder = match spec.emulator {
-            EmulatorKind::Builtin => Topology::tun_pair(CLIENT_ROLE, SERVER_ROLE),
-            EmulatorKind::Netem => Topology::routed(CLIENT_ROLE, ROUTER_ROLE, SERVER_ROLE),
-            EmulatorKind::None => Topology::veth_pair(CLIENT_ROLE, SERVER_ROLE),
+        let shape = match (spec.emulator, &spec.path) {
+            (EmulatorKind::Builtin, Some(p)) => PathShape::Emulated(p.clone()),
+            (EmulatorKind::Netem, Some(p)) => PathShape::Netem(p.clone()),
+            _ => PathShape::Veth,
         };
+        let builtin = matches!(shape, PathShape::Emulated(_));
         let path = spec.path.as_ref();
         let report = LabReport {
             tcptail_version: env!("CARGO_PKG_VERSION"),
@@ -136,36 +135,38 @@ impl LabRun {
             lateness_flagged: None,
             files: Vec::new(),
         };
-        let mut run = LabRun {
-            spec: spec.clone(),
-            cleanup: cleanup.clone(),
-            emulator: None,
-            topo: None,
-            server_pid: None,
-            server_status: None,
-            report,
+        let options = EmulatorOptions {
+            seed: spec.seed,
+            lateness_bound: spec.lateness_bound,
+            mahimahi_log_dir: Some(spec.out_dir.clone()),
+            command_line: Some(spec.client.join(" ")),
+            ..EmulatorOptions::default()
         };
-        run.topo = Some(builder.build(&cleanup)?);
-        interrupted()?;
-        run.set_buffers()?;
-        run.start_emulator()?;
+        let live = LivePath::builder(shape)
+            .roles(CLIENT_ROLE, ROUTER_ROLE, SERVER_ROLE)
+            .emulator(options)
+            .start()?;
+        let mut run =
+            LabRun { spec: spec.clone(), live, server_pid: None, server_status: None, report };
+        run.record_path()?;
+        if builtin {
+            for log in ["up.log", "down.log"] {
+                run.report.files.push(run.spec.out_dir.join(log).display().to_string());
+            }
+        }
         interrupted()?;
         run.start_server()?;
         Ok(run)
     }
 
-    fn topo(&mut self) -> &mut Topology {
-        self.topo.as_mut().expect("the topology lives until teardown")
-    }
-
     /// The client namespace's name.
     pub fn client_netns(&self) -> &str {
-        self.topo.as_ref().expect("set up").client().name()
+        self.live.client().name()
     }
 
     /// The server namespace's name.
     pub fn server_netns(&self) -> &str {
-        self.topo.as_ref().expect("set up").server().name()
+        self.live.server().name()
     }
 
     /// Where `lab-report.json` will be written.
@@ -175,8 +176,7 @@ impl LabRun {
 
     /// One line for the user: namespaces, addresses, the path and where the report goes.
     pub fn banner(&self) -> String {
-        let topo = self.topo.as_ref().expect("set up");
-        let via = match (self.spec.emulator, topo.router()) {
+        let via = match (self.spec.emulator, self.live.router()) {
             (EmulatorKind::Netem, Some(r)) => format!("netem on router {}", r.name()),
             (EmulatorKind::None, _) => "a plain veth (no emulation)".to_owned(),
             _ => "the built-in emulator".to_owned(),
@@ -188,28 +188,19 @@ impl LabRun {
         format!(
             "lab: client {} ({CLIENT_ADDR}) <-> server {} ({SERVER_ADDR}) via {via}{path}; \
              report: {}",
-            topo.client().name(),
-            topo.server().name(),
+            self.live.client().name(),
+            self.live.server().name(),
             self.report_path().display()
         )
     }
 
-    fn set_buffers(&mut self) -> Result<(), LabError> {
-        let path = self.spec.path.clone();
-        let topo = self.topo.as_ref().expect("set up");
+    /// Records what the path set up: TCP buffers, namespaces, every lab sysctl, qdiscs.
+    fn record_path(&mut self) -> Result<(), LabError> {
+        self.report.tcp_buffers = self.live.tcp_buffers().cloned();
+        self.report.netem_qdiscs = self.live.qdiscs().to_vec();
         let mut sides: Vec<(&'static str, &Netns)> =
-            vec![("client", topo.client()), ("server", topo.server())];
-        if let Some(path) = &path {
-            for (_, ns) in &sides {
-                let rmem = ns.sysctl(NetSysctl::TcpRmem.key())?;
-                let wmem = ns.sysctl(NetSysctl::TcpWmem.key())?;
-                let buffers = tcp_buffers(path, &rmem, &wmem);
-                ns.set_sysctl(NetSysctl::TcpRmem.key(), &buffers.tcp_rmem)?;
-                ns.set_sysctl(NetSysctl::TcpWmem.key(), &buffers.tcp_wmem)?;
-                self.report.tcp_buffers.get_or_insert(buffers);
-            }
-        }
-        if let Some(r) = topo.router() {
+            vec![("client", self.live.client()), ("server", self.live.server())];
+        if let Some(r) = self.live.router() {
             sides.push(("router", r));
         }
         for (side, ns) in sides {
@@ -220,39 +211,6 @@ impl LabRun {
         Ok(())
     }
 
-    fn start_emulator(&mut self) -> Result<(), LabError> {
-        let Some(path) = self.spec.path.clone() else {
-            return Ok(());
-        };
-        match self.spec.emulator {
-            EmulatorKind::None => Ok(()),
-            EmulatorKind::Netem => {
-                let router = self.topo().router().expect("netem uses a routed topology");
-                self.report.netem_qdiscs = crate::netem::install(router, &path)?;
-                Ok(())
-            }
-            EmulatorKind::Builtin => {
-                let tun = self.topo().take_tun().expect("a TUN topology has a TUN pair");
-                let options = EmulatorOptions {
-                    seed: self.spec.seed,
-                    lateness_bound: self.spec.lateness_bound,
-                    mahimahi_log_dir: Some(self.spec.out_dir.clone()),
-                    command_line: Some(self.spec.client.join(" ")),
-                    ..EmulatorOptions::default()
-                };
-                let handle = Emulator::start(tun, path, options).map_err(LabError::Emulator)?;
-                let stopper = handle.stopper();
-                // Runs before the namespaces go on the forced (signal) path: registered last.
-                let token = self.cleanup.defer("stop the emulator", move || stopper.stop());
-                self.emulator = Some((handle, token));
-                for log in ["up.log", "down.log"] {
-                    self.report.files.push(self.spec.out_dir.join(log).display().to_string());
-                }
-                Ok(())
-            }
-        }
-    }
-
     fn start_server(&mut self) -> Result<(), LabError> {
         let Some(server) = self.spec.server.clone() else {
             return Ok(());
@@ -261,9 +219,9 @@ impl LabRun {
         let out = File::create(&log).map_err(output_err(&log, "create"))?;
         let err = out.try_clone().map_err(output_err(&log, "open"))?;
         self.report.files.push(log.display().to_string());
-        let mut cmd = self.topo().server_command("sh");
+        let mut cmd = self.live.server_command("sh");
         cmd.args(["-c", &server.command]).stdin(Stdio::null()).stdout(out).stderr(err);
-        let pid = self.topo().processes().spawn("server", cmd, Group::Own)?;
+        let pid = self.live.processes().spawn("server", cmd, Group::Own)?;
         self.server_pid = Some(pid);
         self.wait_ready(server.ready, &server.command, &log)
     }
@@ -273,7 +231,7 @@ impl LabRun {
         let Some(pid) = self.server_pid else {
             return Ok(true);
         };
-        let Some(exited) = self.topo().processes().try_wait(pid)? else {
+        let Some(exited) = self.live.processes().try_wait(pid)? else {
             return Ok(false);
         };
         self.server_pid = None;
@@ -313,8 +271,7 @@ impl LabRun {
     }
 
     fn server_listening(&self, port: Option<u16>) -> Result<bool, LabError> {
-        let server = self.topo.as_ref().expect("set up").server();
-        let tables = server.run(|| {
+        let tables = self.live.server().run(|| {
             ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
                 .map(|p| fs::read_to_string(p).unwrap_or_default())
         })?;
@@ -325,20 +282,20 @@ impl LabRun {
     pub fn run(mut self) -> Result<LabOutcome, LabError> {
         let started = Instant::now();
         let client = self.spec.client.clone();
-        let mut cmd = self.topo().client_command(&client[0]);
+        let mut cmd = self.live.client_command(&client[0]);
         cmd.args(&client[1..]);
         // An interactive command must stay in the terminal's foreground process group.
         let group = if std::io::stdin().is_terminal() { Group::Inherit } else { Group::Own };
         // A signal during setup already terminated every registered process; a client started
         // after it would run unharmed, so check first, and again once it is registered.
         interrupted()?;
-        let pid = self.topo().processes().spawn("client", cmd, group)?;
+        let pid = self.live.processes().spawn("client", cmd, group)?;
         if signal::shutdown_requested() {
-            let _ = self.topo().processes().signal(pid, rustix::process::Signal::TERM);
+            let _ = self.live.processes().signal(pid, rustix::process::Signal::TERM);
         }
         // Ctrl-C in the terminal reaches the interactive command itself; it decides.
         let _foreground = ForegroundChild::set(group == Group::Inherit);
-        let status = self.topo().processes().wait(pid)?.status;
+        let status = self.live.processes().wait(pid)?.status;
         self.report.client_duration_s = started.elapsed().as_secs_f64();
         self.report.client = Some(status_view(client, Some(status)));
 
@@ -351,9 +308,7 @@ impl LabRun {
         if let Err(e) = self.write_report(&report_path) {
             lab_errors.push(e);
         }
-        if let Some(topo) = self.topo.take()
-            && let Err(e) = topo.teardown()
-        {
+        if let Err(e) = self.live.stop().teardown {
             lab_errors.push(e.into());
         }
         let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
@@ -374,7 +329,7 @@ impl LabRun {
         if let Some(pid) = self.server_pid {
             let deadline = Instant::now() + SERVER_EXIT_GRACE;
             while Instant::now() < deadline {
-                match self.topo().processes().try_wait(pid) {
+                match self.live.processes().try_wait(pid) {
                     Ok(Some(exited)) => {
                         self.server_status = Some(exited.status);
                         self.server_pid = None;
@@ -387,7 +342,7 @@ impl LabRun {
         }
         if self.server_pid.take().is_some() {
             let grace = tcptail_netns::process::DEFAULT_GRACE;
-            let ended = self.topo().processes().kill_all(grace);
+            let ended = self.live.processes().kill_all(grace);
             if let Some(e) = ended.into_iter().find(|e| e.label == "server") {
                 self.server_status = Some(e.status);
             }
@@ -398,9 +353,7 @@ impl LabRun {
 
     /// Stops the built-in emulator, records its report and returns its lateness flag.
     fn stop_emulator(&mut self) -> Option<String> {
-        let (handle, token) = self.emulator.take()?;
-        let _ = self.cleanup.cancel(token);
-        let report = handle.stop();
+        let report = self.live.stop_emulator()?;
         let flag = report.lateness_flag.clone();
         self.report.lateness_flagged = Some(flag.is_some());
         self.report.emulator_report = serde_json::to_value(&report).ok();
@@ -412,17 +365,6 @@ impl LabRun {
         let json = serde_json::to_vec_pretty(&self.report).map_err(std::io::Error::other);
         json.and_then(|j| file.write_all(&j).and_then(|()| file.write_all(b"\n")))
             .map_err(output_err(path, "write"))
-    }
-}
-
-impl Drop for LabRun {
-    fn drop(&mut self) {
-        // The emulator first (it holds the TUN descriptors), then processes and namespaces.
-        if let Some((handle, token)) = self.emulator.take() {
-            let _ = self.cleanup.cancel(token);
-            drop(handle);
-        }
-        self.topo = None;
     }
 }
 
