@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use tcptail_diag::process_cpu_time;
 use tcptail_diag::record::fields::{FIELDS, VOLATILE_MASK};
 use tcptail_diag::record::file::rotated_files;
 use tcptail_diag::record::{Event, Recorder, RecorderOptions, Replay, Tracked, WriterOptions};
@@ -119,62 +118,47 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
         .context("installing the Ctrl-C handler")?;
     let mut rec = Recorder::create(&out, options)?;
+    let mut warned = false;
     eprintln!(
         "tcptail record: polling every {} into {} (Ctrl-C stops)",
         args.interval,
         out.display()
     );
     let started = Instant::now();
-    let cpu_before = process_cpu_time();
-    let (mut late, mut dump_errors) = (0u64, 0u64);
-    let mut next = Instant::now();
-    loop {
-        if stop.load(Ordering::SeqCst) || args.duration.is_some_and(|d| started.elapsed() >= d.0) {
-            break;
-        }
-        match rec.poll(&mut dumper, &req) {
-            Ok(()) => {}
-            Err(tcptail_diag::record::RecordError::Dump(e)) => {
-                dump_errors += 1;
-                if dump_errors == 1 {
-                    eprintln!(
-                        "tcptail record: warning: a sock_diag dump failed ({}); that poll is \
-                         skipped (the count is printed at the end)",
-                        crate::chain_line(&e)
-                    );
-                }
+    let until = |d: HumanDuration| started.elapsed() >= d.0;
+    let run = rec.run(
+        &mut dumper,
+        &req,
+        || stop.load(Ordering::SeqCst) || args.duration.is_some_and(until),
+        |e| {
+            if !warned {
+                warned = true;
+                eprintln!(
+                    "tcptail record: warning: a sock_diag dump failed ({}); that poll is \
+                     skipped (the count is printed at the end)",
+                    crate::chain_line(e)
+                );
             }
-            Err(e) => return Err(e).context("recording"),
-        }
-        next += interval;
-        let now = Instant::now();
-        if now > next {
-            // Polls the machine could not keep up with are dropped, not made up in a burst.
-            let behind = (now - next).as_nanos() / interval.as_nanos();
-            late += behind as u64 + 1;
-            next += interval * (behind as u32 + 1);
-        }
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
-    let wall = started.elapsed();
-    let cpu = process_cpu_time() - cpu_before;
+        },
+    )?;
     let live = rec.live();
     let bytes = rec.file_bytes();
     let stats = rec.finish()?;
     eprintln!(
-        "tcptail record: {} polls in {:.1} s ({late} late), {} sockets in the last, {live} \
+        "tcptail record: {} polls in {:.1} s ({} late), {} sockets in the last, {live} \
          live; {} full and {} change records, {} gone, {} rotations, {} dump errors; {} in the \
          current file; CPU {:.2} % of one core",
         stats.polls,
-        wall.as_secs_f64(),
+        run.wall.as_secs_f64(),
+        run.late,
         stats.sockets,
         stats.full,
         stats.changes,
         stats.gone,
         stats.rotations,
-        dump_errors,
+        run.dump_errors,
         ByteSize(bytes),
-        cpu.as_secs_f64() * 100.0 / wall.as_secs_f64().max(1e-9),
+        run.cpu_percent(),
     );
     Ok(ExitCode::SUCCESS)
 }

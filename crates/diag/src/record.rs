@@ -18,7 +18,7 @@ pub mod file;
 pub mod recorder;
 pub mod replay;
 
-pub use fields::{FIELDS, Field, Identity, Values};
+pub use fields::{FIELDS, Field, Identity, RawRow, Values};
 pub use file::{Header, RecordError, RecordReader, RecordWriter, WriterOptions};
-pub use recorder::{Recorder, RecorderOptions, RecorderStats};
+pub use recorder::{Recorder, RecorderOptions, RecorderStats, RunStats};
 pub use replay::{Event, Replay, Tracked};

@@ -228,18 +228,25 @@ impl Values {
 
     /// Fills the row from a dumped socket.
     pub fn fill(&mut self, s: &Socket<'_>) {
-        let raw = s.info_raw;
+        let len = (!s.info_raw.is_empty()).then_some(s.info_raw.len());
+        self.fill_parts(header_of(s), s.info_raw, len, s.skmem.as_ref(), s.bbr.as_ref());
+    }
+
+    fn fill_parts(
+        &mut self,
+        header: [u32; 5],
+        raw: &[u8],
+        info_len: Option<usize>,
+        skmem: Option<&SkMemInfo>,
+        bbr: Option<&BbrInfo>,
+    ) {
         for (i, field) in FIELDS.iter().enumerate() {
             let value = match field.source {
-                Source::Header(0) => Some(u64::from(s.state)),
-                Source::Header(1) => Some(u64::from(s.timer)),
-                Source::Header(2) => Some(u64::from(s.retrans)),
-                Source::Header(3) => Some(u64::from(s.rqueue)),
-                Source::Header(_) => Some(u64::from(s.wqueue)),
-                Source::InfoLen => (!raw.is_empty()).then_some(raw.len() as u64),
+                Source::Header(n) => Some(u64::from(header[usize::from(n)])),
+                Source::InfoLen => info_len.map(|l| l as u64),
                 Source::Info(off, width) => read(raw, usize::from(off), width),
-                Source::Skmem(n) => s.skmem.map(|m| u64::from(skmem_words(&m)[usize::from(n)])),
-                Source::Bbr(n) => s.bbr.map(|b| match n {
+                Source::Skmem(n) => skmem.map(|m| u64::from(skmem_words(m)[usize::from(n)])),
+                Source::Bbr(n) => bbr.map(|b| match n {
                     0 => b.bw_bytes_per_sec,
                     1 => u64::from(b.min_rtt_us),
                     2 => u64::from(b.pacing_gain),
@@ -291,6 +298,79 @@ impl Values {
             backlog: w(7)?,
             drops: w(8)?,
         })
+    }
+}
+
+/// A socket's recorded state as the kernel sent it (the live table keeps one per connection:
+/// comparing these bytes is how a poll finds that nothing changed, without decoding fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRow {
+    header: [u32; 5],
+    info: [u8; TcpInfo::KNOWN_LEN],
+    /// Length of the `tcp_info` the kernel sent (0: none); bytes past the known struct are
+    /// not kept (no field reads them).
+    info_len: usize,
+    skmem: Option<SkMemInfo>,
+    bbr: Option<BbrInfo>,
+}
+
+/// The bytes of `tcp_info` that hold the volatile ages (`last_data_sent_ms` ..
+/// `last_ack_recv_ms`).
+const AGES: std::ops::Range<usize> = 44..60;
+
+const _: () = {
+    let mut i = 0;
+    while i < FIELD_COUNT {
+        if let Source::Info(off, width) = FIELDS[i].source {
+            let in_ages = off as usize >= AGES.start && (off as usize) < AGES.end;
+            assert!(in_ages == FIELDS[i].volatile && (!in_ages || width == 4));
+        }
+        i += 1;
+    }
+};
+
+/// A `tcp_info`'s bytes before and after the ages.
+fn outside_ages(b: &[u8]) -> (&[u8], Option<&[u8]>) {
+    (b.get(..AGES.start).unwrap_or(b), b.get(AGES.end..))
+}
+
+fn header_of(s: &Socket<'_>) -> [u32; 5] {
+    [s.state.into(), s.timer.into(), s.retrans.into(), s.rqueue, s.wqueue]
+}
+
+impl RawRow {
+    /// Copies what the recorder keeps of a dumped socket.
+    pub fn of(s: &Socket<'_>) -> RawRow {
+        let mut info = [0u8; TcpInfo::KNOWN_LEN];
+        let kept = s.info_raw.len().min(TcpInfo::KNOWN_LEN);
+        info[..kept].copy_from_slice(&s.info_raw[..kept]);
+        RawRow {
+            header: header_of(s),
+            info,
+            info_len: s.info_raw.len(),
+            skmem: s.skmem,
+            bbr: s.bbr,
+        }
+    }
+
+    /// Whether `s` has the same values as this row in every field but the volatile ones.
+    pub fn same_as(&self, s: &Socket<'_>) -> bool {
+        let kept = s.info_raw.len().min(TcpInfo::KNOWN_LEN);
+        let (now, then) = (&s.info_raw[..kept], &self.info[..kept]);
+        self.info_len == s.info_raw.len()
+            && self.header == header_of(s)
+            && self.skmem == s.skmem
+            && self.bbr == s.bbr
+            && outside_ages(now) == outside_ages(then)
+    }
+
+    /// The row's values.
+    pub fn values(&self) -> Values {
+        let mut v = Values::default();
+        let kept = self.info_len.min(TcpInfo::KNOWN_LEN);
+        let len = (self.info_len > 0).then_some(self.info_len);
+        v.fill_parts(self.header, &self.info[..kept], len, self.skmem.as_ref(), self.bbr.as_ref());
+        v
     }
 }
 
@@ -437,6 +517,21 @@ mod tests {
             v.fill(&sock);
             let conn = Identity::of(&sock).connection(&v);
             assert_eq!(conn, Connection::from_socket(&sock), "tcp_info of {len} bytes");
+            let row = RawRow::of(&sock);
+            assert_eq!(row.values(), v);
+            assert!(row.same_as(&sock));
+            // An age alone is no change; any other byte is.
+            let mut other = raw.clone();
+            other[50] ^= 1;
+            let aged = Socket { info_raw: &other, ..sock.clone() };
+            assert!(row.same_as(&aged));
+            for at in [0, 43, 60, len.min(TcpInfo::KNOWN_LEN) - 1] {
+                let mut other = raw.clone();
+                other[at] ^= 1;
+                assert!(!row.same_as(&Socket { info_raw: &other, ..sock.clone() }), "byte {at}");
+            }
+            assert!(!row.same_as(&Socket { wqueue: 7, ..sock.clone() }));
+            assert!(!row.same_as(&Socket { info_raw: &raw[..len - 1], ..sock.clone() }));
         }
     }
 }

@@ -10,11 +10,12 @@
 //! flagged interrupted (its tables changed mid-dump, so a missing socket may still live).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::codec::{put_change, put_full, put_gone, put_tick};
-use super::fields::{Identity, VOLATILE_MASK, Values};
+use super::fields::{Identity, RawRow};
 use super::file::{Header, RecordError, RecordWriter, WriterOptions};
 use crate::wire::Socket;
 use crate::{DumpRequest, Dumper, sys};
@@ -62,11 +63,31 @@ pub struct RecorderStats {
     pub rotations: u64,
 }
 
+/// What [`Recorder::run`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RunStats {
+    /// Polls dropped because the previous one ended after their time.
+    pub late: u64,
+    /// Failed dumps (their polls skipped).
+    pub dump_errors: u64,
+    /// Wall-clock time of the run.
+    pub wall: Duration,
+    /// CPU time (user + system) this process used during the run.
+    pub cpu: Duration,
+}
+
+impl RunStats {
+    /// CPU used as a percentage of one core.
+    pub fn cpu_percent(&self) -> f64 {
+        self.cpu.as_secs_f64() * 100.0 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     id: Identity,
-    /// The values as last written (what a replay has rebuilt).
-    values: Values,
+    /// The socket as last written (what a replay has rebuilt).
+    row: RawRow,
     /// Poll that last saw it.
     seen: u64,
     /// Full-snapshot generation of its last full record.
@@ -75,11 +96,31 @@ struct Entry {
     epoch: u64,
 }
 
+/// Hashes socket cookies (kernel-assigned counters, not chosen by anyone) with one multiply:
+/// SipHash's protection against chosen keys costs a measurable share of a poll.
+#[derive(Debug, Default, Clone, Copy)]
+struct CookieHasher(u64);
+
+impl Hasher for CookieHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// The live-connection table and its position in the snapshot cycle.
 #[derive(Debug, Default)]
 struct Table {
-    entries: HashMap<u64, Entry>,
-    scratch: Values,
+    entries: HashMap<u64, Entry, BuildHasherDefault<CookieHasher>>,
     poll: u64,
     generation: u64,
     epoch: u64,
@@ -89,36 +130,38 @@ struct Table {
 impl Table {
     fn observe(&mut self, s: &Socket<'_>, out: &mut Vec<u8>) {
         self.stats.sockets += 1;
-        self.scratch.fill(s);
-        let new = &self.scratch;
         let (poll, generation, epoch) = (self.poll, self.generation, self.epoch);
         let cookie = s.id.cookie;
         match self.entries.get_mut(&cookie) {
             Some(e) => {
                 e.seen = poll;
-                let mask = new.changed(&e.values);
-                // A connection new to this file (after a rotation) starts with a full record.
-                if e.epoch == epoch && mask & !VOLATILE_MASK != 0 {
-                    put_change(out, cookie, &e.values, new, mask);
-                    e.values = *new;
+                // The common case, an idle connection, ends at this byte comparison. A
+                // connection new to this file (after a rotation) starts with a full record.
+                if e.epoch == epoch && !e.row.same_as(s) {
+                    let old = e.row.values();
+                    e.row = RawRow::of(s);
+                    let new = e.row.values();
+                    put_change(out, cookie, &old, &new, new.changed(&old));
                     self.stats.changes += 1;
                 }
                 // A snapshot after the change, so a reader can check the changes it applied
                 // against it field by field.
-                if e.epoch != epoch || e.generation != generation || e.id.cc.as_deref() != s.cong {
-                    if e.id.cc.as_deref() != s.cong {
+                let cc_changed = e.id.cc.as_deref() != s.cong;
+                if e.epoch != epoch || e.generation != generation || cc_changed {
+                    if cc_changed {
                         e.id.cc = s.cong.map(str::to_owned);
                     }
                     e.epoch = epoch;
                     e.generation = generation;
-                    e.values = *new;
-                    put_full(out, &e.id, new);
+                    e.row = RawRow::of(s);
+                    put_full(out, &e.id, &e.row.values());
                     self.stats.full += 1;
                 }
             }
             None => {
-                let e = Entry { id: Identity::of(s), values: *new, seen: poll, generation, epoch };
-                put_full(out, &e.id, new);
+                let row = RawRow::of(s);
+                let e = Entry { id: Identity::of(s), row, seen: poll, generation, epoch };
+                put_full(out, &e.id, &e.row.values());
                 self.stats.full += 1;
                 self.entries.insert(cookie, e);
             }
@@ -191,6 +234,14 @@ impl Recorder {
         self.table.entries.len()
     }
 
+    /// Memory the live table holds (its slots and their congestion-control names), bytes: one
+    /// entry per live connection.
+    pub fn table_bytes(&self) -> usize {
+        let entries = &self.table.entries;
+        entries.capacity() * (size_of::<u64>() + size_of::<Entry>() + 1)
+            + entries.values().map(|e| e.id.cc.as_ref().map_or(0, String::capacity)).sum::<usize>()
+    }
+
     /// Bytes in the current file.
     pub fn file_bytes(&self) -> u64 {
         self.writer.file_bytes()
@@ -258,6 +309,44 @@ impl Recorder {
             self.last_block_ns = now;
         }
         Ok(())
+    }
+
+    /// Polls every `interval` until `stop` says so, calling `dump_failed` for each failed dump
+    /// (that poll is skipped; the dumper reopens its socket). Polls the machine could not keep
+    /// up with are dropped and counted, not made up in a burst.
+    pub fn run(
+        &mut self,
+        dumper: &mut Dumper,
+        req: &DumpRequest,
+        mut stop: impl FnMut() -> bool,
+        mut dump_failed: impl FnMut(&crate::DiagError),
+    ) -> Result<RunStats, RecordError> {
+        let interval = self.options.interval.max(Duration::from_micros(100));
+        let started = Instant::now();
+        let cpu_before = sys::process_cpu_time();
+        let mut run = RunStats::default();
+        let mut next = started;
+        while !stop() {
+            match self.poll(dumper, req) {
+                Ok(()) => {}
+                Err(RecordError::Dump(e)) => {
+                    run.dump_errors += 1;
+                    dump_failed(&e);
+                }
+                Err(e) => return Err(e),
+            }
+            next += interval;
+            let now = Instant::now();
+            if now > next {
+                let behind = ((now - next).as_nanos() / interval.as_nanos()) as u32;
+                run.late += u64::from(behind) + 1;
+                next += interval * (behind + 1);
+            }
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        run.wall = started.elapsed();
+        run.cpu = sys::process_cpu_time() - cpu_before;
+        Ok(run)
     }
 
     /// Writes what is pending and closes the file.
