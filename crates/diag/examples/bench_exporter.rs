@@ -20,6 +20,14 @@
 //! - **filtered**: a kernel-filtered scrape (`--no-aggregates`) of the same fixed 100 sockets:
 //!   flat as N grows if its cost followed the matches (the kernel still walks every socket).
 //!
+//! Then the flight recorder (`tcptail record`) as deployed, for [`RECORD_FOR`] at 100 ms and at
+//! 10 ms, recording one end of every connection (the server ends: N sockets, as a server with
+//! N connections has; the kernel still walks all 2N) and both ends: the CPU it used, per poll
+//! against one `ss -tin`, and what `ss -tin` would cost run as often. Target: at most 5 % of
+//! one core at 100 ms for one end of 10,000 connections. Beside it, the recorder's request
+//! dumped without parsing (the kernel's share). The CPU percentage is of the wall time, so on
+//! a machine too busy to run the recorder on time it understates; the CPU per poll does not.
+//!
 //! Each figure is the median over `REPEAT` repetitions; the machine's load average is printed
 //! before and after each size. Connections are spread over holder processes (`HOLDER_FDS`
 //! descriptors each, under `ulimit -n`) and over 8 listener addresses (127.0.0.1-8) so
@@ -30,7 +38,9 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tcptail_diag::filter::{Filter, Side};
 use tcptail_diag::metrics::{self, Format, Scrape, State};
+use tcptail_diag::record::{Recorder, RecorderOptions, RecorderStats, RunStats};
 use tcptail_diag::selector::Selectors;
 use tcptail_diag::sys::{NetlinkSocket, children_cpu_time, process_cpu_time};
 use tcptail_diag::wire;
@@ -108,6 +118,13 @@ mod alloc {
 }
 
 const REPEAT: usize = 7;
+/// The server ends of the held connections listen on ports from here (below the ephemeral
+/// range their client ends use), so a port filter selects one end of every connection.
+const SERVER_PORTS: u16 = 20_000;
+/// How long each recorder measurement polls.
+const RECORD_FOR: Duration = Duration::from_secs(4);
+/// The issue's target: the recorder uses at most this much of one core at 100 ms.
+const RECORD_TARGET_PERCENT: f64 = 5.0;
 /// Sockets the selector matches, whatever the total.
 const MATCHED: usize = 100;
 /// Listener addresses (127.0.0.1 ..= 127.0.0.LISTENERS).
@@ -134,24 +151,29 @@ fn open(listeners: &[TcpListener], n: usize, into: &mut Vec<(TcpStream, TcpStrea
     }
 }
 
-fn listeners() -> Vec<TcpListener> {
+/// Listeners of holder `holder` on 127.0.0.1-8, at ports [`SERVER_PORTS`]` + 8 * holder + i`:
+/// below the ephemeral range, so that the server ends of the connections are one port range.
+fn listeners(holder: u16) -> Vec<TcpListener> {
     (1..=LISTENERS)
-        .map(|i| TcpListener::bind((Ipv4Addr::new(127, 0, 0, i), 0)).expect("bind 127.0.0.x"))
+        .map(|i| {
+            let port = SERVER_PORTS + u16::from(LISTENERS) * holder + u16::from(i);
+            TcpListener::bind((Ipv4Addr::new(127, 0, 0, i), port)).expect("bind 127.0.0.x")
+        })
         .collect()
 }
 
 /// Holder mode: open N connections, say "ready", keep them until stdin closes.
-fn hold(n: usize) {
+fn hold(n: usize, holder: u16) {
     let mut conns = Vec::new();
-    open(&listeners(), n, &mut conns);
+    open(&listeners(holder), n, &mut conns);
     println!("ready");
     let mut sink = String::new();
     let _ = std::io::stdin().read_line(&mut sink);
 }
 
-fn spawn_holder(exe: &std::path::Path, n: usize) -> std::process::Child {
+fn spawn_holder(exe: &std::path::Path, n: usize, holder: usize) -> std::process::Child {
     let mut child = Command::new(exe)
-        .args(["--hold", &n.to_string()])
+        .args(["--hold", &n.to_string(), &holder.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -198,6 +220,26 @@ fn raw_dump(sock: &NetlinkSocket, request: &[u8], buf: &mut [u8]) -> usize {
     }
 }
 
+/// The flight recorder as `tcptail record` runs it: polls `req` every `interval` for
+/// [`RECORD_FOR`] into a file; its run, its totals, the live-table entries and the file size.
+fn record(req: &DumpRequest, interval: Duration) -> (RunStats, RecorderStats, (usize, usize), u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rec");
+    let options = RecorderOptions { interval, ..RecorderOptions::default() };
+    let mut rec = Recorder::create(&path, options).expect("create the recording");
+    let mut dumper = Dumper::new().expect("sock_diag");
+    // The first poll writes every connection's full record: measure the steady state after it.
+    rec.poll(&mut dumper, req).expect("first poll");
+    let end = Instant::now() + RECORD_FOR;
+    let run = rec
+        .run(&mut dumper, req, || Instant::now() >= end, |e| panic!("dump failed: {e}"))
+        .expect("record");
+    let live = (rec.live(), rec.table_bytes());
+    let stats = rec.finish().expect("finish the recording");
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    (run, stats, live, bytes)
+}
+
 fn selectors(toml: &str) -> Selectors {
     Selectors::from_toml(toml, std::path::Path::new("bench")).expect("selectors")
 }
@@ -224,7 +266,7 @@ struct Samples {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--hold") {
-        return hold(args[1].parse().expect("count"));
+        return hold(args[1].parse().expect("count"), args[2].parse().expect("holder"));
     }
     let sizes: Vec<usize> = args.iter().map(|a| a.parse().expect("sizes are integers")).collect();
     let selected = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -278,7 +320,7 @@ fn main() {
         let t = Instant::now();
         while held < n {
             let k = (n - held).min(HOLDER_FDS / 2);
-            holders.push(spawn_holder(&exe, k));
+            holders.push(spawn_holder(&exe, k, holders.len()));
             held += k;
         }
         let setup = t.elapsed();
@@ -409,6 +451,64 @@ fn main() {
             peak_scrape / 1024,
             ss_bytes / 1024,
         );
+        // The flight recorder over the same sockets, beside ss -tin's cost per run.
+        let ss_ms = median(&m.ss) * 1e3;
+        let server_ends = DumpRequest {
+            filter: Some(Filter::Port {
+                side: Side::Local,
+                lo: SERVER_PORTS,
+                hi: SERVER_PORTS + 999,
+            }),
+            states: wire::ESTABLISHED,
+            ..DumpRequest::default()
+        };
+        let every_socket = DumpRequest { states: wire::ESTABLISHED, ..DumpRequest::default() };
+        for interval in [Duration::from_millis(100), Duration::from_millis(10)] {
+            for (what, req) in [("one end", &server_ends), ("both ends", &every_socket)] {
+                let code = req.filter.as_ref().and_then(Filter::bytecode);
+                let floor: Vec<f64> = (0..5)
+                    .map(|_| {
+                        seq += 1;
+                        let r = wire::dump_request_any_family(
+                            req.states,
+                            req.attrs,
+                            seq,
+                            code.as_deref(),
+                        );
+                        cpu(|| raw_dump(&raw, &r, &mut buf)).0
+                    })
+                    .collect();
+                let floor_ms = median(&floor) * 1e3;
+                let (run, stats, live, bytes) = record(req, interval);
+                let per_poll_ms = run.cpu.as_secs_f64() * 1e3 / stats.polls.max(1) as f64;
+                let ss_percent = ss_ms / (interval.as_secs_f64() * 1e3) * 100.0;
+                let verdict = if interval == Duration::from_millis(100) && what == "one end" {
+                    let met = run.cpu_percent() <= RECORD_TARGET_PERCENT;
+                    format!(
+                        "; target <= {RECORD_TARGET_PERCENT} % {}",
+                        if met { "met" } else { "MISSED" }
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "  record every {:>3} ms, {what:<9} ({:>6} sockets): CPU {:>6.2} % of a core \
+                     ({per_poll_ms:.2} ms per poll = {:.3}x one ss -tin, its request unparsed \
+                     {floor_ms:.2} ms; ss -tin as often: \
+                     {ss_percent:.0} %); {} polls, {} late; {} table entries ({} KiB); {} \
+                     KiB written{verdict}",
+                    interval.as_millis(),
+                    stats.sockets,
+                    run.cpu_percent(),
+                    per_poll_ms / ss_ms,
+                    stats.polls,
+                    run.late,
+                    live.0,
+                    live.1 / 1024,
+                    bytes / 1024,
+                );
+            }
+        }
     }
     println!(
         "scrape = dump + parse + encode: the exporter's scrape ({MATCHED} selected sockets with \
