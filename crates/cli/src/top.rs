@@ -12,13 +12,18 @@
 //! is given. Exit codes: 1 when the dump fails, 2 for bad flags.
 
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use tcptail_diag::Connection;
+use tcptail_diag::filter::Filter;
+use tcptail_diag::record::file::rotated_files;
+use tcptail_diag::record::replay::Recording;
+use tcptail_diag::{Connection, DumpRequest, Dumper, SockId};
 
+use crate::record::{format_utc, parse_time};
 use crate::select::Selection;
 
 /// Sort order.
@@ -54,6 +59,87 @@ pub struct TopArgs {
     /// JSON output (one array per snapshot).
     #[arg(long)]
     json: bool,
+    /// Replay a recording of `tcptail record` instead of reading live sockets (FILE's rotated
+    /// FILE.N are read too); the selection flags filter the recorded connections.
+    #[arg(long, value_name = "FILE", conflicts_with = "netns")]
+    replay: Option<PathBuf>,
+    /// With --replay: the time to start at (as `record show --around` takes it); with --once,
+    /// the time to show (default: the end of the recording).
+    #[arg(long, requires = "replay")]
+    at: Option<String>,
+    /// With --replay: recording time per refresh, as a multiple of --interval-ms.
+    #[arg(long, default_value_t = 1.0, requires = "replay")]
+    speed: f64,
+}
+
+/// Where the connections come from: the kernel, or a recording.
+enum Source {
+    Live { dumper: Dumper, req: DumpRequest },
+    Replay { recording: Recording, filter: Option<Filter>, all_states: bool, at: u64, step: u64 },
+}
+
+impl Source {
+    fn open(args: &TopArgs) -> Result<Source> {
+        let Some(file) = &args.replay else {
+            return Ok(Source::Live { dumper: args.select.dumper()?, req: args.select.request()? });
+        };
+        anyhow::ensure!(
+            args.speed.is_finite() && args.speed > 0.0,
+            "--speed {} must be a positive number",
+            args.speed
+        );
+        let mut files: Vec<PathBuf> = rotated_files(file).into_iter().map(|(_, p)| p).collect();
+        files.push(file.clone());
+        let recording = Recording::open(&files)?;
+        let start = recording.start_wall_ns();
+        let at = match &args.at {
+            Some(t) => parse_time(t, start)?,
+            None if args.once => u64::MAX,
+            None => start,
+        };
+        let step = (args.interval_ms.max(50) as f64 * 1e6 * args.speed) as u64;
+        let filter = args.select.filter()?;
+        Ok(Source::Replay { recording, filter, all_states: args.select.all_states, at, step })
+    }
+
+    /// The connections of the next frame, and a line saying where a replay is.
+    fn frame(&mut self) -> Result<(Vec<Connection>, Option<String>)> {
+        match self {
+            Source::Live { dumper, req } => Ok((dumper.collect(req)?, None)),
+            Source::Replay { recording, filter, all_states, at, step } => {
+                recording.advance_to_wall(*at)?;
+                *at = at.saturating_add(*step);
+                let conns = recording
+                    .connections()
+                    .filter(|t| {
+                        let id = SockId {
+                            sport: t.id.local.port(),
+                            dport: t.id.remote.port(),
+                            src: t.id.local.ip(),
+                            dst: t.id.remote.ip(),
+                            ifindex: 0,
+                            cookie: t.id.cookie,
+                        };
+                        filter.as_ref().is_none_or(|f| f.matches(&id))
+                    })
+                    .map(|t| t.connection())
+                    .filter(|c| *all_states || c.state == "ESTABLISHED")
+                    .collect();
+                let file = recording.current().map(|r| r.path().display().to_string());
+                let line = format!(
+                    "replaying {} at {}{}",
+                    file.unwrap_or_default(),
+                    format_utc(recording.now_wall_ns()),
+                    if recording.ended() { " (end of the recording)" } else { "" }
+                );
+                Ok((conns, Some(line)))
+            }
+        }
+    }
+
+    fn ended(&self) -> bool {
+        matches!(self, Source::Replay { recording, .. } if recording.ended())
+    }
 }
 
 /// Rows of the table when `--limit` is not given.
@@ -61,8 +147,7 @@ const DEFAULT_ROWS: usize = 40;
 
 /// Runs `tcptail top`.
 pub fn run(args: TopArgs) -> Result<ExitCode> {
-    let req = args.select.request()?;
-    let mut dumper = args.select.dumper()?;
+    let mut source = Source::open(&args)?;
     let tty = std::io::stdout().is_terminal();
     let mut key = args.sort;
     // The live view takes single keys: r (RTT), d (queue delay), t (retransmits), q (quit).
@@ -71,7 +156,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     let _keep = tx.clone();
     let _keys = if args.once { None } else { Some(crate::keys::Keys::start(tx)?) };
     loop {
-        let mut conns = dumper.collect(&req)?;
+        let (mut conns, replaying) = source.frame()?;
         sort(&mut conns, key);
         let total = conns.len();
         let limit = args.limit.unwrap_or(if args.json { 0 } else { DEFAULT_ROWS });
@@ -86,6 +171,9 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             if tty && !args.once {
                 write!(out, "\x1b[2J\x1b[H")?;
             }
+            if let Some(line) = &replaying {
+                writeln!(out, "{line}")?;
+            }
             write!(out, "{}", table(&conns, key))?;
             if conns.len() < total {
                 writeln!(out, "({} more not shown: --limit 0 shows all)", total - conns.len())?;
@@ -95,7 +183,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             }
         }
         out.flush()?;
-        if args.once {
+        if args.once || source.ended() {
             return Ok(ExitCode::SUCCESS);
         }
         let wait = Duration::from_millis(args.interval_ms.max(50));

@@ -1,5 +1,5 @@
 //! `tcptail record` on real loopback connections, then `record show` (listing, timeline,
-//! `--around`, `--csv`) on what it wrote, and on damaged files.
+//! `--around`, `--csv`) and `top --replay` on what it wrote, and on damaged files.
 
 mod common;
 
@@ -99,6 +99,24 @@ fn records_a_transfer_and_shows_its_timeline_and_csv() {
     assert!(around.status.success(), "{}", text(&around.stderr));
     let part = text(&around.stdout).lines().count();
     assert!(part >= 1 && part < lines.len(), "{part} of {} lines", lines.len());
+
+    // `top` replays the recording: at its end the connection is there with what was recorded
+    // last; at its start (before the connection opened) nothing is.
+    let top = tcptail(&["top", "--replay", f, "--once", "--json", "--dport", &port.to_string()]);
+    assert!(top.status.success(), "{}", text(&top.stderr));
+    let conns: serde_json::Value = serde_json::from_slice(&top.stdout).unwrap();
+    let conns = conns.as_array().unwrap();
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    assert_eq!(conns[0]["local"], local.to_string());
+    assert_eq!(conns[0]["info"]["bytes_acked"], *acked.last().unwrap());
+    let top = tcptail(&["top", "--replay", f, "--once", "--json", "--at", "+0ms"]);
+    assert_eq!(text(&top.stdout).trim(), "[]");
+    // Played back (not a terminal): frames until the end of the recording, then exit 0.
+    let play = tcptail(&["top", "--replay", f, "--interval-ms", "50", "--speed", "10"]);
+    assert!(play.status.success(), "{}", text(&play.stderr));
+    let frames = text(&play.stdout);
+    assert!(frames.matches("replaying ").count() >= 2, "{frames}");
+    assert!(frames.contains("(end of the recording)"), "{frames}");
 }
 
 #[test]
@@ -148,6 +166,10 @@ fn bad_flags_are_usage_errors() {
         let out = tcptail(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
     }
+    let out = tcptail(&["top", "--replay", "/tmp/x", "--netns", "n"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = tcptail(&["top", "--at", "+1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let out = tcptail(&["record", "show", "/nonexistent/rec", "--conn", "nohost"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("--conn"), "{}", text(&out.stderr));

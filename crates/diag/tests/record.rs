@@ -9,6 +9,7 @@ use std::time::Duration;
 use tcptail_diag::filter::{Filter, Side};
 use tcptail_diag::record::fields::VOLATILE_MASK;
 use tcptail_diag::record::file::{rotated_files, rotated_path};
+use tcptail_diag::record::replay::Recording;
 use tcptail_diag::record::{
     Event, RecordError, Recorder, RecorderOptions, Replay, Values, WriterOptions,
 };
@@ -324,6 +325,29 @@ fn rotation_keeps_the_newest_files_and_each_replays_alone() {
         }
         assert_eq!(opened, 30, "{}: every connection opens in every file", file.display());
     }
+
+    // Replayed by time across the kept files: nothing before the first poll, then the 30
+    // connections with the values of the poll at or before the time asked.
+    let mut recording = Recording::open(&files(&path)).unwrap();
+    let first = Replay::open(&files(&path)[0]).unwrap();
+    let start = first.header().start_wall_ns;
+    recording.advance_to_wall(start.saturating_sub(1)).unwrap();
+    assert_eq!(recording.connections().count(), 0);
+    let mut last_rtt = 0;
+    for ms in (0..80).step_by(3) {
+        recording.advance_to_wall(start + ms * 1_000_000).unwrap();
+        if ms > 0 {
+            assert_eq!(recording.connections().count(), 30, "at +{ms} ms");
+            let rtt = recording.connections().map(|t| t.connection().info.unwrap().rtt_us).max();
+            assert!(rtt.unwrap() >= last_rtt, "time moves forward");
+            last_rtt = rtt.unwrap();
+        }
+    }
+    recording.advance_to_wall(u64::MAX).unwrap();
+    assert!(recording.ended());
+    let poll = (recording.now_wall_ns() - start) / 1_000_000;
+    let c = recording.connections().find(|t| t.id.cookie == 1).unwrap().connection();
+    assert!(c.info.unwrap().rtt_us > 0, "{poll}");
 }
 
 /// A loopback pair: (client, server).

@@ -59,6 +59,8 @@ pub struct Replay {
     reader: RecordReader,
     now_ns: u64,
     table: HashMap<u64, Tracked>,
+    /// A tick read ahead by [`Replay::advance_to`] and not applied yet.
+    peeked: Option<Record>,
     /// Full snapshots that disagreed with the rebuilt state.
     pub mismatches: u64,
 }
@@ -68,7 +70,7 @@ impl Replay {
     pub fn open(path: &Path) -> Result<Replay, RecordError> {
         let reader = RecordReader::open(path)?;
         let now_ns = reader.header().start_mono_ns;
-        Ok(Replay { reader, now_ns, table: HashMap::new(), mismatches: 0 })
+        Ok(Replay { reader, now_ns, table: HashMap::new(), peeked: None, mismatches: 0 })
     }
 
     /// The file's header.
@@ -98,11 +100,35 @@ impl Replay {
 
     /// Applies the next record; `None` at the end of the file (and after an error).
     pub fn next_event(&mut self) -> Option<Result<Event, RecordError>> {
+        if let Some(r) = self.peeked.take() {
+            return Some(self.apply(r));
+        }
         let record = match self.reader.next_record()? {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
         Some(self.apply(record))
+    }
+
+    /// Applies every record up to monotonic time `mono_ns` (the state of the last poll at or
+    /// before it); `Ok(false)` once the file has ended.
+    pub fn advance_to(&mut self, mono_ns: u64) -> Result<bool, RecordError> {
+        loop {
+            let record = match self.peeked.take() {
+                Some(r) => r,
+                None => match self.reader.next_record() {
+                    None => return Ok(false),
+                    Some(r) => r?,
+                },
+            };
+            if let Record::Tick { delta_ns } = record
+                && self.now_ns.wrapping_add(delta_ns) > mono_ns
+            {
+                self.peeked = Some(record);
+                return Ok(true);
+            }
+            self.apply(record)?;
+        }
     }
 
     fn apply(&mut self, record: Record) -> Result<Event, RecordError> {
@@ -155,5 +181,79 @@ impl Replay {
                 }
             },
         }
+    }
+}
+
+/// A recording of one or more files (rotated ones included), replayed by wall-clock time.
+#[derive(Debug)]
+pub struct Recording {
+    /// The files, oldest first; the first is the current one.
+    files: std::collections::VecDeque<Replay>,
+    ended: bool,
+}
+
+impl Recording {
+    /// Opens `paths` and orders them by start time.
+    pub fn open(paths: &[std::path::PathBuf]) -> Result<Recording, RecordError> {
+        let mut files = paths.iter().map(|p| Replay::open(p)).collect::<Result<Vec<_>, _>>()?;
+        files.sort_by_key(|r| r.header().start_wall_ns);
+        Ok(Recording { files: files.into(), ended: false })
+    }
+
+    /// Wall-clock ns when the oldest file started.
+    pub fn start_wall_ns(&self) -> u64 {
+        self.files.front().map_or(0, |r| r.header().start_wall_ns)
+    }
+
+    /// The current file.
+    pub fn current(&self) -> Option<&Replay> {
+        self.files.front()
+    }
+
+    /// Wall-clock ns of the latest poll applied.
+    pub fn now_wall_ns(&self) -> u64 {
+        self.current().map_or(0, |r| r.header().wall_ns(r.now_ns()))
+    }
+
+    /// Whether the last file has ended.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Replays up to wall-clock time `wall_ns`, moving on to the next file once it has started
+    /// (a file's connections are those of its own polls).
+    pub fn advance_to_wall(&mut self, wall_ns: u64) -> Result<(), RecordError> {
+        while let Some(r) = self.files.front_mut() {
+            let h = r.header();
+            if wall_ns < h.start_wall_ns {
+                return Ok(());
+            }
+            let more = r.advance_to(h.start_mono_ns.saturating_add(wall_ns - h.start_wall_ns))?;
+            if r.mismatches > 0 {
+                let what = format!(
+                    "{} full snapshots disagree with the changes before them",
+                    r.mismatches
+                );
+                return Err(RecordError::Corrupt { path: r.path().to_owned(), offset: 0, what });
+            }
+            // The next file takes over from its start; until then an ended file shows its
+            // last poll.
+            let next_starts = self.files.get(1).map(|n| n.header().start_wall_ns);
+            match next_starts {
+                Some(start) if start <= wall_ns => {
+                    self.files.pop_front();
+                }
+                next => {
+                    self.ended = !more && next.is_none();
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The connections live at the current time.
+    pub fn connections(&self) -> impl Iterator<Item = &Tracked> {
+        self.files.front().into_iter().flat_map(Replay::connections)
     }
 }
