@@ -8,6 +8,9 @@
 //! code is the exit code even when writing the report or tearing down failed afterwards: the
 //! lab prints those errors on stderr (`error: lab: ...`) and keeps COMMAND's code, so a script
 //! never mistakes a lab problem for its own command's failure.
+//!
+//! Every command that needs root (`lab path`, `lab exec`, `lab run`) first removes what
+//! SIGKILLed runs left behind ([`clean_dead_runs`]), printing one line of what it removed.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
@@ -251,6 +254,7 @@ fn path(args: PathArgs) -> Result<ExitCode> {
         Err(e) => return Ok(usage_error(&e)),
     };
     ensure_root()?;
+    clean_dead_runs();
     let lab = match LabRun::start(&spec) {
         Ok(lab) => lab,
         Err(LabError::Interrupted) => {
@@ -272,6 +276,7 @@ fn path(args: PathArgs) -> Result<ExitCode> {
 
 fn exec(args: ExecArgs) -> Result<ExitCode> {
     ensure_root()?;
+    clean_dead_runs();
     let side = if args.server {
         Side::Server
     } else if args.router {
@@ -291,6 +296,28 @@ fn exec(args: ExecArgs) -> Result<ExitCode> {
     let status = processes.wait(pid)?.status;
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(exit_code(signal::exit_code().unwrap_or(code)))
+}
+
+/// Removes what SIGKILLed lab runs left behind (their namespaces with whatever still runs in
+/// them, and links whose owning pid is gone; never a live run's) and prints one line naming
+/// it. Every lab command that needs root calls this first, so a killed run costs nothing
+/// after the next command. A failure is reported and does not stop the command.
+pub(crate) fn clean_dead_runs() {
+    match clean_stale(Scope::DeadOwners) {
+        Ok(report) => {
+            if let Some(line) = report.removed_line() {
+                eprintln!("lab: {line}");
+            }
+            for e in &report.errors {
+                eprintln!("warning: lab: a dead run's leftover could not be removed: {e}");
+            }
+        }
+        Err(e) => eprintln!(
+            "warning: lab: could not look for what dead runs left: {} (`tcptail lab clean` \
+             retries)",
+            crate::chain_line(&e)
+        ),
+    }
 }
 
 fn clean(args: CleanArgs) -> Result<ExitCode> {

@@ -137,6 +137,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     ensure_root()?;
+    crate::lab::clean_dead_runs();
     // Rounds check for a stop at least every few hundred milliseconds; the grace covers a
     // round's teardown and the final write of the results.
     signal::install(Duration::from_secs(15))?;

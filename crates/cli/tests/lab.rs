@@ -1,8 +1,9 @@
 //! The real `tcptail lab` binary, as root, in namespaces it creates itself: bad specs rejected
 //! before anything exists, exit codes (COMMAND's, also when the lab fails after it ran),
 //! `lab exec`, the refusal without root, and cleanup after SIGTERM/SIGINT (by itself) and
-//! SIGKILL (by `lab clean`): no namespace, no process of the run and no link left. What paths
-//! do to traffic is measured in `lab_shaping.rs`.
+//! SIGKILL (its commands die with it; `lab clean` or the next lab command removes the rest):
+//! no namespace, no process of the run and no link left. What paths do to traffic is measured
+//! in `lab_shaping.rs`.
 //!
 //! Every run is a child process whose namespaces are named `tcptail-<child pid>-...`; a guard
 //! removes whatever such a namespace is left after the test looked (also when it fails). The
@@ -301,7 +302,7 @@ fn sigint_belongs_to_an_interactive_command() {
 }
 
 #[test]
-fn sigkill_then_lab_clean_leaves_nothing() {
+fn sigkill_kills_the_commands_and_lab_clean_removes_the_rest() {
     let _lock = lab_lock();
     let (server, client) = (marker(9), marker(109));
     let server_cmd = format!("exec sleep {server}");
@@ -324,9 +325,10 @@ fn sigkill_then_lab_clean_leaves_nothing() {
     let _ = guard.child.kill();
     let _ = guard.child.wait();
     assert_eq!(namespaces_of(guard.pid), names, "a SIGKILLed run cannot clean up after itself");
-    // Its commands outlive it, inside the namespaces: that is what `lab clean` is for.
+    // Its commands die with it (PR_SET_PDEATHSIG), before any other lab command runs.
     for m in [&server, &client] {
-        assert!(!processes_with(&format!("sleep {m}")).is_empty(), "sleep {m} is not running");
+        let gone = eventually(Duration::from_secs(5), || processes_with(m).is_empty());
+        assert!(gone, "sleep {m} outlived the run: {:?}", processes_with(m));
     }
 
     let clean = Command::new(bin()).args(["lab", "clean"]).output().unwrap();
@@ -419,4 +421,99 @@ fn help_documents_the_flag_syntax() {
     ] {
         assert!(help.contains(word), "{word} missing from lab path --help");
     }
+}
+
+/// A tiny xorshift generator: the kill points are random, and the seed is printed so that a
+/// failing sequence can be replayed (`TCPTAIL_KILL_SEED`).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        n.mul_f64((self.0 % 10_000) as f64 / 10_000.0)
+    }
+}
+
+#[test]
+fn runs_killed_at_random_points_leave_nothing_after_the_next_lab_command() {
+    let _lock = lab_lock();
+    let seed =
+        std::env::var("TCPTAIL_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            now.map_or(1, |d| d.as_nanos() as u64) | 1
+        });
+    let mut rng = Rng(seed);
+    // The phases of one run, measured on this machine now: setup ends with the banner,
+    // the workload is the client's sleep, teardown follows it.
+    let workload = Duration::from_millis(300);
+    let args = |server: &str, client: &str| -> Vec<String> {
+        ["lab", "path", "--rate", "10mbit", "--rtt", "2ms", "--server-cmd"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([format!("exec sleep {server}"), "--server-ready".into(), "50ms".into()])
+            .chain(["--", "sleep", client].iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let reference = {
+        let a = args(&marker(300), &format!("{:.3}", workload.as_secs_f64()));
+        let started = Instant::now();
+        let done = run(&a.iter().map(String::as_str).collect::<Vec<_>>(), Duration::from_secs(20));
+        assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+        started.elapsed()
+    };
+    let setup = reference.saturating_sub(workload);
+    eprintln!("seed {seed}: a whole run takes {reference:?} (setup + teardown {setup:?})");
+    // A concurrent run that stays alive throughout: no other run's cleanup may touch it.
+    let bystander_cmd = marker(399);
+    let mut bystander =
+        spawn(&["lab", "path", "--emulator", "none", "--", "sleep", &bystander_cmd]);
+    let bystander_ns = wait_for_namespaces(&mut bystander, 2);
+    let mut killed = Vec::new();
+    for i in 0..20 {
+        // Each run's processes carry their own markers; the client sleeps for the workload.
+        let server = marker(310 + i);
+        let client = format!("0.3{i:02}{}", std::process::id());
+        // Setup and teardown share what the reference run spent outside the workload.
+        let when = match i % 3 {
+            0 => rng.below(setup),
+            1 => setup / 2 + rng.below(workload),
+            _ => setup / 2 + workload + rng.below(setup / 2 + Duration::from_millis(50)),
+        };
+        let a = args(&server, &client);
+        let mut guard = spawn(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        std::thread::sleep(when);
+        let _ = guard.child.kill();
+        let _ = guard.child.wait();
+        // Its direct children die with it, before any other lab command runs.
+        let marks = [format!("sleep {server}"), format!("sleep {client}")];
+        let gone = eventually(Duration::from_secs(5), || {
+            marks.iter().all(|m| processes_with(m).is_empty())
+        });
+        assert!(gone, "run {i} killed after {when:?}: its commands outlived it");
+        killed.push((guard, when, server, client));
+    }
+    // The next lab command removes what the last killed run left (each killed run's
+    // successor removed its predecessor's) and says so in one line.
+    let last = killed.last().map(|(g, ..)| namespaces_of(g.pid)).unwrap_or_default();
+    let next = run(&["lab", "path", "--emulator", "none", "--", "true"], Duration::from_secs(20));
+    assert_eq!(next.status.code(), Some(0), "{}", next.stderr);
+    let lines: Vec<&str> =
+        next.stderr.lines().filter(|l| l.contains("removed what dead lab runs left")).collect();
+    if last.is_empty() {
+        assert!(lines.len() <= 1, "{}", next.stderr);
+    } else {
+        assert_eq!(lines.len(), 1, "one line of what was removed: {}", next.stderr);
+        for ns in &last {
+            assert!(lines[0].contains(ns.as_str()), "{ns} not named: {}", lines[0]);
+        }
+    }
+    for (guard, when, server, client) in &killed {
+        assert_nothing_left(guard.pid, &[server, client], &format!("killed after {when:?}"));
+    }
+    assert_eq!(namespaces_of(bystander.pid), bystander_ns, "a live run's namespaces were touched");
+    let alive = processes_with(&format!("sleep {bystander_cmd}"));
+    assert!(!alive.is_empty(), "a live run's command was killed");
+    assert!(!next.stderr.contains(&format!("tcptail-{}-", bystander.pid)), "{}", next.stderr);
 }

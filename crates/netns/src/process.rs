@@ -5,6 +5,14 @@
 //! waits up to a grace period, sends SIGKILL, and reaps every child, so no zombie or orphan
 //! outlives the run.
 //!
+//! Every child is also started with `PR_SET_PDEATHSIG` = SIGKILL ([`crate::sys::die_with_parent`]):
+//! when the run is SIGKILLed, and so can run no cleanup at all, its children die with it
+//! instead of running on inside the namespaces. The signal is tied to the thread that spawned
+//! the child, so [`Processes::spawn`] must be called from a thread that outlives the child (the
+//! run's main thread). What the children started themselves is not covered (the death signal
+//! is not inherited); it is killed with the namespace by the next lab command
+//! ([`crate::clean_stale`]).
+//!
 //! By default a child gets its own process group ([`Group::Own`]) and signals go to the whole
 //! group, which also reaches whatever the command started (a shell script's children). An
 //! interactive command (`tcptail lab path -- bash`) must stay in the terminal's foreground
@@ -108,10 +116,12 @@ impl Processes {
     }
 
     /// Spawns `cmd` (typically from [`crate::Netns::command`]) and tracks it. Returns its pid.
+    /// The child is SIGKILLed if the calling thread dies first (see the [module docs](self)).
     pub fn spawn(&mut self, label: &str, mut cmd: Command, group: Group) -> Result<u32, Error> {
         if group == Group::Own {
             cmd.process_group(0);
         }
+        crate::sys::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|source| Error::Spawn { command: format!("{label}: {:?}", cmd), source })?;

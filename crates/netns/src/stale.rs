@@ -44,6 +44,22 @@ pub struct StaleReport {
     pub errors: Vec<Error>,
 }
 
+impl StaleReport {
+    /// One line naming what was removed (`None` when nothing was), for a lab command to print
+    /// before it starts: "removed what dead lab runs left: namespaces a, b; links c".
+    pub fn removed_line(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if !self.namespaces.is_empty() {
+            parts.push(format!("namespaces {}", self.namespaces.join(", ")));
+        }
+        if !self.links.is_empty() {
+            parts.push(format!("links {}", self.links.join(", ")));
+        }
+        (!parts.is_empty())
+            .then(|| format!("removed what dead lab runs left: {}", parts.join("; ")))
+    }
+}
+
 /// Whether a resource with this owner is removed under `scope`.
 pub fn should_remove(owner: Option<u32>, scope: Scope) -> bool {
     match scope {
@@ -144,6 +160,23 @@ mod tests {
         assert!(should_remove(Some(std::process::id()), Scope::All));
         // pid 1 always exists.
         assert!(!should_remove(Some(1), Scope::DeadOwners));
+    }
+
+    #[test]
+    fn the_removed_line_names_everything_once_or_is_absent() {
+        assert_eq!(StaleReport::default().removed_line(), None);
+        let kept_only = StaleReport { kept: vec!["tcptail-1-a-0".into()], ..Default::default() };
+        assert_eq!(kept_only.removed_line(), None);
+        let report = StaleReport {
+            namespaces: vec!["tcptail-9-client-0".into(), "tcptail-9-server-1".into()],
+            links: vec!["tcptail-v0".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            report.removed_line().unwrap(),
+            "removed what dead lab runs left: namespaces tcptail-9-client-0, \
+             tcptail-9-server-1; links tcptail-v0"
+        );
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - [`set_timer_slack`] and [`set_fifo_priority`]: latency tuning for an emulator thread that
 //!   reports [`Tuning::NotPermitted`] (e.g. SCHED_FIFO in a container without `CAP_SYS_NICE`
 //!   or without an RT budget) instead of failing.
+//! - [`die_with_parent`]: `prctl(PR_SET_PDEATHSIG, SIGKILL)` in a child between `fork` and
+//!   `exec`, so a lab's commands do not outlive a lab that was SIGKILLed.
 //! - [`install_signal_pipe`]: async-signal-safe handlers that write the signal number to a
 //!   self-pipe, read by [`crate::signal`]'s watcher thread.
 //!
@@ -144,6 +146,29 @@ fn enable_offloads(fd: BorrowedFd<'_>) -> io::Result<TunOffloads> {
         Err(e) => return Err(e),
     };
     Ok(TunOffloads { vnet_hdr: true, csum: true, tso: true, uso })
+}
+
+/// Makes the process `cmd` spawns receive SIGKILL when the **thread** that spawns it exits
+/// (`PR_SET_PDEATHSIG`; the kernel ties it to the creating thread, not the process), so call
+/// `spawn` from a thread that lives as long as the child should. The death signal survives
+/// `exec` (not of set-uid programs). A parent that died between `fork` and the `prctl` is
+/// caught by comparing `getppid` with the spawner's pid, and the spawn then fails with ESRCH.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: it makes two raw syscalls (prctl, getppid) through rustix, takes no
+    // lock and allocates nothing on success (an io::Error from a raw errno does not allocate).
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(io::Error::from)?;
+            if rustix::process::getppid() != Some(parent) {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Sets or clears `O_NONBLOCK` on `fd`.

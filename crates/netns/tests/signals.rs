@@ -154,11 +154,16 @@ fn sigkill_leaves_leftovers_that_clean_stale_recovers() {
     let status = helper.wait(Duration::from_secs(10));
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGKILL));
-    // Nothing could run: everything is still there.
+    // No cleanup could run: the namespaces are still there. The child died with the helper
+    // (PR_SET_PDEATHSIG), before any clean_stale.
     for name in &helper.namespaces {
         assert!(netns::exists(name), "{name} vanished without clean_stale");
     }
-    assert!(!process_gone(helper.sleeper));
+    assert!(
+        eventually(Duration::from_secs(3), || process_gone(helper.sleeper)),
+        "child {} outlived the SIGKILLed run",
+        helper.sleeper
+    );
 
     let report = clean_stale(Scope::DeadOwners).unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
