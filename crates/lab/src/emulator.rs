@@ -500,10 +500,12 @@ impl EmulatorHandle {
         let now = self.clock.now();
         let mut errors = Vec::new();
         let (mut sleeps, mut rests, mut by_signal) = (0, 0, false);
+        let mut cpu = Duration::ZERO;
         let mut lateness = report::LatenessHistogram::default();
         let (mut up, mut down) = (None, None);
         for f in finished {
             sleeps += f.sleeps;
+            cpu += f.cpu;
             rests += f.rests;
             by_signal |= f.by_signal;
             errors.extend(f.errors);
@@ -536,6 +538,7 @@ impl EmulatorHandle {
             sleeps,
             rests,
             duration_s: self.started.elapsed().as_secs_f64(),
+            cpu_s: cpu.as_secs_f64(),
             stopped_by_signal: by_signal,
             errors,
         }

@@ -8,11 +8,25 @@ use tcptail_netns::{Group, Topology};
 
 const PORT: &str = "5201";
 
+/// What one iperf3 flow measured.
+pub struct Flow {
+    /// Goodput: payload bits per second, as received.
+    pub bps: f64,
+    /// CPU use of the sending and the receiving iperf3 process, percent of one CPU
+    /// (iperf3's `cpu_utilization_percent` `host_total` and `remote_total`).
+    pub cpu_percent: (f64, f64),
+}
+
 /// Goodput (payload bits per second, as received) of one iperf3 TCP flow client -> server
-/// with congestion control `cc`, omitting the first `omit` seconds. (`cc` is set per socket:
+/// with congestion control `cc`, omitting the first `omit` seconds.
+pub fn goodput(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<f64, String> {
+    flow(topo, secs, omit, cc).map(|f| f.bps)
+}
+
+/// [`goodput`] with the endpoints' CPU use. (`cc` is set per socket:
 /// a namespace can only default to the host's "allowed" algorithms, and the host default may
 /// be BBR, whose PROBE_RTT costs about 2 % of goodput every 10 s.)
-pub fn goodput(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<f64, String> {
+pub fn flow(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<Flow, String> {
     let mut server = topo.server_command("iperf3");
     server.args(["-s", "-1", "-p", PORT]).stdout(Stdio::null()).stderr(Stdio::null());
     topo.processes().spawn("iperf3-server", server, Group::Own).map_err(|e| e.to_string())?;
@@ -27,9 +41,12 @@ pub fn goodput(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<f6
     if let Some(err) = json.get("error") {
         return Err(format!("iperf3: {err}"));
     }
-    json["end"]["sum_received"]["bits_per_second"]
+    let bps = json["end"]["sum_received"]["bits_per_second"]
         .as_f64()
-        .ok_or_else(|| "iperf3 JSON has no end.sum_received.bits_per_second".to_owned())
+        .ok_or_else(|| "iperf3 JSON has no end.sum_received.bits_per_second".to_owned())?;
+    let cpu = &json["end"]["cpu_utilization_percent"];
+    let percent = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
+    Ok(Flow { bps, cpu_percent: (percent("host_total"), percent("remote_total")) })
 }
 
 fn wait_listening(topo: &Topology) -> Result<(), String> {

@@ -193,13 +193,25 @@ fn peak_rss_mb() -> f64 {
     kb.map_or(f64::NAN, |kb| kb / 1e3)
 }
 
-/// System calls (reads and writes of both directions) per GB forwarded in the up direction,
-/// and segments per write in the up direction.
-fn syscalls(r: &EmulatorReport) -> String {
+/// Where the time goes, per GB forwarded in the up direction: system calls (successful reads
+/// and writes of both directions), segments per write, the emulator threads' CPU (seconds per
+/// GB and share of one CPU) and the endpoints' CPU (iperf3 sender / receiver, % of one CPU).
+fn costs(r: &EmulatorReport, flow: &iperf::Flow) -> String {
     let calls = (r.up.reads + r.up.writes + r.down.reads + r.down.writes) as f64;
-    let gb = r.up.forwarded.bytes as f64 / 1e9;
+    let gb = (r.up.forwarded.bytes as f64 / 1e9).max(1e-9);
     let per_write = r.up.forwarded.packets as f64 / r.up.writes.max(1) as f64;
-    format!("{:.0} calls/GB, {per_write:.1} seg/write", calls / gb.max(1e-9))
+    // The kernel copies each byte into the emulator (read) and out of it (write).
+    let copied = (r.up.copied_bytes + r.down.copied_bytes) as f64;
+    let copies = 2.0 + copied / (r.up.forwarded.bytes + r.down.forwarded.bytes).max(1) as f64;
+    format!(
+        "{:.0} calls/GB, {per_write:.1} seg/write, {copies:.3} copies/byte, emulator {:.2} \
+         CPU-s/GB ({:.0} % of a CPU), iperf3 {:.0} / {:.0} %",
+        calls / gb,
+        r.cpu_s / gb,
+        100.0 * r.cpu_s / r.duration_s.max(1e-9),
+        flow.cpu_percent.0,
+        flow.cpu_percent.1
+    )
 }
 
 fn lateness(r: &EmulatorReport) -> String {
@@ -287,7 +299,7 @@ fn throughput(a: &Args) -> Res<()> {
     }
     println!(
         "one-way | goodput (Gbit/s) | x veth | tcp_rmem/wmem max | lateness p50/p99/max (ms) | \
-         system calls | peak RSS"
+         costs | peak RSS"
     );
     for &d in &a.list {
         let one_way = Duration::from_secs_f64(d / 1e3);
@@ -295,8 +307,9 @@ fn throughput(a: &Args) -> Res<()> {
         // Enough window for 10 Gbit/s over the round trip, at least 64 MB.
         let bdp = (10e9 / 8.0 * (2.0 * one_way.as_secs_f64() + 0.001)) as u64;
         let buffers = (2 * bdp).max(64 << 20);
-        let (bps, report) =
-            through_emulator(spec, a, buffers, |topo| iperf::goodput(topo, a.secs, 2, &a.cc))?;
+        let (flow, report) =
+            through_emulator(spec, a, buffers, |topo| iperf::flow(topo, a.secs, 2, &a.cc))?;
+        let bps = flow.bps;
         let ratio = veth.map_or(f64::NAN, |v| bps / v);
         let ok = bps >= 10e9 && (veth.is_none() || ratio >= 0.4);
         println!(
@@ -304,7 +317,7 @@ fn throughput(a: &Args) -> Res<()> {
             bps / 1e9,
             mark(ok),
             lateness(&report),
-            syscalls(&report),
+            costs(&report, &flow),
             peak_rss_mb()
         );
     }
@@ -327,8 +340,9 @@ fn longfat(a: &Args) -> Res<()> {
     let mut options = a.options.clone();
     options.lateness_bound = options.lateness_bound.max(Duration::from_millis(1));
     let b = Args { options, ..a.clone() };
-    let (bps, report) =
-        through_emulator(spec, &b, buffers, |topo| iperf::goodput(topo, a.secs, 5, &a.cc))?;
+    let (flow, report) =
+        through_emulator(spec, &b, buffers, |topo| iperf::flow(topo, a.secs, 5, &a.cc))?;
+    let bps = flow.bps;
     let ok = bps >= 0.9 * rate.0 as f64 && report.lateness.p99_us <= 1000.0;
     let up = &report.up.stats;
     println!(
@@ -341,7 +355,7 @@ fn longfat(a: &Args) -> Res<()> {
         up.queue_delay_ms.p50,
         up.queue_delay_ms.p99,
         up.drops.queue_full.packets,
-        syscalls(&report),
+        costs(&report, &flow),
         peak_rss_mb()
     );
     Ok(())
@@ -350,8 +364,9 @@ fn longfat(a: &Args) -> Res<()> {
 fn rate(a: &Args) -> Res<()> {
     let one_way = Duration::from_millis(a.delay_ms);
     println!(
-        "one iperf3 flow ({}), {} ms each way, drop-tail 2 x BDP (>= 100 packets), {} s after \
-         2 s omitted; ratio = goodput / (rate x 1448/1500); target within 1 %",
+        "one iperf3 flow ({}), {} ms each way, drop-tail 2 x BDP (>= 100 packets or 1 s), {} s \
+         (30 s below 1 Mbit/s) after 2 s omitted; ratio = goodput / (rate x 1448/1500); \
+         target within 1 %",
         a.cc, a.delay_ms, a.secs
     );
     println!(
@@ -361,10 +376,16 @@ fn rate(a: &Args) -> Res<()> {
     for &r in &a.list {
         let rate = BitRate((r * 1e6) as u64);
         let bdp = (rate.0 as f64 / 8.0 * 2.0 * one_way.as_secs_f64()) as u64;
-        let spec = path(rate, one_way, (2 * bdp).max(100 * 1500));
+        // At least 100 packets of queue, but no more than 1 s of it (10 packets at least):
+        // at 128 kbit/s 100 packets would be 9 s of standing queue.
+        let floor = (100 * 1500).min(rate.0 / 8).max(10 * 1500);
+        let spec = path(rate, one_way, (2 * bdp).max(floor));
+        // A slow link delivers few packets in `secs`: measure long enough that one packet
+        // is well under 1 % of the total.
+        let secs = if rate.0 < 1_000_000 { a.secs.max(30) } else { a.secs };
         let buffers = (8 * bdp).max(6 << 20);
         let (bps, report) =
-            through_emulator(spec, a, buffers, |topo| iperf::goodput(topo, a.secs, 2, &a.cc))?;
+            through_emulator(spec, a, buffers, |topo| iperf::goodput(topo, secs, 2, &a.cc))?;
         let ratio = bps / (rate.0 as f64 * 1448.0 / 1500.0);
         let up = &report.up.stats;
         println!(

@@ -148,6 +148,10 @@ pub struct DirectionReport {
     pub reads: u64,
     /// Frames written to the far device (a run of consecutive segments each).
     pub writes: u64,
+    /// Bytes the emulator copied in userspace: short packets moved out of their 64 KiB read
+    /// buffer, and the headers rewritten for runs that are not a whole packet. Payload is
+    /// never copied; the kernel copies every byte once into and once out of the emulator.
+    pub copied_bytes: u64,
     /// How late releases were written (µs).
     pub lateness: LatenessSummary,
     /// Reads from the near TUN device that failed (other than "nothing to read").
@@ -216,6 +220,10 @@ pub struct EmulatorReport {
     pub rests: u64,
     /// Seconds from start to stop.
     pub duration_s: f64,
+    /// CPU time of the emulator thread(s), user and system, in seconds. The kernel's copies
+    /// into and out of the TUN devices count here, and so does the receiving namespace's
+    /// network stack, which runs in the writing thread.
+    pub cpu_s: f64,
     /// Whether the thread stopped because a termination signal was received.
     pub stopped_by_signal: bool,
     /// Problems that did not stop forwarding: a TUN device that went away, a log or report

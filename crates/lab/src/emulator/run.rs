@@ -79,6 +79,8 @@ pub(crate) struct Finished {
     pub(crate) rests: u64,
     pub(crate) by_signal: bool,
     pub(crate) errors: Vec<String>,
+    /// The thread's CPU time.
+    pub(crate) cpu: Duration,
 }
 
 /// Applies the configured latency settings to the calling thread.
@@ -205,7 +207,9 @@ impl Worker {
                 }
             }
         };
+        let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         Finished {
+            cpu: Duration::new(cpu.tv_sec.max(0) as u64, cpu.tv_nsec.clamp(0, 999_999_999) as u32),
             lanes: self.lanes,
             sleeps: self.sleeps,
             rests: self.rests,
