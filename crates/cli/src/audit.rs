@@ -7,9 +7,11 @@
 //! unless `tune --apply` or `tune --revert` is given.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
@@ -20,8 +22,13 @@ use tcptail_audit::tune::{self, Plan};
 use tcptail_audit::verify::{self, Lab};
 use tcptail_audit::{HostView, Snapshot, emit};
 use tcptail_audit::{cc, revert};
+use tcptail_bench::client::{self as bench_client, RunControl};
+use tcptail_bench::config::BenchConfig;
+use tcptail_bench::server::{RunningServer, Server, ServerConfig, ServerPolicy};
+use tcptail_bench::stats::LatencySummary;
+use tcptail_lab::{LivePath, PathShape};
 use tcptail_netns::addr::SERVER_ADDR;
-use tcptail_netns::{Cleanup, Group, Topology, ensure_root, signal};
+use tcptail_netns::{ensure_root, signal};
 
 use crate::NextStep;
 
@@ -320,42 +327,63 @@ fn profile_name(arg: &str) -> Result<String> {
     }
 }
 
-/// The lab `--verify-with` measures in: a veth pair, a `tcptail bench server` in the server
-/// namespace, and one `tcptail bench client ... --json` run per measurement.
-struct VethLab {
-    topo: Topology,
-    exe: PathBuf,
-    bench_args: Vec<String>,
+/// The lab `--verify-with` measures in: a veth pair ([`LivePath`]), the bench library's server
+/// in the server namespace, and one run of the bench library's client per measurement.
+struct BenchLab {
+    // Dropped in this order: the server stops before its namespace goes.
+    _server: RunningServer,
+    live: LivePath,
+    config: BenchConfig,
     percentile: String,
 }
 
 const LAB_PORT: u16 = 7878;
 
-impl Lab for VethLab {
+/// The `--percentile` of a run's latency summary (µs).
+fn percentile_of(s: &LatencySummary, percentile: &str) -> Option<f64> {
+    match percentile {
+        "p50" => Some(s.p50),
+        "p90" => Some(s.p90),
+        "p95" => Some(s.p95),
+        "p99" => Some(s.p99),
+        "p999" => Some(s.p999),
+        _ => None,
+    }
+}
+
+impl Lab for BenchLab {
     fn set(&mut self, key: &str, value: &str) -> Result<(), tcptail_audit::Error> {
-        self.topo.client().set_sysctl(key, value)?;
-        self.topo.server().set_sysctl(key, value)?;
+        self.live.client().set_sysctl(key, value)?;
+        self.live.server().set_sysctl(key, value)?;
         Ok(())
     }
 
     fn measure(&mut self) -> Result<f64, tcptail_audit::Error> {
-        let server = format!("{SERVER_ADDR}:{LAB_PORT}");
-        let out = self
-            .topo
-            .client_command(&self.exe)
-            .args(["bench", "client", &server, "--json"])
-            .args(&self.bench_args)
-            .output()
-            .map_err(|e| measure_err(format!("running tcptail bench client: {e}")))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(measure_err(format!("tcptail bench client: {}", err.trim())));
+        let control = RunControl::new();
+        let done = AtomicBool::new(false);
+        let result = std::thread::scope(|s| {
+            // A termination signal stops the bench loops promptly.
+            s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    if signal::shutdown_requested() {
+                        control.stop();
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            });
+            let r = self.live.client().run(|| bench_client::run(&self.config, &control));
+            done.store(true, Ordering::Relaxed);
+            r
+        })?
+        .map_err(|e| measure_err(format!("bench client: {e}")))?;
+        if signal::shutdown_requested() {
+            return Err(measure_err("interrupted by a signal".to_owned()));
         }
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| measure_err(format!("bench JSON: {e}")))?;
-        v["latency_us"][&self.percentile]
-            .as_f64()
-            .ok_or_else(|| measure_err(format!("bench JSON has no latency_us.{}", self.percentile)))
+        let summary = result
+            .latency_us
+            .ok_or_else(|| measure_err("the bench run completed no request".to_owned()))?;
+        percentile_of(&summary, &self.percentile)
+            .ok_or_else(|| measure_err(format!("no percentile {}", self.percentile)))
     }
 }
 
@@ -369,31 +397,33 @@ fn verify_with(
     percentile: &str,
     runs: usize,
 ) -> Result<ExitCode> {
+    let listen = SocketAddr::from((SERVER_ADDR, LAB_PORT));
+    let flags: Vec<String> = bench_args.split_whitespace().map(str::to_owned).collect();
+    // Checked before anything is built: a bad flag is a usage error, not a failed run.
+    let config = crate::bench::client_config(listen, &flags)
+        .with_context(|| format!("--verify-with \"{bench_args}\""))?;
     ensure_root()?;
     signal::install(signal::DEFAULT_GRACE)?;
-    let cleanup = Cleanup::new();
-    let topo = Topology::veth_pair("client", "server").build(&cleanup)?;
+    let live = LivePath::builder(PathShape::Veth).roles("client", "router", "server").start()?;
     // The plan against the lab's own (fresh namespace) values; host-scope keys are skipped.
     let profile = p.clone();
-    let plan = topo.client().run(move || {
+    let plan = live.client().run(move || {
         let view = HostView::at("/");
         tune::plan(&profile, &snapshot(&view, &profile))
     })?;
-    let exe = std::env::current_exe().context("locating the tcptail binary")?;
-    let mut lab = VethLab {
-        topo,
-        exe,
-        bench_args: bench_args.split_whitespace().map(str::to_owned).collect(),
-        percentile: percentile.to_owned(),
-    };
-    let mut server = lab.topo.server_command(&lab.exe);
     // The lab's own server, reachable only from its namespace pair: it grants whatever the
-    // verifying client asks for, as before servers had a policy.
-    let listen = format!("{SERVER_ADDR}:{LAB_PORT}");
-    server.args(["bench", "server", "--listen", &listen, "--allow", "all"]);
-    server.stdout(Stdio::null()).stderr(Stdio::null());
-    lab.topo.processes().spawn("bench-server", server, Group::Own)?;
-    wait_for_server(&lab.topo)?;
+    // verifying client asks for.
+    let server = live
+        .server()
+        .run(|| {
+            Server::bind(ServerConfig {
+                policy: ServerPolicy::trusting(),
+                ..ServerConfig::new(listen)
+            })
+        })?
+        .with_context(|| format!("the lab's bench server on {listen}"))?
+        .spawn();
+    let mut lab = BenchLab { _server: server, live, config, percentile: percentile.to_owned() };
     eprintln!(
         "verifying {} per-namespace change(s) of {} in a lab namespace pair: {runs} run(s) \
          of `tcptail bench client {bench_args}` before and after each",
@@ -423,21 +453,4 @@ fn verify_with(
     out.flush()?;
     drop(lab);
     Ok(ExitCode::SUCCESS)
-}
-
-fn wait_for_server(topo: &Topology) -> Result<()> {
-    let addr = std::net::SocketAddr::from((SERVER_ADDR, LAB_PORT));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let ok = topo.client().run(move || {
-            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-        })?;
-        if ok {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the lab's tcptail bench server did not accept connections within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }

@@ -197,6 +197,34 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     }
 }
 
+/// `tcptail bench client`'s measuring flags (`--duration 2s --cc bbr ...`, without the server
+/// address) as a checked configuration for `server`: how `tune --verify-with` runs the bench
+/// library on its own lab. `--matrix` and `--samples` are refused (it measures one
+/// configuration and keeps one number); `--json` changes nothing.
+pub fn client_config(server: SocketAddr, flags: &[String]) -> Result<BenchConfig> {
+    #[derive(Debug, clap::Parser)]
+    #[command(name = "tcptail bench client")]
+    struct Flags {
+        #[command(flatten)]
+        opts: MeasureArgs,
+    }
+    let argv = std::iter::once("tcptail bench client").chain(flags.iter().map(String::as_str));
+    let flags = <Flags as clap::Parser>::try_parse_from(argv).map_err(|e| {
+        // clap's first line and its tip; its usage line names this internal parser.
+        let text = e.render().to_string();
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let first = lines.next().unwrap_or("invalid bench flags");
+        let tip = lines.find(|l| l.starts_with("tip:")).map(|t| format!(" ({t})"));
+        anyhow::anyhow!("{}{}", first.trim_start_matches("error: "), tip.unwrap_or_default())
+    })?;
+    anyhow::ensure!(
+        flags.opts.matrix.is_none(),
+        "--matrix compares settings itself; measure one configuration here"
+    );
+    anyhow::ensure!(flags.opts.samples.is_none(), "--samples is not kept here; drop it");
+    flags.opts.config(server)
+}
+
 fn load_profile(name: &str) -> Result<Profile> {
     Profile::load(name).with_context(|| format!("--profile {name}"))
 }

@@ -483,3 +483,21 @@ fn verify_with_measures_each_change_in_a_lab() {
         .unwrap_or_default();
     assert!(!left.iter().any(|n| n.starts_with(&prefix)), "{left:?}");
 }
+
+#[test]
+fn verify_with_refuses_bad_bench_flags_before_building_a_lab() {
+    for (flags, says) in [
+        ("--duration 200ms --bogus", "unexpected argument '--bogus'"),
+        ("--duration 2furlongs", "invalid value '2furlongs' for '--duration"),
+        ("--matrix cc=bbr,reno", "--matrix compares settings itself"),
+    ] {
+        let out = Command::new(bin())
+            .args(["tune", "--profile", "trading-latency", "--verify-with", flags])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flags}");
+        let err = text(&out.stderr);
+        assert!(err.contains(&format!("--verify-with \"{flags}\"")) && err.contains(says), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
