@@ -277,3 +277,143 @@ fn unwritable_log_dir_fails_start_naming_the_path() {
     assert!(matches!(err, EmulatorError::File { .. }), "{err}");
     assert!(err.to_string().contains("not-a-dir"), "{err}");
 }
+
+/// Segmentation offload on `virtio_net_hdr` "devices" (datagram sockets carrying the frames a
+/// TUN device with `IFF_VNET_HDR` would).
+mod offload {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use tcptail_emu::segment::{VNET_HDR_LEN, VirtioNetHdr, coalesce};
+    use tcptail_emu::wire::{self, IpPacket, PROTO_TCP};
+
+    use super::*;
+
+    /// TCP/IPv4 segment `i` of a flow: 20-byte headers, `payload` bytes, complete checksums.
+    fn tcp_segment(i: u16, payload: usize, last: bool) -> Vec<u8> {
+        let (src, dst) = (Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 0, 2));
+        let total = 40 + payload;
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[4..6].copy_from_slice(&(7000 + i).to_be_bytes());
+        p[6] = 0x40; // DF
+        p[8] = 64;
+        p[9] = PROTO_TCP;
+        p[12..16].copy_from_slice(&src.octets());
+        p[16..20].copy_from_slice(&dst.octets());
+        let tcp = &mut p[20..];
+        tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&5201u16.to_be_bytes());
+        tcp[4..8].copy_from_slice(&(1_000_000 + u32::from(i) * 1000).to_be_bytes());
+        tcp[8..12].copy_from_slice(&555u32.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = if last { 0x18 } else { 0x10 }; // ACK, PSH on the last
+        tcp[14..16].copy_from_slice(&1000u16.to_be_bytes());
+        for (k, b) in tcp[20..].iter_mut().enumerate() {
+            *b = (usize::from(i) * 31 + k) as u8;
+        }
+        let check = wire::transport_checksum(src.into(), dst.into(), PROTO_TCP, &p[20..]);
+        p[36..38].copy_from_slice(&check.to_be_bytes());
+        IpPacket::new(&mut p[..]).unwrap().fill_checksum();
+        p
+    }
+
+    /// A frame written by the emulator as the IP packet a wire would carry: the partial
+    /// transport checksum of `F_NEEDS_CSUM` completed, as the receiving kernel would.
+    fn on_the_wire(frame: &[u8]) -> Vec<u8> {
+        let hdr = VirtioNetHdr::decode(frame).unwrap();
+        assert_eq!(hdr.gso_kind(), VirtioNetHdr::GSO_NONE, "one segment per frame: {hdr:?}");
+        let mut p = frame[VNET_HDR_LEN..].to_vec();
+        if hdr.needs_csum() {
+            let (src, dst) = (IpAddr::from([10, 77, 0, 1]), IpAddr::from([10, 77, 0, 2]));
+            let at = usize::from(hdr.csum_start) + usize::from(hdr.csum_offset);
+            let check = wire::transport_checksum(src, dst, PROTO_TCP, &p[20..]);
+            p[at..at + 2].copy_from_slice(&check.to_be_bytes());
+        }
+        p
+    }
+
+    fn vnet_rig(rate: u64) -> Rig {
+        let (emu_c, client) = UnixDatagram::pair().expect("socketpair");
+        let (emu_s, server) = UnixDatagram::pair().expect("socketpair");
+        for s in [&emu_c, &emu_s] {
+            s.set_nonblocking(true).unwrap();
+        }
+        for s in [&client, &server] {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        }
+        let c = Endpoint::new(OwnedFd::from(emu_c), "client-dev".to_owned(), true);
+        let s = Endpoint::new(OwnedFd::from(emu_s), "server-dev".to_owned(), true);
+        let mut spec = path(0, 0);
+        spec.up.rate = Rate::Constant(BitRate(rate));
+        let handle = Emulator::start_on(c, s, spec, EmulatorOptions::default()).expect("start");
+        Rig { handle, client, server }
+    }
+
+    fn segments() -> Vec<Vec<u8>> {
+        vec![tcp_segment(0, 1000, false), tcp_segment(1, 1000, false), tcp_segment(2, 400, true)]
+    }
+
+    #[test]
+    fn a_slow_link_splits_a_gso_packet_into_its_wire_segments() {
+        // At 30 Mbit/s a 1040-byte segment takes 277 µs: more than a run may carry.
+        let r = vnet_rig(30_000_000);
+        let segments = segments();
+        r.client.send(&coalesce(&segments).unwrap()).unwrap();
+        let mut buf = vec![0u8; 70_000];
+        for (i, want) in segments.iter().enumerate() {
+            let n = r.server.recv(&mut buf).unwrap();
+            assert_eq!(on_the_wire(&buf[..n]), *want, "segment {i}");
+        }
+        let report = r.handle.stop();
+        let up = &report.up;
+        assert_eq!((up.reads, up.writes, up.forwarded.packets), (1, 3, 3), "{up:?}");
+        assert_eq!(up.stats.arrivals.packets, 3);
+        assert_eq!(up.forwarded.bytes, segments.iter().map(|s| s.len() as u64).sum::<u64>());
+        assert_eq!(up.lateness.count, 3, "one lateness per segment");
+        assert!(report.is_clean(), "{report:?}");
+    }
+
+    #[test]
+    fn a_fast_link_writes_a_gso_packet_back_whole() {
+        // At 1 Gbit/s a run may carry 12.5 kB: the three segments leave as the packet read.
+        let r = vnet_rig(1_000_000_000);
+        let frame = coalesce(&segments()).unwrap();
+        r.client.send(&frame).unwrap();
+        let mut buf = vec![0u8; 70_000];
+        let n = r.server.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &frame[..]);
+        let report = r.handle.stop();
+        assert_eq!((report.up.reads, report.up.writes, report.up.forwarded.packets), (1, 1, 3));
+        assert_eq!(report.up.copied_bytes, 0, "the payload is never copied");
+    }
+
+    #[test]
+    fn a_malformed_gso_packet_is_counted_and_dropped() {
+        let r = vnet_rig(1_000_000_000);
+        let mut frame = coalesce(&segments()).unwrap();
+        frame[1] = 3; // legacy UFO on a TCP packet
+        r.client.send(&frame).unwrap();
+        let ok = coalesce(&segments()[..1]).unwrap();
+        r.client.send(&ok).unwrap();
+        let mut buf = vec![0u8; 70_000];
+        let n = r.server.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &ok[..]);
+        let report = r.handle.stop();
+        assert_eq!(report.up.malformed_drops, 1);
+        assert_eq!(report.up.forwarded.packets, 1);
+        let error = report.up.last_error.clone().unwrap_or_default();
+        assert!(error.contains("GSO type 3"), "{error}");
+        assert!(!report.is_clean());
+    }
+
+    #[test]
+    fn devices_must_agree_on_virtio_net_hdr() {
+        let (a, _a) = UnixDatagram::pair().unwrap();
+        let (b, _b) = UnixDatagram::pair().unwrap();
+        let c = Endpoint::new(OwnedFd::from(a), "c".to_owned(), true);
+        let s = Endpoint::new(OwnedFd::from(b), "s".to_owned(), false);
+        let err = Emulator::start_on(c, s, path(0, 0), EmulatorOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("virtio_net_hdr"), "{err}");
+    }
+}
