@@ -35,7 +35,7 @@ pub enum Load {
 #[serde(rename_all = "kebab-case")]
 pub enum StopAfter {
     /// After this long.
-    Duration(#[serde(with = "crate::report::duration_secs")] Duration),
+    Duration(#[serde(with = "crate::config::duration_secs")] Duration),
     /// After this many requests (over all connections).
     Count(u64),
 }
@@ -70,13 +70,13 @@ pub struct BenchConfig {
     /// Keep every sample for `--samples` (memory grows with the run).
     pub keep_samples: bool,
     /// Open loop: the pacer spins for this long before each send instead of trusting timers.
-    #[serde(with = "crate::report::duration_secs")]
+    #[serde(with = "crate::config::duration_secs")]
     pub spin_window: Duration,
     /// Seed for Poisson spacing.
     pub seed: u64,
     /// A request unanswered this long after it was sent is given up: counted as unanswered,
     /// recorded at the time it waited, and its connection stops.
-    #[serde(with = "crate::report::duration_secs")]
+    #[serde(with = "crate::config::duration_secs")]
     pub response_timeout: Duration,
 }
 
@@ -196,6 +196,24 @@ pub enum ConfigError {
         /// CPUs allowed.
         allowed: Vec<usize>,
     },
+}
+
+/// Serde helper: a `Duration` as floating-point seconds.
+pub mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes seconds.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    /// Reads seconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
 }
 
 #[cfg(test)]
