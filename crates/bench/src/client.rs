@@ -12,162 +12,18 @@
 //! never got an answer is counted ([`RawRun::unanswered`]) and kept in the percentiles as a
 //! lower bound, never dropped (see [`crate::connection`]).
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::attribution::{self, AttributedSample};
-use crate::config::{BenchConfig, ConfigError, Load};
-use crate::connection::{self, ConnectionOutcome, STOP_GRACE};
+use crate::attribution;
+use crate::config::{BenchConfig, Load};
+use crate::connection::{self, STOP_GRACE};
 use crate::context::{
     ConnectionPlacement, ContextProbe, RunContext, common_value, describe_placement,
 };
-use crate::report::{BenchResult, RateReport, SampleRecord};
-use crate::stats::LatencyHistogram;
+use crate::report::{BenchResult, RateReport};
+use crate::run::{BenchError, Combine, RawRun, RunControl};
 use crate::watchdog::{Closer, Watchdog};
-
-/// A run that failed: the step and the cause.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// Connecting or handshaking failed.
-    #[error("connection {connection} to {server}: {step}: {source}")]
-    Connect {
-        /// Connection index.
-        connection: usize,
-        /// Server address.
-        server: SocketAddr,
-        /// What was being done.
-        step: &'static str,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The server broke the protocol or the connection failed mid-run.
-    #[error("connection {connection}: {message}")]
-    Protocol {
-        /// Connection index.
-        connection: usize,
-        /// What went wrong.
-        message: String,
-    },
-}
-
-/// Shared between a run and whoever watches it: a stop flag and a progress counter.
-#[derive(Debug, Default)]
-pub struct RunControl {
-    stop: AtomicBool,
-    completed: AtomicU64,
-}
-
-impl RunControl {
-    /// A fresh control.
-    pub fn new() -> Arc<RunControl> {
-        Arc::new(RunControl::default())
-    }
-    /// Asks the run to stop; it returns what it measured so far.
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-    /// Whether a stop was asked for.
-    pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-    /// Measured requests completed so far (all connections).
-    pub fn completed(&self) -> u64 {
-        self.completed.load(Ordering::Relaxed)
-    }
-    pub(crate) fn add_completed(&self, n: u64) {
-        self.completed.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// Everything a run measured, before it is summarised; matrix runs merge these.
-#[derive(Debug, Default)]
-pub struct RawRun {
-    /// Latency (closed loop: send to response; open loop: intended send to response).
-    pub latency: LatencyHistogram,
-    /// Open loop: actual send to response.
-    pub service: LatencyHistogram,
-    /// Open loop: how late each request was sent against its schedule.
-    pub send_lateness: LatencyHistogram,
-    /// Requests sent and answered in the measured part.
-    pub requests: u64,
-    /// Requests sent in the measured part.
-    pub sent: u64,
-    /// Requests of the measured part that got no response: sent and still waited for when
-    /// their connection gave up or was stopped, or (open loop) due but never sent because the
-    /// socket stayed full. Each is in `latency` at the time it had waited: a lower bound.
-    pub unanswered: u64,
-    /// Wall time of the measured part.
-    pub elapsed: Duration,
-    /// Achieved send rate (open loop), per second.
-    pub achieved_rate: Option<f64>,
-    /// Attribution inputs.
-    pub attributed: Vec<AttributedSample>,
-    /// Median cost of one kernel snapshot, ns, per connection that took snapshots.
-    pub snapshot_costs_ns: Vec<f64>,
-    /// Every sample, when asked for.
-    pub samples: Vec<SampleRecord>,
-    /// Per-connection handshake outcomes (client report, server welcome, CPUs seen).
-    pub connections: Vec<ConnectionOutcome>,
-    /// Runs merged one after another into this one (matrix rounds); 1 for a plain run.
-    pub rounds: u32,
-    /// Whether the run was stopped early.
-    pub interrupted: bool,
-    /// What went wrong on the way that the numbers alone do not say (a connection that gave
-    /// up on its server, requests left unanswered at a stop).
-    pub warnings: Vec<String>,
-}
-
-/// How two sets of measurements combine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Combine {
-    /// Side by side (connections of one run): rates add up, elapsed is the longest.
-    Parallel,
-    /// One after another (rounds of a matrix row): rates average, elapsed adds up.
-    Sequential,
-}
-
-impl RawRun {
-    /// Adds `other`'s measurements to these.
-    pub fn absorb(&mut self, other: RawRun, how: Combine) {
-        self.latency.merge(&other.latency);
-        self.service.merge(&other.service);
-        self.send_lateness.merge(&other.send_lateness);
-        self.requests += other.requests;
-        self.sent += other.sent;
-        self.unanswered += other.unanswered;
-        match how {
-            Combine::Parallel => {
-                self.elapsed = self.elapsed.max(other.elapsed);
-                if let Some(rate) = other.achieved_rate {
-                    *self.achieved_rate.get_or_insert(0.0) += rate;
-                }
-                self.rounds = self.rounds.max(other.rounds);
-            }
-            Combine::Sequential => {
-                self.elapsed += other.elapsed;
-                self.achieved_rate = match (self.achieved_rate, other.achieved_rate) {
-                    (Some(a), Some(b)) => Some(
-                        (a * self.rounds as f64 + b * other.rounds as f64)
-                            / (self.rounds + other.rounds) as f64,
-                    ),
-                    (a, b) => a.or(b),
-                };
-                self.rounds += other.rounds;
-            }
-        }
-        self.attributed.extend(other.attributed);
-        self.snapshot_costs_ns.extend(other.snapshot_costs_ns);
-        self.samples.extend(other.samples);
-        self.connections.extend(other.connections);
-        self.interrupted |= other.interrupted;
-        self.warnings.extend(other.warnings);
-    }
-}
 
 /// Runs the benchmark and returns its raw measurements.
 pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, BenchError> {
@@ -351,6 +207,7 @@ fn place(config: &BenchConfig, raw: &RawRun, context: &mut RunContext, warnings:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::ConnectionOutcome;
     use crate::wire::Welcome;
     use tcptail_sock::{ApplyReport, Profile};
 

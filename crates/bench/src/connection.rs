@@ -29,14 +29,13 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use tcptail_sock::{ApplyReport, QuickAck, apply_profile};
+use tcptail_sock::{QuickAck, apply_profile};
 
 use crate::attribution::{AttributedSample, KernelSnapshot};
-use crate::client::{BenchError, RawRun, RunControl};
 use crate::config::{BenchConfig, Load, StopAfter};
 use crate::report::SampleRecord;
+use crate::run::{BenchError, ConnectionOutcome, RawRun, RunControl};
 use crate::stats::LatencyHistogram;
 use crate::sys;
 use crate::watchdog::{Watch, Watchdog};
@@ -46,19 +45,6 @@ mod open_loop;
 mod reader;
 
 use reader::ResponseReader;
-
-/// What the handshake of one connection established.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConnectionOutcome {
-    /// The client's own profile report (requested vs actual).
-    pub client_apply: ApplyReport,
-    /// The server's answer, with its profile report.
-    pub welcome: Welcome,
-    /// Congestion control read back from the client socket.
-    pub congestion: Option<String>,
-    /// CPUs the client thread was seen running on.
-    pub client_cpus_seen: Vec<usize>,
-}
 
 /// How long the handshake may take before the server is declared unresponsive.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

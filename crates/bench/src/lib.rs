@@ -12,6 +12,9 @@
 //!   percentiles as lower bounds).
 //! - [`config`]: the checked benchmark configuration ([`config::BenchConfig`]), which names the
 //!   flag at fault; every other module reads it and it reads none of them.
+//! - [`run`]: what one run is made of, shared by the client and its connections: the stop
+//!   and progress control, the raw measurements and how they merge, each handshake's outcome,
+//!   the error.
 //! - [`client`]: closed-loop (back-to-back) and open-loop (fixed rate, constant or Poisson
 //!   spacing, latency from the *intended* send time) request loops, blocking or spinning.
 //! - [`pacer`]: sleeps until shortly before a deadline, then spins, because timer wake-ups on
@@ -34,6 +37,7 @@ pub mod context;
 pub mod matrix;
 pub mod pacer;
 pub mod report;
+pub mod run;
 pub mod server;
 pub mod stats;
 pub mod sys;

@@ -18,10 +18,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tcptail_sock::{OptionOutcome, QuickAck};
 
-use crate::client::{self, BenchError, Combine, RawRun, RunControl};
+use crate::client;
 use crate::config::{BenchConfig, StopAfter};
 use crate::context::ContextProbe;
 use crate::report::{BenchResult, align};
+use crate::run::{BenchError, Combine, RawRun, RunControl};
 use crate::stats::{LatencySummary, Spread};
 
 /// A matrix axis: a setting and the values it takes.

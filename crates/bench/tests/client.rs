@@ -13,10 +13,11 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
-use tcptail_bench::client::{self, RawRun, RunControl};
+use tcptail_bench::client;
 use tcptail_bench::config::{BenchConfig, Load, StopAfter};
 use tcptail_bench::context::ContextProbe;
 use tcptail_bench::pacer::Spacing;
+use tcptail_bench::run::{RawRun, RunControl};
 use tcptail_bench::wire::{self, FrameKind, Welcome};
 use tcptail_sock::{BufferSize, Profile, apply_profile};
 use tcptail_units::ByteSize;

@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use tcptail_bench::client::{self, RunControl};
+use tcptail_bench::client;
 use tcptail_bench::config::{BenchConfig, Load, StopAfter};
 use tcptail_bench::matrix::{self, MatrixSpec};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::report;
+use tcptail_bench::run::RunControl;
 use tcptail_bench::server::policy::{self, Privilege};
 use tcptail_bench::server::{Server, ServerConfig, ServerEvent, ServerPolicy};
 use tcptail_bench::wire::{HEADER_LEN, MAX_FRAME_LEN};

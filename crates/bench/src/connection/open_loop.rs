@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use super::{Connection, Limit, LoopError, Outstanding, POLL_SLICE, STOP_GRACE, check_seq};
 use crate::attribution::KernelSnapshot;
-use crate::client::RunControl;
 use crate::config::{BenchConfig, Load};
 use crate::pacer::Schedule;
+use crate::run::RunControl;
 use crate::sys;
 use crate::wire;
 

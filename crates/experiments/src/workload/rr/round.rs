@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tcptail_bench::attribution::AttributedSample;
-use tcptail_bench::client::{RawRun, RunControl, run_raw};
+use tcptail_bench::client::run_raw;
 use tcptail_bench::config::{BenchConfig, Load, StopAfter};
+use tcptail_bench::run::{RawRun, RunControl};
 use tcptail_bench::server::{Server, ServerConfig, ServerPolicy};
 use tcptail_bench::stats::LatencySummary;
 use tcptail_report::Series;
