@@ -1,39 +1,9 @@
 //! Fuzzes the Mahimahi trace parser: it must never panic, and every trace it accepts must be
 //! valid, print back to the same trace, and drive a link without panicking.
+//!
+//! The checks live in `tcptail_emu::fuzzing::mahimahi_trace` so that `cargo test`
+//! replays `fuzz/seeds/mahimahi_trace` and `fuzz/regressions/mahimahi_trace` through exactly
+//! this code.
 #![no_main]
 
-use std::time::Duration;
-
-use libfuzzer_sys::fuzz_target;
-use tcptail_emu::{
-    DeliveryTrace, Direction, DirectionSpec, Discipline, Nanos, Packet, QueueLimit, QueueSpec, Rate,
-};
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(trace) = DeliveryTrace::parse(text, "fuzz") else { return };
-    let stamps = trace.timestamps_ms();
-    assert!(!stamps.is_empty());
-    assert!(stamps.windows(2).all(|w| w[0] <= w[1]));
-    assert!(*stamps.last().unwrap() > 0);
-    assert_eq!(DeliveryTrace::parse(&trace.to_string(), "fuzz").unwrap(), trace);
-
-    let spec = DirectionSpec {
-        rate: Rate::Trace(trace),
-        delay: Duration::from_millis(1),
-        jitter: None,
-        loss: None,
-        queue: QueueSpec { limit: QueueLimit::Packets(64), discipline: Discipline::codel() },
-    };
-    let mut dir = Direction::<()>::new(spec, 0);
-    let mut released = 0;
-    for i in 0..200u64 {
-        let now = Nanos::from_micros(i * 250);
-        let _ = dir.enqueue(now, Packet { id: i, len: 1 + (i as u32 * 97) % 1500, payload: () });
-        while dir.poll_release(now).is_some() {
-            released += 1;
-        }
-        assert!(dir.next_wakeup().is_none_or(|w| w > now));
-    }
-    assert!(released <= 200);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tcptail_emu::fuzzing::mahimahi_trace(data));

@@ -1,19 +1,8 @@
 //! Fuzzes the profile-file loader: no input may panic it, and whatever it accepts must pass
 //! the same semantic checks `apply_profile` runs.
+//!
+//! The checks live in `tcptail_sock::fuzzing::profile_toml` so that `cargo test`
+//! replays `fuzz/seeds/profile_toml` and `fuzz/regressions/profile_toml` through exactly this code.
 #![no_main]
 
-use std::path::Path;
-
-use libfuzzer_sys::fuzz_target;
-use tcptail_sock::Profile;
-
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        match Profile::from_toml(text, Path::new("fuzz.toml")) {
-            Ok(profile) => assert!(profile.validate().is_ok(), "accepted an invalid profile"),
-            Err(e) => {
-                let _ = e.to_string();
-            }
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tcptail_sock::fuzzing::profile_toml(data));

@@ -34,6 +34,8 @@ pub mod client;
 pub mod config;
 pub mod connection;
 pub mod context;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod matrix;
 pub mod pacer;
 pub mod report;

@@ -24,6 +24,8 @@
 
 pub mod dump;
 pub mod filter;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod metrics;
 pub mod record;
 pub mod selector;

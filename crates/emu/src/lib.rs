@@ -71,6 +71,8 @@ mod codel;
 mod delay;
 mod direction;
 mod event;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod link;
 mod loss;
 mod mahimahi_log;

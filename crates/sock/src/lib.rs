@@ -23,6 +23,8 @@
 
 pub mod apply;
 pub mod cc_info;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod profile;
 pub mod profile_file;
 pub mod recv;

@@ -458,5 +458,8 @@ impl<'de> Deserialize<'de> for HumanDuration {
     }
 }
 
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests;
