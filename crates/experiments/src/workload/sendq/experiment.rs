@@ -43,9 +43,9 @@ mod summary;
 mod targets;
 mod variant;
 
-pub use summary::{Spread, VariantSummary, median};
+pub use summary::VariantSummary;
 pub use targets::{BASELINES, CONTROLLED, GOODPUT_FLOOR, START_CUT, TargetCheck};
-pub use variant::{ChunkRecord, LatencySummary, VariantResult, run_variant};
+pub use variant::{ChunkLatency, ChunkRecord, SendqRound, run_variant};
 
 /// Congestion control of the sending socket (set per socket with `TCP_CONGESTION`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -320,7 +320,7 @@ fn run_at(
         .roles("sqc", "sqr", "sqs")
         .emulator(options)
         .start()?;
-    let mut runs: Vec<Vec<VariantResult>> = vec![Vec::new(); variants.len()];
+    let mut runs: Vec<Vec<SendqRound>> = vec![Vec::new(); variants.len()];
     let outcome = (|| -> Result<(), ExperimentError> {
         for round in 0..config.rounds {
             for k in 0..variants.len() {

@@ -5,26 +5,15 @@
 //! does not decide), and the min-max of the per-round medians is kept beside them.
 
 use serde::{Deserialize, Serialize};
+use tcptail_bench::stats::Spread;
+use tcptail_units::stats::median;
 
 use super::Variant;
-use super::variant::{LatencySummary, VariantResult};
+use super::variant::{ChunkLatency, SendqRound};
 
-/// The smallest and largest per-round value.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Spread {
-    /// Smallest round.
-    pub min: f64,
-    /// Largest round.
-    pub max: f64,
-}
-
-impl Spread {
-    fn of(xs: &[f64]) -> Spread {
-        Spread {
-            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
-            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        }
-    }
+/// Median, smallest and largest per-round value (NaN when no round has a value).
+fn spread(xs: &[f64]) -> Spread {
+    Spread::of(xs).unwrap_or(Spread { median: f64::NAN, min: f64::NAN, max: f64::NAN })
 }
 
 /// A variant's figures over its rounds.
@@ -37,11 +26,11 @@ pub struct VariantSummary {
     /// Rounds run.
     pub rounds: usize,
     /// Latency from send start: each percentile is the median over rounds of that round's.
-    pub from_start_ms: LatencySummary,
-    /// Spread of the per-round medians from send start.
+    pub from_start_ms: ChunkLatency,
+    /// Spread (median, min, max) of the per-round medians from send start.
     pub from_start_p50_spread: Spread,
     /// Latency from the scheduled time, medians over rounds as above.
-    pub from_schedule_ms: LatencySummary,
+    pub from_schedule_ms: ChunkLatency,
     /// Spread of the per-round medians from the scheduled time.
     pub from_schedule_p50_spread: Spread,
     /// Median goodput over rounds.
@@ -55,43 +44,34 @@ pub struct VariantSummary {
     /// Smallest minimum RTT over rounds, ms.
     pub min_rtt_ms: f64,
     /// Every round, with its chunk records.
-    pub runs: Vec<VariantResult>,
-}
-
-/// The median of `xs` (the mean of the middle two for an even count); NaN when empty.
-pub fn median(xs: &[f64]) -> f64 {
-    let mut s: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
+    pub runs: Vec<SendqRound>,
 }
 
 impl VariantSummary {
     /// Summarises the rounds of `variant` (at least one).
-    pub fn of(variant: &Variant, runs: Vec<VariantResult>) -> VariantSummary {
-        let per = |f: &dyn Fn(&VariantResult) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
-        let latency = |f: &dyn Fn(&VariantResult) -> LatencySummary| LatencySummary {
+    pub fn of(variant: &Variant, runs: Vec<SendqRound>) -> VariantSummary {
+        let per = |f: &dyn Fn(&SendqRound) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+        // The shared median; NaN (JSON null) when no round has a value.
+        let median_over_rounds = |xs: &[f64]| median(xs).unwrap_or(f64::NAN);
+        let latency = |f: &dyn Fn(&SendqRound) -> ChunkLatency| ChunkLatency {
             count: runs.iter().map(|r| f(r).count).sum(),
-            p50: median(&per(&|r| f(r).p50)),
-            p90: median(&per(&|r| f(r).p90)),
-            p99: median(&per(&|r| f(r).p99)),
-            max: median(&per(&|r| f(r).max)),
+            p50: median_over_rounds(&per(&|r| f(r).p50)),
+            p90: median_over_rounds(&per(&|r| f(r).p90)),
+            p99: median_over_rounds(&per(&|r| f(r).p99)),
+            max: median_over_rounds(&per(&|r| f(r).max)),
         };
         VariantSummary {
             name: variant.name.clone(),
             variant: variant.clone(),
             rounds: runs.len(),
             from_start_ms: latency(&|r| r.from_start_ms),
-            from_start_p50_spread: Spread::of(&per(&|r| r.from_start_ms.p50)),
+            from_start_p50_spread: spread(&per(&|r| r.from_start_ms.p50)),
             from_schedule_ms: latency(&|r| r.from_schedule_ms),
-            from_schedule_p50_spread: Spread::of(&per(&|r| r.from_schedule_ms.p50)),
-            goodput_mbps: median(&per(&|r| r.goodput_mbps)),
-            goodput_spread: Spread::of(&per(&|r| r.goodput_mbps)),
-            fraction_merged_or_dropped: median(&per(&|r| r.fraction_merged_or_dropped)),
-            srtt_p50_ms: median(&per(&|r| r.srtt_p50_ms)),
+            from_schedule_p50_spread: spread(&per(&|r| r.from_schedule_ms.p50)),
+            goodput_mbps: median_over_rounds(&per(&|r| r.goodput_mbps)),
+            goodput_spread: spread(&per(&|r| r.goodput_mbps)),
+            fraction_merged_or_dropped: median_over_rounds(&per(&|r| r.fraction_merged_or_dropped)),
+            srtt_p50_ms: median_over_rounds(&per(&|r| r.srtt_p50_ms)),
             min_rtt_ms: per(&|r| r.min_rtt_ms).into_iter().fold(f64::NAN, f64::min),
             runs,
         }
@@ -99,30 +79,17 @@ impl VariantSummary {
 
     /// Latencies from send start of every round's chunks, ms.
     pub fn from_start_samples(&self) -> Vec<f64> {
-        self.runs.iter().flat_map(VariantResult::from_start_samples).collect()
+        self.runs.iter().flat_map(SendqRound::from_start_samples).collect()
     }
 
     /// Latencies from the scheduled time of every round's chunks, ms.
     pub fn from_schedule_samples(&self) -> Vec<f64> {
-        self.runs.iter().flat_map(VariantResult::from_schedule_samples).collect()
+        self.runs.iter().flat_map(SendqRound::from_schedule_samples).collect()
     }
 
     /// The path's standing queue as this variant's congestion control kept it: median smoothed
     /// RTT minus the minimum RTT, ms.
     pub fn standing_queue_ms(&self) -> f64 {
         (self.srtt_p50_ms - self.min_rtt_ms).max(0.0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_of_odd_even_and_empty() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
-        assert_eq!(Spread::of(&[2.0, 5.0, 1.0]), Spread { min: 1.0, max: 5.0 });
     }
 }

@@ -48,8 +48,8 @@ fn path_is_symmetric_with_half_the_rtt_each_way() {
 
 /// A one-round result with the given medians; srtt 25 ms over a min_rtt of 10 ms.
 fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantSummary {
-    let summary = |p50| LatencySummary { count: 1, p50, p90: p50, p99: p50, max: p50 };
-    let run = VariantResult {
+    let summary = |p50| ChunkLatency { count: 1, p50, p90: p50, p99: p50, max: p50 };
+    let run = SendqRound {
         name: name.to_owned(),
         variant: Variant::new(Control::Governed(GovernorMode::NoControl), false, Cc::Cubic),
         chunks_offered: 1,
@@ -69,6 +69,28 @@ fn result(name: &str, start_p50: f64, sched_p50: f64, goodput: f64) -> VariantSu
     let mut v = run.variant.clone();
     v.name = name.to_owned();
     VariantSummary::of(&v, vec![run])
+}
+
+#[test]
+fn rounds_fold_into_medians_with_their_spread() {
+    // The per-round figures fold with the shared median (mean of the middle two for an even
+    // count) and the shared spread (median, min, max).
+    let rounds = |p50s: &[f64]| -> VariantSummary {
+        let runs = p50s.iter().map(|&p| result("cubic/no-control", p, p, p).runs[0].clone());
+        let v = Variant::new(Control::Governed(GovernorMode::NoControl), false, Cc::Cubic);
+        VariantSummary::of(&v, runs.collect())
+    };
+    let odd = rounds(&[3.0, 1.0, 2.0]);
+    assert_eq!(odd.from_start_ms.p50, 2.0);
+    assert_eq!((odd.from_start_p50_spread.min, odd.from_start_p50_spread.max), (1.0, 3.0));
+    assert_eq!(odd.from_start_p50_spread.median, 2.0);
+    let even = rounds(&[4.0, 1.0, 2.0, 3.0]);
+    assert_eq!((even.goodput_mbps, even.rounds), (2.5, 4));
+    assert_eq!(even.goodput_spread.min, 1.0);
+    assert_eq!(even.goodput_spread.max, 4.0);
+    let none = rounds(&[]);
+    assert!(none.from_start_ms.p50.is_nan() && none.goodput_spread.min.is_nan());
+    assert_eq!(ChunkLatency::of(&[2.0, 5.0, 1.0]).max, 5.0);
 }
 
 fn report(variants: Vec<VariantSummary>) -> SendqReport {

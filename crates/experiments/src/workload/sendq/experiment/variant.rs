@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
 use tcptail_lab::LivePath;
 use tcptail_netns::addr::SERVER_ADDR;
+use tcptail_units::stats::percentile_of_sorted;
 
 use super::{Control, ExperimentError, SendqConfig, Variant, io_err};
 use tcptail_sendq::freshness::{FreshnessPolicy, FreshnessQueue};
@@ -38,9 +39,10 @@ pub struct ChunkRecord {
     pub complete_ms: f64,
 }
 
-/// Percentiles of a latency sample, ms.
+/// Nearest-rank percentiles of a sample of chunk latencies (or of RTTs), ms; NaN (JSON null)
+/// for an empty sample.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct LatencySummary {
+pub struct ChunkLatency {
     /// Samples.
     pub count: usize,
     /// Median.
@@ -53,19 +55,13 @@ pub struct LatencySummary {
     pub max: f64,
 }
 
-impl LatencySummary {
-    /// Nearest-rank percentiles of `samples` (sorted here).
-    pub fn of(samples: &[f64]) -> LatencySummary {
-        let mut s = samples.to_vec();
+impl ChunkLatency {
+    /// Nearest-rank percentiles of `samples` (sorted here; NaN left out).
+    pub fn of(samples: &[f64]) -> ChunkLatency {
+        let mut s: Vec<f64> = samples.iter().copied().filter(|x| !x.is_nan()).collect();
         s.sort_by(f64::total_cmp);
-        let pick = |q: f64| {
-            if s.is_empty() {
-                return f64::NAN;
-            }
-            let rank = (q * s.len() as f64).ceil() as usize;
-            s[rank.clamp(1, s.len()) - 1]
-        };
-        LatencySummary {
+        let pick = |q: f64| percentile_of_sorted(&s, q).unwrap_or(f64::NAN);
+        ChunkLatency {
             count: s.len(),
             p50: pick(0.5),
             p90: pick(0.9),
@@ -75,9 +71,9 @@ impl LatencySummary {
     }
 }
 
-/// What one variant measured.
+/// What one variant measured in one round (one connection).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct VariantResult {
+pub struct SendqRound {
     /// The variant's label.
     pub name: String,
     /// Its settings.
@@ -94,9 +90,9 @@ pub struct VariantResult {
     pub fraction_merged_or_dropped: f64,
     /// Latency from send start (the application handing the chunk to the send path) to
     /// completion.
-    pub from_start_ms: LatencySummary,
+    pub from_start_ms: ChunkLatency,
     /// Latency from the scheduled time to completion.
-    pub from_schedule_ms: LatencySummary,
+    pub from_schedule_ms: ChunkLatency,
     /// Delivered bytes over the time from the first chunk's schedule to the last completion.
     pub goodput_mbps: f64,
     /// From the first chunk's scheduled time until the sender had written its last chunk, ms
@@ -113,7 +109,7 @@ pub struct VariantResult {
     pub chunks: Vec<ChunkRecord>,
 }
 
-impl VariantResult {
+impl SendqRound {
     /// Latencies from send start, ms, in delivery order.
     pub fn from_start_samples(&self) -> Vec<f64> {
         self.chunks.iter().map(|c| c.complete_ms - c.start_ms).collect()
@@ -196,7 +192,7 @@ pub fn run_variant(
     live: &LivePath,
     config: &SendqConfig,
     v: &Variant,
-) -> Result<VariantResult, ExperimentError> {
+) -> Result<SendqRound, ExperimentError> {
     let listener = live
         .server()
         .run(|| TcpListener::bind((SERVER_ADDR, 0)))?
@@ -225,7 +221,7 @@ pub fn run_variant(
     let from_sched: Vec<f64> = chunks.iter().map(|c| c.complete_ms - c.scheduled_ms).collect();
     let span_ms = chunks.last().map_or(0.0, |c| c.complete_ms) - ms(LEAD);
     let goodput_mbps = (chunks.len() * config.chunk_bytes) as f64 * 8.0 / (span_ms * 1e3);
-    Ok(VariantResult {
+    Ok(SendqRound {
         name: v.name.clone(),
         variant: v.clone(),
         chunks_offered: config.chunks,
@@ -233,11 +229,11 @@ pub fn run_variant(
         merged,
         dropped_stale: dropped,
         fraction_merged_or_dropped: (merged + dropped) as f64 / config.chunks as f64,
-        from_start_ms: LatencySummary::of(&from_start),
-        from_schedule_ms: LatencySummary::of(&from_sched),
+        from_start_ms: ChunkLatency::of(&from_start),
+        from_schedule_ms: ChunkLatency::of(&from_sched),
         goodput_mbps,
         sending_ms,
-        srtt_p50_ms: LatencySummary::of(&srtt_ms).p50,
+        srtt_p50_ms: ChunkLatency::of(&srtt_ms).p50,
         min_rtt_ms,
         sender: stats,
         chunks,
@@ -338,8 +334,8 @@ mod tests {
     #[test]
     fn nearest_rank_percentiles() {
         let s: Vec<f64> = (1..=100).map(f64::from).collect();
-        let l = LatencySummary::of(&s);
+        let l = ChunkLatency::of(&s);
         assert_eq!((l.count, l.p50, l.p90, l.p99, l.max), (100, 50.0, 90.0, 99.0, 100.0));
-        assert!(LatencySummary::of(&[]).p50.is_nan());
+        assert!(ChunkLatency::of(&[]).p50.is_nan());
     }
 }
