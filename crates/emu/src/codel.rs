@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::queue::{Fifo, Queued};
+use crate::fifo::{Fifo, Queued};
 use crate::time::{Nanos, duration_nanos};
 use crate::trace::OPPORTUNITY_BYTES;
 

@@ -38,10 +38,11 @@ use serde::Serialize;
 
 use crate::delay::DelayLine;
 use crate::event::{DropReason, Event, Observer};
+use crate::fifo::Queued;
 use crate::link::{ConstantLink, Link, TraceLink};
 use crate::loss::Loss;
 use crate::packet::{Packet, ReleaseInfo};
-use crate::queue::{BottleneckQueue, Queued};
+use crate::queue::BottleneckQueue;
 use crate::spec::{DirectionSpec, PathSpec, Rate, SpecError};
 use crate::time::Nanos;
 use crate::trace::OPPORTUNITY_BYTES;

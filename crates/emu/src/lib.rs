@@ -71,6 +71,7 @@ mod codel;
 mod delay;
 mod direction;
 mod event;
+mod fifo;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod link;

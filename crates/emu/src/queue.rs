@@ -7,49 +7,13 @@
 //! Admission (tail drop) is decided at arrival from the limit alone; discipline drops happen at
 //! dequeue. The queue never looks at time except through the `now` it is given.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::codel::Codel;
+use crate::fifo::{Fifo, Queued};
 use crate::packet::Packet;
 use crate::spec::{Discipline, QueueLimit, QueueSpec};
 use crate::time::Nanos;
-
-/// A packet waiting in the queue, with its arrival time.
-#[derive(Debug)]
-pub(crate) struct Queued<T> {
-    pub(crate) packet: Packet<T>,
-    pub(crate) arrival: Nanos,
-}
-
-/// FIFO of queued packets that tracks its byte count.
-#[derive(Debug)]
-pub(crate) struct Fifo<T> {
-    items: VecDeque<Queued<T>>,
-    bytes: u64,
-}
-
-impl<T> Fifo<T> {
-    pub(crate) fn new() -> Fifo<T> {
-        Fifo { items: VecDeque::new(), bytes: 0 }
-    }
-
-    pub(crate) fn pop(&mut self) -> Option<Queued<T>> {
-        let q = self.items.pop_front()?;
-        self.bytes -= u64::from(q.packet.len);
-        Some(q)
-    }
-
-    pub(crate) fn push(&mut self, q: Queued<T>) {
-        self.bytes += u64::from(q.packet.len);
-        self.items.push_back(q);
-    }
-
-    /// Bytes currently held.
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
-    }
-}
 
 /// The bottleneck queue of one direction.
 #[derive(Debug)]
@@ -72,8 +36,8 @@ impl<T> BottleneckQueue<T> {
     /// how long the packet would wait before its serialisation starts.
     pub(crate) fn admits(&self, len: u32, wait_if_admitted: impl FnOnce() -> Duration) -> bool {
         match self.limit {
-            QueueLimit::Bytes(max) => self.fifo.bytes + u64::from(len) <= max.bytes(),
-            QueueLimit::Packets(max) => (self.fifo.items.len() as u64) < max,
+            QueueLimit::Bytes(max) => self.fifo.bytes() + u64::from(len) <= max.bytes(),
+            QueueLimit::Packets(max) => (self.fifo.len() as u64) < max,
             QueueLimit::Time(max) => wait_if_admitted() <= max,
         }
     }
@@ -104,14 +68,14 @@ impl<T> BottleneckQueue<T> {
     }
 
     pub(crate) fn head(&self) -> Option<&Queued<T>> {
-        self.fifo.items.front()
+        self.fifo.front()
     }
 
     pub(crate) fn packets(&self) -> usize {
-        self.fifo.items.len()
+        self.fifo.len()
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        self.fifo.bytes
+        self.fifo.bytes()
     }
 }
