@@ -1,8 +1,11 @@
 //! `tcptail record`: the flight recorder. Polls every selected connection's `tcp_info`, BBR
 //! model, queues and socket memory at `--interval` and writes what changed into a compressed
 //! file rotated by size (`tcptail_diag::record` has the format). `tcptail record show` lists
-//! a recording's connections, prints one connection's timeline (`--conn`, `--around`), or
-//! exports it as CSV.
+//! a recording's connections, prints one connection's timeline (`--conn`, `--around`), the
+//! closed connections' summaries (`--closed`), or exports either as CSV.
+//!
+//! Closes are summarised from the kernel's destroy notifications when the recorder may join
+//! their group (CAP_NET_ADMIN), else from the polls (see `tcptail_diag::record::recorder`).
 //!
 //! The recorder stops at `--duration` or on Ctrl-C (SIGINT), writing what it holds; killed
 //! otherwise, it loses at most the last `--block-every` of records, and the reader reports
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use tcptail_diag::closed::{ClosedSummary, DestroyListener};
 use tcptail_diag::record::fields::{FIELDS, VOLATILE_MASK};
 use tcptail_diag::record::file::rotated_files;
 use tcptail_diag::record::{Event, Recorder, RecorderOptions, Replay, Tracked, WriterOptions};
@@ -83,9 +87,44 @@ pub struct ShowArgs {
     /// Half-width of the --around window.
     #[arg(long, default_value = "1s")]
     window: HumanDuration,
-    /// CSV: one row per record of the selected connections, with every field's value after it.
+    /// CSV: one row per record of the selected connections, with every field's value after it
+    /// (with --closed: one row per closed connection).
     #[arg(long)]
     csv: bool,
+    /// The closed connections' summaries (lifetime, bytes, retransmissions, RTTs, limited
+    /// times), one per close.
+    #[arg(long)]
+    closed: bool,
+}
+
+/// The columns of `record show --closed --csv`.
+const CLOSED_COLUMNS: &str = "time,time_unix_ns,cookie,local,remote,cc,seen,lifetime_s,final_state,\
+bytes_acked,bytes_received,bytes_retrans,total_retrans_segs,min_rtt_us,max_rtt_us,busy_time_us,\
+rwnd_limited_us,sndbuf_limited_us";
+
+fn closed_csv(wall: u64, c: &ClosedSummary) -> String {
+    let o = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    let o32 = |v: Option<u32>| o(v.map(u64::from));
+    format!(
+        "{},{wall},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+        format_utc(wall),
+        c.cookie,
+        c.local,
+        c.remote,
+        c.cc.as_deref().unwrap_or(""),
+        c.seen.as_str(),
+        c.lifetime.map_or(String::new(), |d| format!("{:.6}", d.as_secs_f64())),
+        c.final_state,
+        o(c.bytes_acked),
+        o(c.bytes_received),
+        o(c.bytes_retrans),
+        o32(c.total_retrans_segs),
+        o32(c.min_rtt_us),
+        o32(c.max_rtt_us),
+        o(c.busy_time_us),
+        o(c.rwnd_limited_us),
+        o(c.sndbuf_limited_us),
+    )
 }
 
 /// Runs `tcptail record` or `tcptail record show`.
@@ -118,6 +157,18 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
         .context("installing the Ctrl-C handler")?;
     let mut rec = Recorder::create(&out, options)?;
+    let listener = match &args.select.netns {
+        Some(ns) => DestroyListener::in_netns(ns),
+        None => DestroyListener::new(),
+    };
+    match listener {
+        Ok(l) => rec.listen_for_closes(l, req.filter.clone()),
+        Err(e) => eprintln!(
+            "tcptail record: warning: the kernel's destroy notifications are not available ({}; \
+             they need CAP_NET_ADMIN); closes are summarised from the polls",
+            crate::chain_line(&e)
+        ),
+    }
     let mut warned = false;
     eprintln!(
         "tcptail record: polling every {} into {} (Ctrl-C stops)",
@@ -146,8 +197,8 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     let stats = rec.finish()?;
     eprintln!(
         "tcptail record: {} polls in {:.1} s ({} late), {} sockets in the last, {live} \
-         live; {} full and {} change records, {} gone, {} rotations, {} dump errors; {} in the \
-         current file; CPU {:.2} % of one core",
+         live; {} full and {} change records, {} gone, {} closes summarised ({} notifications \
+         lost), {} rotations, {} dump errors; {} in the current file; CPU {:.2} % of one core",
         stats.polls,
         run.wall.as_secs_f64(),
         run.late,
@@ -155,6 +206,8 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
         stats.full,
         stats.changes,
         stats.gone,
+        stats.closed,
+        stats.lost_closes,
         stats.rotations,
         run.dump_errors,
         ByteSize(bytes),
@@ -206,9 +259,13 @@ impl ConnMatch {
 
     fn matches(&self, t: &Tracked) -> bool {
         let c = t.connection();
-        let ends = [c.local, c.remote];
+        self.matches_ends(t.id.cookie, c.local, c.remote)
+    }
+
+    fn matches_ends(&self, cookie: u64, local: SocketAddr, remote: SocketAddr) -> bool {
+        let ends = [local, remote];
         match self {
-            ConnMatch::Cookie(k) => t.id.cookie == *k,
+            ConnMatch::Cookie(k) => cookie == *k,
             ConnMatch::Addr(a) => ends.contains(a),
             ConnMatch::Ip(ip) => ends.iter().any(|e| e.ip() == *ip),
             ConnMatch::Port(p) => ends.iter().any(|e| e.port() == *p),
@@ -304,6 +361,7 @@ struct Listed {
     last_ns: u64,
     records: u64,
     gone: bool,
+    closed: bool,
 }
 
 fn run_show(args: ShowArgs) -> Result<ExitCode> {
@@ -319,8 +377,10 @@ fn run_show(args: ShowArgs) -> Result<ExitCode> {
     };
     let in_window = |wall: u64| around.is_none_or(|a| wall.abs_diff(a) <= window);
     let mut out = std::io::stdout().lock();
-    let listing = conn.is_none() && !args.csv;
-    if args.csv {
+    let listing = conn.is_none() && !args.csv && !args.closed;
+    if args.csv && args.closed {
+        writeln!(out, "{CLOSED_COLUMNS}")?;
+    } else if args.csv {
         write!(out, "time,time_unix_ns,cookie,event,local,remote,cc")?;
         for f in FIELDS {
             write!(out, ",{}", f.name)?;
@@ -333,8 +393,27 @@ fn run_show(args: ShowArgs) -> Result<ExitCode> {
         while let Some(event) = replay.next_event() {
             let event = event?;
             let wall = replay.header().wall_ns(replay.now_ns());
+            if let Event::Closed(c) = &event {
+                if let Some(l) = listed.get_mut(&c.cookie) {
+                    l.closed = true;
+                }
+                let wanted =
+                    conn.as_ref().is_none_or(|m| m.matches_ends(c.cookie, c.local, c.remote));
+                if listing || !wanted || !in_window(wall) || (args.csv && !args.closed) {
+                    continue;
+                }
+                if args.csv {
+                    writeln!(out, "{}", closed_csv(wall, c))?;
+                } else {
+                    writeln!(out, "{} {} closed   {}", format_utc(wall), c.cookie, c.line())?;
+                }
+                continue;
+            }
+            if args.closed {
+                continue;
+            }
             let (cookie, kind, mask) = match &event {
-                Event::Tick => continue,
+                Event::Tick | Event::Closed(_) => continue,
                 Event::Full { cookie, matched: None } => (*cookie, "open", u128::MAX),
                 Event::Full { cookie, matched: Some(_) } => (*cookie, "snapshot", 0),
                 Event::Change { cookie, mask } => (*cookie, "change", *mask),
@@ -357,6 +436,7 @@ fn run_show(args: ShowArgs) -> Result<ExitCode> {
                         last_ns: wall,
                         records: 0,
                         gone: false,
+                        closed: false,
                     }
                 });
                 e.last_ns = wall;
@@ -429,7 +509,11 @@ fn run_show(args: ShowArgs) -> Result<ExitCode> {
                 format_utc(l.first_ns),
                 format_utc(l.last_ns),
                 l.records,
-                if l.gone { "yes" } else { "no" },
+                match (l.closed, l.gone) {
+                    (true, _) => "closed",
+                    (false, true) => "gone",
+                    _ => "no",
+                },
             )?;
         }
     }

@@ -174,3 +174,57 @@ fn bad_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("--conn"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn closes_are_summarised_once_per_end_and_exported() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rec");
+    let file_s = file.to_str().unwrap().to_owned();
+    let port_s = port.to_string();
+    let recorder = std::thread::spawn(move || {
+        run(
+            &[
+                "record",
+                "--out",
+                &file_s,
+                "--interval",
+                "10ms",
+                "--duration",
+                "1200ms",
+                "--port",
+                &port_s,
+            ],
+            Duration::from_secs(30),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    client.write_all(&[1u8; 300_000]).unwrap();
+    let mut got = vec![0u8; 300_000];
+    server.read_exact(&mut got).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(client);
+    drop(server);
+    let done = recorder.join().unwrap();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert!(done.stderr.contains("2 closes summarised"), "{}", done.stderr);
+
+    let f = file.to_str().unwrap();
+    let closed = tcptail(&["record", "show", f, "--closed"]);
+    let closed = text(&closed.stdout);
+    assert_eq!(closed.lines().count(), 2, "one summary per end:\n{closed}");
+    assert!(closed.contains("seen=destroyed") && closed.contains("bytes_acked="), "{closed}");
+    let csv = text(&tcptail(&["record", "show", f, "--closed", "--csv"]).stdout);
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows.len(), 3, "{csv}");
+    let header: Vec<&str> = rows[0].split(',').collect();
+    let acked = header.iter().position(|h| *h == "bytes_acked").unwrap();
+    let sent: Vec<u64> =
+        rows[1..].iter().map(|r| r.split(',').nth(acked).unwrap().parse().unwrap()).collect();
+    assert!(sent.iter().any(|&b| b >= 300_000), "the client's end acknowledged it all: {csv}");
+    let list = text(&tcptail(&["record", "show", f]).stdout);
+    assert_eq!(list.matches(" closed").count(), 2, "{list}");
+}

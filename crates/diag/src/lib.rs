@@ -7,6 +7,8 @@
 //!   only serialises matching sockets, and evaluated identically in user space.
 //! - [`dump`]: the [`Dumper`], a sock_diag client for the current or a named network namespace.
 //! - [`selector`]: the selector TOML file (named port/address rules) turned into filters.
+//! - [`closed`]: closed connections: the kernel's destroy notifications and the summary of
+//!   what each connection lived through.
 //! - [`record`]: the flight recorder (change-only records of every selected connection in
 //!   compressed, rotating files) and its replay.
 //! - [`metrics`]: the scrape-time collector: per-connection series for selected connections
@@ -22,6 +24,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod closed;
 pub mod dump;
 pub mod filter;
 #[cfg(feature = "fuzzing")]

@@ -116,6 +116,49 @@ impl NetlinkSocket {
         Ok(())
     }
 
+    /// Joins netlink multicast group `group` (sock_diag's destroy notifications need
+    /// CAP_NET_ADMIN in the namespace).
+    pub fn join_group(&self, group: u32) -> io::Result<()> {
+        // SAFETY: `group` outlives the call and its length is passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_NETLINK,
+                libc::NETLINK_ADD_MEMBERSHIP,
+                (&raw const group).cast(),
+                size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Receives one queued datagram into `buf` without waiting: `Ok(None)` when none is queued.
+    pub fn recv_nowait(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(err),
+            }
+        }
+    }
+
     /// Receives one datagram (one batch of netlink messages) into `buf`, retrying on EINTR.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {

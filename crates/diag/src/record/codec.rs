@@ -12,18 +12,25 @@
 //!   changed since the connection's previous record, as wrapping differences (counters grow
 //!   by small amounts, so the varints stay short).
 //! - `4` **gone** `cookie`: the poll no longer saw the connection.
+//! - `5` **closed** `seen lifetime+1 max_rtt+1` then a full record's body: a connection's end
+//!   and its final state ([`crate::closed::ClosedSummary`]); `seen` is 1 for the kernel's
+//!   destroy notification, 2 for a poll's; 0 stands for unknown lifetime or RTT.
 //!
 //! Field indices are positions in the file's own field list (its header), so a reader maps
 //! them to [`super::fields::FIELDS`] by name.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use std::time::Duration;
+
 use super::fields::{FIELD_COUNT, Identity, Values};
+use crate::closed::{CloseSeen, ClosedSummary};
 
 const TICK: u8 = 1;
 const FULL: u8 = 2;
 const CHANGE: u8 = 3;
 const GONE: u8 = 4;
+const CLOSED: u8 = 5;
 
 /// Why a block's records could not be decoded (the offset is within the block's records).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +85,42 @@ fn put_addr(buf: &mut Vec<u8>, a: SocketAddr) {
 /// Appends a full snapshot of one connection.
 pub fn put_full(buf: &mut Vec<u8>, id: &Identity, v: &Values) {
     buf.push(FULL);
+    put_full_body(buf, id, v);
+}
+
+/// Appends the end of a connection with its final state.
+pub fn put_closed(buf: &mut Vec<u8>, c: &ClosedRecord) {
+    buf.push(CLOSED);
+    buf.push(c.seen.to_byte());
+    put_varint(buf, c.lifetime_ns.map_or(0, |l| l.saturating_add(1)));
+    put_varint(buf, c.max_rtt_us.map_or(0, |r| u64::from(r) + 1));
+    put_full_body(buf, &c.id, &c.values);
+}
+
+/// What a closed record holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedRecord {
+    /// Who it was.
+    pub id: Identity,
+    /// Its final values.
+    pub values: Values,
+    /// How the close was learnt.
+    pub seen: CloseSeen,
+    /// From its first poll to the close.
+    pub lifetime_ns: Option<u64>,
+    /// The largest smoothed RTT seen, µs.
+    pub max_rtt_us: Option<u32>,
+}
+
+impl ClosedRecord {
+    /// The summary of what the connection lived through.
+    pub fn summary(&self) -> ClosedSummary {
+        let lifetime = self.lifetime_ns.map(Duration::from_nanos);
+        ClosedSummary::new(&self.id, &self.values, self.seen, lifetime, self.max_rtt_us)
+    }
+}
+
+fn put_full_body(buf: &mut Vec<u8>, id: &Identity, v: &Values) {
     put_varint(buf, id.cookie);
     put_addr(buf, id.local);
     put_addr(buf, id.remote);
@@ -146,6 +189,19 @@ pub enum Record {
     Gone {
         /// The connection.
         cookie: u64,
+    },
+    /// The connection closed (`fields` as in [`Record::Full`]).
+    Closed {
+        /// Who it was.
+        id: Identity,
+        /// `(file field index, value)` of every present field of its final state.
+        fields: Vec<(usize, u64)>,
+        /// How the close was learnt.
+        seen: CloseSeen,
+        /// From its first poll to the close.
+        lifetime_ns: Option<u64>,
+        /// The largest smoothed RTT seen, µs.
+        max_rtt_us: Option<u32>,
     },
 }
 
@@ -239,6 +295,34 @@ impl<'a> Decoder<'a> {
         Ok(SocketAddr::new(ip, u16::from_be_bytes(self.bytes::<2>()?)))
     }
 
+    fn full_body(&mut self) -> Result<(Identity, Vec<(usize, u64)>), DecodeError> {
+        let cookie = self.varint()?;
+        let local = self.addr()?;
+        let remote = self.addr()?;
+        let cc = match usize::from(self.byte()?) {
+            0 => None,
+            n => {
+                let start = self.pos;
+                let Some(name) = self.buf.get(start..start + n - 1) else {
+                    return self.fail(start, "congestion control name cut short");
+                };
+                self.pos += n - 1;
+                match std::str::from_utf8(name) {
+                    Ok(s) => Some(s.to_owned()),
+                    Err(_) => return self.fail(start, "congestion control not UTF-8"),
+                }
+            }
+        };
+        let n = self.count()?;
+        let mut fields = Vec::with_capacity(n);
+        for _ in 0..n {
+            let raw = self.varint()?;
+            let i = self.index(raw)?;
+            fields.push((i, self.varint()?));
+        }
+        Ok((Identity { cookie, local, remote, cc }, fields))
+    }
+
     /// The next record, `None` at the end of the block.
     pub fn next_record(&mut self) -> Option<Result<Record, DecodeError>> {
         if self.pos >= self.buf.len() {
@@ -257,31 +341,19 @@ impl<'a> Decoder<'a> {
         match self.byte()? {
             TICK => Ok(Record::Tick { delta_ns: self.varint()? }),
             FULL => {
-                let cookie = self.varint()?;
-                let local = self.addr()?;
-                let remote = self.addr()?;
-                let cc = match usize::from(self.byte()?) {
-                    0 => None,
-                    n => {
-                        let start = self.pos;
-                        let Some(name) = self.buf.get(start..start + n - 1) else {
-                            return self.fail(start, "congestion control name cut short");
-                        };
-                        self.pos += n - 1;
-                        match std::str::from_utf8(name) {
-                            Ok(s) => Some(s.to_owned()),
-                            Err(_) => return self.fail(start, "congestion control not UTF-8"),
-                        }
-                    }
+                let (id, fields) = self.full_body()?;
+                Ok(Record::Full { id, fields })
+            }
+            CLOSED => {
+                let at = self.pos;
+                let Some(seen) = CloseSeen::from_byte(self.byte()?) else {
+                    return self.fail(at, "unknown close kind");
                 };
-                let n = self.count()?;
-                let mut fields = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let raw = self.varint()?;
-                    let i = self.index(raw)?;
-                    fields.push((i, self.varint()?));
-                }
-                Ok(Record::Full { id: Identity { cookie, local, remote, cc }, fields })
+                let lifetime_ns = self.varint()?.checked_sub(1);
+                let max_rtt_us =
+                    self.varint()?.checked_sub(1).map(|r| r.min(u32::MAX.into()) as u32);
+                let (id, fields) = self.full_body()?;
+                Ok(Record::Closed { id, fields, seen, lifetime_ns, max_rtt_us })
             }
             CHANGE => {
                 let cookie = self.varint()?;
@@ -365,7 +437,26 @@ mod tests {
                 put_tick(&mut buf, t);
             }
             put_gone(&mut buf, id.cookie);
-            let records = decode_all(&buf);
+            let closed = ClosedRecord {
+                id: id.clone(),
+                values: rows[rows.len() - 1],
+                seen: if ticks.len() % 2 == 0 { CloseSeen::Destroyed } else { CloseSeen::Vanished },
+                lifetime_ns: ticks.first().copied().filter(|t| t % 3 != 0),
+                max_rtt_us: ticks.last().map(|&t| t as u32).filter(|t| t % 5 != 0),
+            };
+            put_closed(&mut buf, &closed);
+            let mut records = decode_all(&buf);
+            match records.pop() {
+                Some(Record::Closed { id: got, fields, seen, lifetime_ns, max_rtt_us }) => {
+                    let mut v = Values::default();
+                    for (i, x) in fields {
+                        v.set(i, Some(x));
+                    }
+                    let back = ClosedRecord { id: got, values: v, seen, lifetime_ns, max_rtt_us };
+                    prop_assert_eq!(back, closed);
+                }
+                other => prop_assert!(false, "last record {:?}", other),
+            }
             prop_assert_eq!(records.len(), rows.len() + ticks.len() + 1);
             let mut v = Values::default();
             match &records[0] {

@@ -364,6 +364,11 @@ impl RawRow {
             && outside_ages(now) == outside_ages(then)
     }
 
+    /// The TCP state of the socket header.
+    pub fn state(&self) -> u32 {
+        self.header[0]
+    }
+
     /// The row's values.
     pub fn values(&self) -> Values {
         let mut v = Values::default();

@@ -8,15 +8,22 @@
 //! (after the change, so a reader checks the state its changes built against it).
 //! Connections the dump no longer returned get a gone record, except after a dump the kernel
 //! flagged interrupted (its tables changed mid-dump, so a missing socket may still live).
+//!
+//! Each connection's close is summarised once in a closed record ([`crate::closed`]): from
+//! the kernel's destroy notification when [`Recorder::listen_for_closes`] was called (a
+//! connection that left the dump waits for it up to 120 s); otherwise from the
+//! last poll that saw it, when it entered TIME_WAIT or left the dump.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::codec::{put_change, put_full, put_gone, put_tick};
-use super::fields::{Identity, RawRow};
+use super::codec::{ClosedRecord, put_change, put_closed, put_full, put_gone, put_tick};
+use super::fields::{Identity, RawRow, Values, field_index};
 use super::file::{Header, RecordError, RecordWriter, WriterOptions};
+use crate::closed::{CloseSeen, DestroyListener};
+use crate::filter::Filter;
 use crate::wire::Socket;
 use crate::{DumpRequest, Dumper, sys};
 
@@ -61,6 +68,10 @@ pub struct RecorderStats {
     pub interrupted: u64,
     /// Files rotated away.
     pub rotations: u64,
+    /// Closes summarised.
+    pub closed: u64,
+    /// Destroy notifications lost to a full socket buffer.
+    pub lost_closes: u64,
 }
 
 /// What [`Recorder::run`] did.
@@ -94,7 +105,41 @@ struct Entry {
     generation: u64,
     /// File its first record went to.
     epoch: u64,
+    /// Monotonic ns of the first poll that saw it.
+    first_ns: u64,
+    /// Largest smoothed RTT a poll saw, µs.
+    max_rtt_us: u32,
+    /// Its close was summarised (by the poll that saw it enter TIME_WAIT).
+    summarised: bool,
 }
+
+impl Entry {
+    fn closed(&self, values: Values, seen: CloseSeen, now: u64) -> ClosedRecord {
+        ClosedRecord {
+            id: self.id.clone(),
+            values,
+            seen,
+            lifetime_ns: Some(now.saturating_sub(self.first_ns)),
+            max_rtt_us: (self.max_rtt_us > 0).then_some(self.max_rtt_us),
+        }
+    }
+}
+
+/// A connection that left the dump (closing, or out of the selected states) while the kernel's
+/// destroy notifications are listened to: kept until its notification or [`DEPARTED_FOR`].
+#[derive(Debug)]
+struct Departed {
+    entry: Entry,
+    since_ns: u64,
+}
+
+/// How long a connection that left the dump waits for its destroy notification before it is
+/// summarised from its last poll: longer than FIN_WAIT2's and TIME_WAIT's 60 s.
+const DEPARTED_FOR: Duration = Duration::from_secs(120);
+
+/// `TCP_TIME_WAIT`, `TCP_LISTEN`.
+const TIME_WAIT: u32 = 6;
+const LISTEN: u32 = 10;
 
 /// Hashes socket cookies (kernel-assigned counters, not chosen by anyone) with one multiply:
 /// SipHash's protection against chosen keys costs a measurable share of a poll.
@@ -121,6 +166,11 @@ impl Hasher for CookieHasher {
 #[derive(Debug, Default)]
 struct Table {
     entries: HashMap<u64, Entry, BuildHasherDefault<CookieHasher>>,
+    /// Connections waiting for their destroy notification.
+    departed: HashMap<u64, Departed, BuildHasherDefault<CookieHasher>>,
+    /// Destroy notifications are listened to.
+    listening: bool,
+    now: u64,
     poll: u64,
     generation: u64,
     epoch: u64,
@@ -135,6 +185,20 @@ impl Table {
         match self.entries.get_mut(&cookie) {
             Some(e) => {
                 e.seen = poll;
+                if let Some(i) = &s.info {
+                    e.max_rtt_us = e.max_rtt_us.max(i.rtt_us);
+                }
+                // Without destroy notifications, the close of the side that closed first is
+                // its entering TIME_WAIT (its full socket, with the tcp_info, is gone then).
+                if !self.listening
+                    && !e.summarised
+                    && u32::from(s.state) == TIME_WAIT
+                    && e.row.state() != TIME_WAIT
+                {
+                    put_closed(out, &e.closed(e.row.values(), CloseSeen::Vanished, self.now));
+                    e.summarised = true;
+                    self.stats.closed += 1;
+                }
                 // The common case, an idle connection, ends at this byte comparison. A
                 // connection new to this file (after a rotation) starts with a full record.
                 if e.epoch == epoch && !e.row.same_as(s) {
@@ -160,7 +224,17 @@ impl Table {
             }
             None => {
                 let row = RawRow::of(s);
-                let e = Entry { id: Identity::of(s), row, seen: poll, generation, epoch };
+                let e = Entry {
+                    id: Identity::of(s),
+                    row,
+                    seen: poll,
+                    generation,
+                    epoch,
+                    first_ns: self.now,
+                    max_rtt_us: s.info.as_ref().map_or(0, |i| i.rtt_us),
+                    // A socket first seen in TIME_WAIT closed before the recorder knew it.
+                    summarised: u32::from(s.state) == TIME_WAIT,
+                };
                 put_full(out, &e.id, &e.row.values());
                 self.stats.full += 1;
                 self.entries.insert(cookie, e);
@@ -168,21 +242,125 @@ impl Table {
         }
     }
 
-    /// Writes the end of every connection the last poll did not see and forgets it.
+    /// Writes the end of every connection the last poll did not see and forgets it; its
+    /// close is summarised now, or (with destroy notifications) when its notification comes.
     fn sweep(&mut self, out: &mut Vec<u8>) {
-        let (poll, epoch) = (self.poll, self.epoch);
-        let mut gone = 0;
-        self.entries.retain(|&cookie, e| {
-            let live = e.seen == poll;
+        let (poll, epoch, now) = (self.poll, self.epoch, self.now);
+        let vanished: Vec<u64> =
+            self.entries.iter().filter(|(_, e)| e.seen != poll).map(|(&c, _)| c).collect();
+        for cookie in vanished {
+            let e = self.entries.remove(&cookie).expect("listed above");
             // A connection whose first record went to an earlier file, and which ended before
             // this file's first poll saw it, is not in this file at all.
-            if !live && e.epoch == epoch {
+            if e.epoch == epoch {
                 put_gone(out, cookie);
-                gone += 1;
+                self.stats.gone += 1;
             }
-            live
-        });
-        self.stats.gone += gone;
+            let state = e.row.state();
+            if e.summarised || state == TIME_WAIT || state == LISTEN {
+                continue;
+            }
+            if self.listening {
+                self.departed.insert(cookie, Departed { entry: e, since_ns: now });
+            } else {
+                put_closed(out, &e.closed(e.row.values(), CloseSeen::Vanished, now));
+                self.stats.closed += 1;
+            }
+        }
+        let late = DEPARTED_FOR.as_nanos() as u64;
+        let expired: Vec<u64> = self
+            .departed
+            .iter()
+            .filter(|(_, d)| now.saturating_sub(d.since_ns) >= late)
+            .map(|(&c, _)| c)
+            .collect();
+        for cookie in expired {
+            let d = self.departed.remove(&cookie).expect("listed above");
+            put_closed(out, &d.entry.closed(d.entry.row.values(), CloseSeen::Vanished, now));
+            self.stats.closed += 1;
+        }
+    }
+
+    /// Summarises the close of a socket the kernel destroyed.
+    fn destroyed(&mut self, s: &Socket<'_>, out: &mut Vec<u8>) {
+        let cookie = s.id.cookie;
+        let values = RawRow::of(s).values();
+        // A listener's end (or a socket that never connected) is not a connection's. An
+        // aborted connection has no remote port either (tcp_disconnect clears it), but it
+        // sent segments, and the polls that knew it kept its addresses.
+        let known = self.entries.get(&cookie).or(self.departed.get(&cookie).map(|d| &d.entry));
+        let never_connected = s.id.dport == 0 && values.by_name("segs_out").unwrap_or(0) == 0;
+        if known.map_or(never_connected, |e| e.row.state() == LISTEN) {
+            self.entries.remove(&cookie);
+            return;
+        }
+        let known = match self.entries.remove(&cookie) {
+            Some(e) => {
+                if e.epoch == self.epoch {
+                    put_gone(out, cookie);
+                    self.stats.gone += 1;
+                }
+                Some(e)
+            }
+            None => self.departed.remove(&cookie).map(|d| d.entry),
+        };
+        let record = match known {
+            Some(e) if e.summarised => return,
+            Some(e) => {
+                let mut values = values;
+                keep_counters(&mut values, &e.row.values());
+                e.closed(values, CloseSeen::Destroyed, self.now)
+            }
+            // Opened and closed between two polls.
+            None => ClosedRecord {
+                id: Identity::of(s),
+                values,
+                seen: CloseSeen::Destroyed,
+                lifetime_ns: None,
+                max_rtt_us: None,
+            },
+        };
+        put_closed(out, &record);
+        self.stats.closed += 1;
+    }
+}
+
+/// Counters that only grow while a connection lives. An aborted connection's final
+/// `tcp_info` has them zeroed (tcp_disconnect resets them), so its summary keeps what the
+/// last poll saw.
+const COUNTERS: [&str; 18] = [
+    "bytes_acked",
+    "bytes_received",
+    "bytes_sent",
+    "bytes_retrans",
+    "total_retrans_segs",
+    "segs_out",
+    "segs_in",
+    "data_segs_in",
+    "data_segs_out",
+    "delivered_segs",
+    "busy_time_us",
+    "rwnd_limited_us",
+    "sndbuf_limited_us",
+    "total_rto",
+    "total_rto_recoveries",
+    "total_rto_time_ms",
+    "dsack_dups",
+    "reord_seen",
+];
+
+/// Keeps in `last` the larger of its and `polled`'s counters, and the polled minimum RTT when
+/// the final one was reset.
+fn keep_counters(last: &mut Values, polled: &Values) {
+    for name in COUNTERS.iter().chain(&["min_rtt_us"]) {
+        let i = field_index(name).expect("a recorded field");
+        let (now, then) = (last.get(i), polled.get(i));
+        let keep = if *name == "min_rtt_us" {
+            now.filter(|&r| r > 0 && r < u64::from(u32::MAX)).or(then)
+        } else {
+            now.max(then)
+        };
+        last.set(i, keep);
     }
 }
 
@@ -190,6 +368,7 @@ impl Table {
 #[derive(Debug)]
 pub struct Recorder {
     writer: RecordWriter,
+    closes: Option<(DestroyListener, Option<Filter>)>,
     options: RecorderOptions,
     table: Table,
     last_tick_ns: u64,
@@ -216,12 +395,20 @@ impl Recorder {
         let writer = RecordWriter::create(path, &header(&options, now), options.writer)?;
         Ok(Recorder {
             writer,
+            closes: None,
             options,
             table: Table::default(),
             last_tick_ns: now,
             last_full_ns: now,
             last_block_ns: now,
         })
+    }
+
+    /// Summarises closes from the kernel's destroy notifications (of the sockets `filter`
+    /// selects) instead of from the polls.
+    pub fn listen_for_closes(&mut self, listener: DestroyListener, filter: Option<Filter>) {
+        self.closes = Some((listener, filter));
+        self.table.listening = true;
     }
 
     /// Totals so far.
@@ -253,6 +440,14 @@ impl Recorder {
         self.begin(now)?;
         let (table, out) = (&mut self.table, &mut self.writer.records);
         let stats = dumper.dump(req, |s| table.observe(s, out))?;
+        if let Some((listener, filter)) = &mut self.closes {
+            listener.drain(|s| {
+                if filter.as_ref().is_none_or(|f| f.matches(&s.id)) {
+                    table.destroyed(s, out);
+                }
+            })?;
+            table.stats.lost_closes = listener.overruns;
+        }
         self.end(now, !stats.interrupted)
     }
 
@@ -286,6 +481,7 @@ impl Recorder {
             self.last_full_ns = now;
         }
         t.poll += 1;
+        t.now = now;
         t.stats.polls += 1;
         t.stats.sockets = 0;
         put_tick(&mut self.writer.records, now.saturating_sub(self.last_tick_ns));

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::codec::{Record, apply_change};
+use super::codec::{ClosedRecord, Record, apply_change};
 use super::fields::{Identity, VOLATILE_MASK, Values};
 use super::file::{Header, RecordError, RecordReader};
 use crate::Connection;
+use crate::closed::ClosedSummary;
 
 /// One connection as replayed so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +52,8 @@ pub enum Event {
     },
     /// The connection is gone; its last state.
     Gone(Box<Tracked>),
+    /// A connection's close, with what it lived through.
+    Closed(Box<ClosedSummary>),
 }
 
 /// Replays one file.
@@ -171,6 +174,16 @@ impl Replay {
                 apply_change(&mut t.values, mapped);
                 t.last_ns = now;
                 Ok(Event::Change { cookie, mask: t.values.changed(&before) })
+            }
+            Record::Closed { id, fields, seen, lifetime_ns, max_rtt_us } => {
+                let mut values = Values::default();
+                for (i, v) in fields {
+                    if let Some(i) = self.reader.field(i) {
+                        values.set(i, Some(v));
+                    }
+                }
+                let record = ClosedRecord { id, values, seen, lifetime_ns, max_rtt_us };
+                Ok(Event::Closed(Box::new(record.summary())))
             }
             Record::Gone { cookie } => match self.table.remove(&cookie) {
                 Some(t) => Ok(Event::Gone(Box::new(t))),
