@@ -23,7 +23,7 @@
 //! bandwidth sweep (its Figure 4) as SVG.
 //!
 //! [`run`] returns a serialisable [`SendqReport`]. Each bandwidth's path is a
-//! [`LivePath`](tcptail_lab::LivePath); the run changes nothing outside the namespaces it
+//! [`LivePath`]; the run changes nothing outside the namespaces it
 //! creates, which are removed on every exit path.
 
 use std::io;
