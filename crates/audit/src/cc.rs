@@ -27,8 +27,8 @@
 use serde::Serialize;
 
 use crate::Error;
-use crate::host::HostView;
 use crate::profile::normalize;
+use crate::view::HostView;
 
 /// The namespace's default congestion control.
 pub const DEFAULT: &str = "net.ipv4.tcp_congestion_control";

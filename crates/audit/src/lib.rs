@@ -5,8 +5,9 @@
 //! - [`profile`]: TOML profiles (built-in `trading-latency`, `bulk-throughput`, and the
 //!   `baseline` they extend, which carries the seeds' known-bad settings), user profiles that
 //!   `extends` a built-in, and errors naming file, line and key.
-//! - [`host`]: [`HostView`], every read of the host relative to a root directory (`/` or a
-//!   fixture tree), and the [`Snapshot`] the checks run on.
+//! - [`view`]: [`HostView`], every read of the host relative to a root directory (`/` or a
+//!   fixture tree).
+//! - [`host`]: the [`Snapshot`] the checks run on, read through a view.
 //! - [`checks`]: pure functions from a profile and a snapshot to [`AuditFinding`]s (OK / WARN /
 //!   FAIL / N/A with current value, recommendation, rationale and evidence), including the
 //!   seed's six production failure modes.
@@ -56,8 +57,10 @@ pub mod profile;
 pub mod revert;
 pub mod tune;
 pub mod verify;
+pub mod view;
 
 pub use checks::{AuditFinding, Report, Status, audit};
 pub use error::Error;
-pub use host::{HostView, Snapshot};
+pub use host::Snapshot;
 pub use profile::{HostProfile, Scope, Severity, Want};
+pub use view::HostView;

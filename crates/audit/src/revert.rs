@@ -26,9 +26,9 @@ use serde::Serialize;
 use crate::Error;
 use crate::error::with_causes;
 use crate::files::remove_durably;
-use crate::host::HostView;
 use crate::lock::TuneLock;
 use crate::tune::{State, conf_path, state_path, write_sysctl};
+use crate::view::HostView;
 
 /// What [`revert`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -44,11 +44,12 @@ use crate::cc::{self, SideEffect};
 use crate::checks::{HOST_NOT_CHANGEABLE, HOST_NOT_VISIBLE};
 use crate::error::with_causes;
 use crate::files::{remove_durably, write_durably};
-use crate::host::{HostView, Snapshot, config_files, parse_config};
+use crate::host::{Snapshot, config_files, parse_config};
 use crate::lock::TuneLock;
 use crate::profile::{
     HostProfile, Scope, line_problem, normalize, valid_key, valid_name, value_problem,
 };
+use crate::view::HostView;
 
 /// One key of the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
