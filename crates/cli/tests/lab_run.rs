@@ -1,6 +1,7 @@
 //! The real `tcptail lab run` and `lab report`, as root: every built-in experiment end to end
 //! in smoke mode (CI's check that the whole set runs: every experiment with a verdict in the
-//! allowed set and every rule evaluated, every variant with the metrics its engine declares
+//! allowed set, its reason quoting the numbers it was decided on, and every rule evaluated,
+//! every variant with the metrics its engine declares
 //! or the reason this host cannot run it, every metric the rules and the table read present,
 //! and each report section with a plot for each plot that has data), `--list` against the
 //! built-in files, experiment files checked before anything runs, Ctrl-C keeping what
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tcptail_experiments::spec::{Experiment, RunMode};
+use tcptail_experiments::verdict::format_value;
 
 mod common;
 
@@ -27,6 +29,74 @@ fn results(dir: &Path) -> Value {
 }
 
 const VERDICTS: [&str; 4] = ["reproduced", "partly", "not-reproduced", "not-applicable"];
+
+/// The values a condition reads: `variant.metric` (median over rounds), `variant.metric.min`
+/// and `.max`, for the variants in `ran`, as (variant, metric, statistic); `has(...)` guards
+/// read presence, not a number, and are left out.
+fn values_read<'a>(condition: &'a str, ran: &[&str]) -> Vec<(&'a str, &'a str, &'a str)> {
+    let mut text = condition;
+    let mut kept = Vec::new();
+    while let Some(at) = text.find("has(") {
+        kept.push(&text[..at]);
+        text = text[at..].split_once(')').map_or("", |(_, rest)| rest);
+    }
+    kept.push(text);
+    kept.iter()
+        .flat_map(|part| part.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')))
+        .filter_map(|word| {
+            let parts: Vec<&str> = word.split('.').collect();
+            let (v, m, stat) = match parts[..] {
+                [v, m] => (v, m, "median"),
+                [v, m, stat @ ("min" | "max")] => (v, m, stat),
+                _ => return None,
+            };
+            ran.contains(&v).then_some((v, m, stat))
+        })
+        .collect()
+}
+
+/// Asserts that an experiment's reason quotes the numbers its verdict was decided on, as the
+/// reason templates print them ([`format_value`]): every value the deciding rule's condition
+/// read (for the final `otherwise` rule, the values of the first rule's condition, the claim's
+/// test it failed), or, when the deciding condition could not be decided, the name of each
+/// reference this run did not measure. (A reference without a value in a condition that was
+/// decided, through `has(...)` or `and`/`or`, decided nothing.)
+fn assert_reason_quotes_its_numbers(name: &str, e: &Value, spec: &Experiment, ran: &[&str]) {
+    let reason = e["verdict_reason"].as_str().unwrap_or("");
+    let rules = e["rules"].as_array().expect("rules");
+    let fired = rules.iter().position(|r| r["fired"] == true).expect("a deciding rule");
+    let undecided = rules[fired]["outcome"] == "unknown";
+    let condition = match spec.rules[fired].when.as_deref() {
+        Some(when) => when,
+        None => spec.rules[0].when.as_deref().unwrap_or(""),
+    };
+    let variants = e["variants"].as_array().expect("variants");
+    for (v, m, stat) in values_read(condition, ran) {
+        let reference =
+            if stat == "median" { format!("{v}.{m}") } else { format!("{v}.{m}.{stat}") };
+        let value = variants
+            .iter()
+            .find(|x| x["name"] == v)
+            .and_then(|x| x["metrics"].get(m))
+            .and_then(|x| x[stat].as_f64())
+            .filter(|x| x.is_finite());
+        match value {
+            Some(value) => {
+                let printed = format_value(value);
+                assert!(
+                    reason.contains(&printed),
+                    "{name}: the verdict was decided on {reference} = {printed}, which the \
+                     reason does not quote: {reason:?}"
+                );
+            }
+            None if undecided => assert!(
+                reason.contains(&reference),
+                "{name}: {reference} has no value and the reason does not name it: {reason:?}"
+            ),
+            None => {}
+        }
+    }
+}
 
 /// `variant.metric` references in a rule's or finding's text, for the variants in `ran`.
 fn references<'a>(text: &'a str, ran: &[&str]) -> Vec<(&'a str, &'a str)> {
@@ -113,6 +183,7 @@ fn every_builtin_runs_end_to_end_in_smoke_mode() {
             spec.variants_in(RunMode::Smoke).iter().map(|v| v.name.as_str()).collect();
         let got: Vec<&str> = variants.iter().filter_map(|v| v["name"].as_str()).collect();
         assert_eq!(got, ran, "{name}: the smoke variants");
+        assert_reason_quotes_its_numbers(name, e, spec, &ran);
         let mut measured: Vec<&str> = Vec::new();
         for v in variants {
             let vname = v["name"].as_str().unwrap_or("?");
@@ -326,4 +397,15 @@ fn report_rerenders_from_results_json_alone() {
     let missing = dir.path().join("nowhere");
     let out = Command::new(bin()).args(["lab", "report"]).arg(&missing).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn values_read_finds_medians_and_spreads_but_not_guards() {
+    let ran = ["a", "b"];
+    let condition = "has(c.x) and a.p99_us.min > 2.5 * b.p99_us.max or (a.x < 1e-3 and has(b.y))";
+    assert_eq!(
+        values_read(condition, &ran),
+        [("a", "p99_us", "min"), ("b", "p99_us", "max"), ("a", "x", "median")]
+    );
+    assert_eq!(values_read("max(a.x, b.y.min) > 0 and c.z > 1", &ran).len(), 2, "c did not run");
 }

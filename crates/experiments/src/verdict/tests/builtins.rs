@@ -394,3 +394,47 @@ fn every_builtin_reproduces_on_a_difference_and_not_without_one() {
         assert_eq!(d.rule, "otherwise", "{name}");
     }
 }
+
+/// The values a condition reads (its comparisons' references; `has(...)` reads presence).
+fn values_read(cond: &Cond, out: &mut Vec<Ref>) {
+    match cond {
+        Cond::Has(_) => {}
+        Cond::Cmp(..) => cond.refs(out),
+        Cond::Not(a) => values_read(a, out),
+        Cond::And(a, b) | Cond::Or(a, b) => [a, b].iter().for_each(|c| values_read(c, out)),
+    }
+}
+
+/// Every built-in reason quotes the numbers its verdict is decided on: each value its rule's
+/// condition reads (for the final rule, the first rule's, the claim's test that failed) is a
+/// placeholder of the reason. The lab-run smoke test checks the same on a real run's text.
+#[test]
+fn every_builtin_reason_quotes_the_values_its_condition_reads() {
+    let mut unquoted = Vec::new();
+    for e in Experiment::builtins() {
+        let (_, rules) = builtin(&e.name);
+        for rule in &rules {
+            let Some((_, cond)) = rule.when.as_ref().or(rules[0].when.as_ref()) else { continue };
+            let mut read = Vec::new();
+            values_read(cond, &mut read);
+            let quoted: Vec<&Ref> = rule
+                .reason
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Ref(r) => Some(r),
+                    Piece::Text(_) => None,
+                })
+                .collect();
+            let missing: Vec<String> =
+                dedup(read).iter().filter(|r| !quoted.contains(r)).map(Ref::to_string).collect();
+            if !missing.is_empty() {
+                unquoted.push(format!("{} line {}: {}", e.file, rule.line, missing.join(", ")));
+            }
+        }
+    }
+    assert!(
+        unquoted.is_empty(),
+        "reasons that do not quote what decided them:\n{}",
+        unquoted.join("\n")
+    );
+}
