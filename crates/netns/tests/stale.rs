@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use tcptail_netns::process::is_alive;
 use tcptail_netns::stale::clean_stale_links_in;
 use tcptail_netns::{Cleanup, Netns, Scope, clean_stale, netns};
 
-use common::require_root;
+use common::{eventually, require_root};
 
 /// A namespace created behind the library's back (as a crashed run would leave it); deleted
 /// on drop whatever happens.
@@ -70,7 +71,17 @@ fn removes_dead_owners_namespaces_and_keeps_live_ones() {
     let other = RawNetns::add(format!("tcptail-{}-t-stale-live-0", other_run.0.id()));
     let cleanup = Cleanup::new();
     let ours = Netns::create(&cleanup, "t-stale-ours").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // `ip netns exec` enters the namespace, then execs sleep in the same process: wait for
+    // both, so clean_stale has a process to stop (a fixed sleep raced with it).
+    let stale_ns = std::fs::metadata(format!("/run/netns/{}", stale.0)).unwrap();
+    let inside_pid = inside.0.id();
+    let entered = eventually(Duration::from_secs(10), || {
+        let ns = std::fs::metadata(format!("/proc/{inside_pid}/ns/net"));
+        let comm = std::fs::read_to_string(format!("/proc/{inside_pid}/comm"));
+        ns.is_ok_and(|m| (m.dev(), m.ino()) == (stale_ns.dev(), stale_ns.ino()))
+            && comm.is_ok_and(|c| c.trim() == "sleep")
+    });
+    assert!(entered, "ip netns exec never ran sleep inside {}", stale.0);
 
     let report = clean_stale(Scope::DeadOwners).unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
