@@ -195,8 +195,11 @@ fn stopper_stops_the_thread() {
     let r = rig(path(1, 1), EmulatorOptions::default());
     r.handle.stopper().stop();
     let t = Instant::now();
+    // A thread that ignores the stopper runs forever; one that obeys ends within a wake-up.
+    // The bound only has to tell those apart on a loaded host, where a wake-up can wait for
+    // the scheduler far longer than the 1 s this test used to allow.
     while !r.handle.is_finished() {
-        assert!(t.elapsed() < Duration::from_secs(1), "the thread ignored the stopper");
+        assert!(t.elapsed() < Duration::from_secs(30), "the thread ignored the stopper");
         std::thread::sleep(Duration::from_millis(1));
     }
     drop(r.handle);
