@@ -137,6 +137,10 @@ pub struct EmulatorOptions {
     /// Stop sleeping this long before a release and busy-wait the rest (default 50 µs; at
     /// most 10 ms). Zero sleeps right up to the release.
     pub spin: Duration,
+    /// Busy-wait only while the thread's own work took under a quarter of the last 10 ms
+    /// (default `true`): under a continuous flow spinning buys no precision and forces rests
+    /// (see [`EmulatorOptions::max_busy`]). `false` always spins.
+    pub adaptive_spin: bool,
     /// After running this long without blocking, sleep for [`EmulatorOptions::rest`] (default
     /// `Some(2 ms)`; `None` never rests). A `SCHED_FIFO` thread that keeps its CPU busy (an
     /// unshaped gigabit flow) otherwise starves the ordinary tasks queued on that CPU until
@@ -176,6 +180,7 @@ impl Default for EmulatorOptions {
             threads: Threads::Single,
             wake: Wake::Timerfd,
             spin: Duration::from_micros(50),
+            adaptive_spin: true,
             max_busy: Some(Duration::from_millis(2)),
             rest: Duration::from_micros(200),
             batch: 32,
@@ -503,11 +508,13 @@ impl EmulatorHandle {
         let now = self.clock.now();
         let mut errors = Vec::new();
         let (mut sleeps, mut rests, mut by_signal) = (0, 0, false);
+        let mut spinless_windows = 0;
         let mut cpu = Duration::ZERO;
         let mut lateness = report::LatenessHistogram::default();
         let (mut up, mut down) = (None, None);
         for f in finished {
             sleeps += f.sleeps;
+            spinless_windows += f.spinless_windows;
             cpu += f.cpu;
             rests += f.rests;
             by_signal |= f.by_signal;
@@ -540,6 +547,7 @@ impl EmulatorHandle {
             spin_us: o.spin.as_secs_f64() * 1e6,
             sleeps,
             rests,
+            spinless_windows,
             duration_s: self.started.elapsed().as_secs_f64(),
             cpu_s: cpu.as_secs_f64(),
             stopped_by_signal: by_signal,

@@ -7,7 +7,8 @@
 //!                           [--cc bbr]
 //! emulator_bench rate       [--rates 0.128,1,10,100,1000,10000] [--secs 10] [--delay-ms 5]
 //!                           [--cc cubic]
-//! common: [--tun offload|plain] [--spin-us 50] [--wake ppoll|timerfd] [--threads single|per]
+//! common: [--tun offload|plain] [--spin-us 50] [--fixed-spin] [--wake ppoll|timerfd]
+//!         [--threads single|per]
 //!         [--cpu N] [--no-fifo] [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N]
 //!         [--log-dir DIR] [--json (full emulator reports on stderr)]
 //! ```
@@ -105,6 +106,7 @@ fn parse() -> Res<Args> {
             "--delay-ms" => a.delay_ms = num(val()?)?,
             "--interval-us" => a.interval_us = num(val()?)?,
             "--spin-us" => a.options.spin = Duration::from_micros(num(val()?)?),
+            "--fixed-spin" => a.options.adaptive_spin = false,
             "--batch" => a.options.batch = num(val()?)? as usize,
             "--cpu" => a.options.cpu = Some(num(val()?)? as usize),
             "--no-fifo" => a.options.fifo_priority = None,

@@ -218,6 +218,10 @@ pub struct EmulatorReport {
     /// Times the thread rested after [`EmulatorOptions::max_busy`](super::EmulatorOptions::max_busy)
     /// of continuous work.
     pub rests: u64,
+    /// 10 ms windows in which the thread(s) slept right up to releases instead of
+    /// busy-waiting, because they had worked more than a quarter of the window before
+    /// ([`EmulatorOptions::adaptive_spin`](super::EmulatorOptions::adaptive_spin)).
+    pub spinless_windows: u64,
     /// Seconds from start to stop.
     pub duration_s: f64,
     /// CPU time of the emulator thread(s), user and system, in seconds. The kernel's copies
