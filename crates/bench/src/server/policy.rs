@@ -13,9 +13,10 @@
 //! - `SO_SNDBUF`/`SO_RCVBUF` up to `net.core.wmem_max`/`rmem_max`.
 //!
 //! Everything else is refused **per option**, never the whole Hello: each refusal is a row of
-//! the Welcome's [`ApplyReport`] with [`OptionOutcome::RefusedByPolicy`] ("refused: server
-//! policy") and a note naming the `--allow` word that would permit it. The server's operator
-//! opts in with [`Privilege`]s (`tcptail bench server --allow spin,cpu,busy-poll,priority,cc-load`).
+//! the Welcome's [`ApplyReport`](tcptail_sock::ApplyReport) with
+//! [`OptionOutcome::RefusedByPolicy`] ("refused: server policy") and a note naming the
+//! `--allow` word that would permit it. The server's operator opts in with [`Privilege`]s
+//! (`tcptail bench server --allow spin,cpu,busy-poll,priority,cc-load`).
 //!
 //! Even when spinning is allowed it is bounded: a connection that has received nothing for
 //! [`ServerPolicy::spin_cap`] stops busy-polling and sleeps until its next request.
