@@ -8,10 +8,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use tcptail_diag::closed::{CloseWatcher, DestroyListener};
+use tcptail_diag::metrics::closed::ClosedMetrics;
 use tcptail_diag::metrics::{self, Format, Scrape, State};
 use tcptail_diag::{Dumper, Selectors};
 
@@ -26,7 +29,10 @@ Selector file (TOML):
 Connections matched by a selector get per-connection series labelled selector, peer (remote
 address) and conn (a slot number the socket keeps while it lives, so a series never moves to
 another socket); the cap admits the oldest matched sockets. All others are aggregated per
-group (counts per state and congestion control, RTT and send-queue-delay histograms).";
+group (counts per state and congestion control, RTT and send-queue-delay histograms).
+Closed connections (the kernel's destroy notifications; needs CAP_NET_ADMIN) feed
+tcptail_closed_* histograms per congestion control: lifetime, bytes, retransmissions, min
+and max RTT, rwnd/sndbuf-limited fractions (--no-closed turns them off).";
 
 /// Flags of `tcptail exporter`.
 #[derive(Debug, Args)]
@@ -48,6 +54,56 @@ pub struct ExporterArgs {
     /// aggregates of all other sockets.
     #[arg(long)]
     no_aggregates: bool,
+    /// Do not listen for closes (the tcptail_closed_* histograms).
+    #[arg(long)]
+    no_closed: bool,
+}
+
+/// How often the close watcher learns which connections exist (their lifetimes' resolution).
+const TRACK_EVERY: Duration = Duration::from_secs(1);
+
+/// Starts the thread that turns the kernel's destroy notifications of the selected
+/// connections into histograms; without CAP_NET_ADMIN it says so and the exporter goes on
+/// without them.
+fn watch_closes(args: &ExporterArgs, selectors: &Selectors) -> Option<Arc<Mutex<ClosedMetrics>>> {
+    let opened = match &args.netns {
+        Some(ns) => DestroyListener::in_netns(ns).and_then(|l| Ok((l, Dumper::in_netns(ns)?))),
+        None => DestroyListener::new().and_then(|l| Ok((l, Dumper::new()?))),
+    };
+    let (listener, dumper) = match opened {
+        Ok(both) => both,
+        Err(e) => {
+            eprintln!(
+                "tcptail exporter: warning: no tcptail_closed_* histograms: the kernel's destroy \
+                 notifications are not available ({}; they need CAP_NET_ADMIN)",
+                crate::chain_line(&e)
+            );
+            return None;
+        }
+    };
+    let filter = selectors.filter();
+    let mut watcher = CloseWatcher::new(listener, dumper, filter, TRACK_EVERY);
+    let metrics = Arc::new(Mutex::new(ClosedMetrics::default()));
+    let shared = metrics.clone();
+    std::thread::spawn(move || {
+        let mut warned = false;
+        loop {
+            let result = watcher.step(|c| {
+                shared.lock().unwrap_or_else(PoisonError::into_inner).observe(&c);
+            });
+            shared.lock().unwrap_or_else(PoisonError::into_inner).lost = watcher.lost();
+            if let Err(e) = result
+                && !std::mem::replace(&mut warned, true)
+            {
+                eprintln!(
+                    "tcptail exporter: warning: watching closes failed ({}); retrying",
+                    crate::chain_line(&e)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    Some(metrics)
 }
 
 /// Loads the selector file and applies `--max-connections`.
@@ -82,6 +138,9 @@ pub fn run(args: ExporterArgs) -> Result<ExitCode> {
     let addr = server.server_addr().to_ip().map_or(args.listen.clone(), |a| a.to_string());
     eprintln!("tcptail exporter: serving http://{addr}/metrics");
     let mut state = State::default();
+    if !args.no_closed {
+        state.closed = watch_closes(&args, &selectors);
+    }
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("").to_owned();
         let response = match path.as_str() {

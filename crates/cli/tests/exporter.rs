@@ -589,3 +589,70 @@ fn top_live_view_refreshes() {
     let frames = text.matches("tcptail top: 2 connections, sorted by Retrans").count();
     assert!(frames >= 3, "{frames} frames in 700 ms:\n{text}");
 }
+
+#[test]
+fn closed_connections_feed_bounded_histograms() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let sel = selector_file(dir.path(), port, 10);
+    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    // Two connections live through a tracking dump (they get a lifetime): one closes
+    // gracefully, one by a reset; a third opens and closes between two dumps. The selector
+    // matches the client ends (remote port = port).
+    let mut long = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut long_peer, _) = l.accept().unwrap();
+    let reset = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (reset_peer, _) = l.accept().unwrap();
+    long.write_all(&[1u8; 200_000]).unwrap();
+    let mut got = vec![0u8; 200_000];
+    long_peer.read_exact(&mut got).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    drop(long);
+    drop(long_peer);
+    rustix::net::sockopt::set_socket_linger(&reset, Some(Duration::ZERO)).unwrap();
+    drop(reset);
+    drop(reset_peer);
+    let quick = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    drop(l.accept().unwrap());
+    drop(quick);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let (status, body) = http_get(addr, "/metrics", "text/plain");
+        assert_eq!(status, 200, "{body}");
+        let closed: u64 = body
+            .lines()
+            .filter(|l| l.starts_with("tcptail_closed_connections_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        if closed >= 3 || Instant::now() > deadline {
+            assert_eq!(closed, 3, "three client ends closed, each counted once:\n{body}");
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let count = |family: &str| -> u64 {
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{family}_count{{")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(count("tcptail_closed_lifetime_seconds"), 2, "{body}");
+    assert_eq!(count("tcptail_closed_bytes_acked_bytes"), 3, "{body}");
+    let big = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("tcptail_closed_bytes_acked_bytes_bucket{") && l.contains("le=\"100000\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum::<u64>();
+    assert_eq!(big, 2, "the long connection acked 200 kB, the others less:\n{body}");
+    assert!(body.contains("# TYPE tcptail_closed_max_rtt_seconds histogram"), "{body}");
+    assert!(body.contains("tcptail_closed_notifications_lost_total 0\n"), "{body}");
+    // No per-connection label anywhere in the closed families.
+    for line in body.lines().filter(|l| l.starts_with("tcptail_closed_")) {
+        assert!(!line.contains("peer=") && !line.contains("conn="), "{line}");
+    }
+    let (_, om) = http_get(addr, "/metrics", "application/openmetrics-text; version=1.0.0");
+    assert!(om.contains("tcptail_closed_connections_total{") && om.ends_with("# EOF\n"));
+}

@@ -212,3 +212,117 @@ impl ClosedSummary {
         )
     }
 }
+
+/// Whether a destroyed socket nobody polled was a connection's end: a listener's, or a
+/// socket that never connected, has no remote port and sent nothing (an aborted connection
+/// has no remote port either, tcp_disconnect clears it, but it sent segments).
+pub fn never_connected(s: &Socket<'_>) -> bool {
+    s.id.dport == 0 && s.info.as_ref().and_then(|i| i.segs_out).unwrap_or(0) == 0
+}
+
+/// What the watcher knows of a live connection.
+#[derive(Debug)]
+struct Known {
+    first_ns: u64,
+    seen_ns: u64,
+    cc: Option<String>,
+}
+
+/// How long a connection no tracking dump found is remembered (its destroy notification may
+/// come after FIN_WAIT2 or a long close).
+const FORGET_AFTER_NS: u64 = 120_000_000_000;
+
+/// Watches one namespace's closes for a long-running process (the exporter): the destroy
+/// notifications, plus a header-only dump every `track_every` that learns when each selected
+/// connection was first seen and its congestion control (a lifetime's resolution is that
+/// period; a connection that lived between two dumps has no lifetime).
+#[derive(Debug)]
+pub struct CloseWatcher {
+    listener: DestroyListener,
+    dumper: crate::Dumper,
+    req: crate::DumpRequest,
+    known: std::collections::HashMap<u64, Known>,
+    track_every_ns: u64,
+    last_track_ns: Option<u64>,
+}
+
+impl CloseWatcher {
+    /// A watcher of the sockets `filter` selects (all without one).
+    pub fn new(
+        listener: DestroyListener,
+        dumper: crate::Dumper,
+        filter: Option<crate::Filter>,
+        track_every: Duration,
+    ) -> CloseWatcher {
+        let req = crate::DumpRequest {
+            states: wire::ALL_STATES,
+            filter,
+            attrs: wire::Attrs { cong: true, ..wire::Attrs::NONE },
+            ..crate::DumpRequest::default()
+        };
+        CloseWatcher {
+            listener,
+            dumper,
+            req,
+            known: std::collections::HashMap::new(),
+            track_every_ns: track_every.as_nanos() as u64,
+            last_track_ns: None,
+        }
+    }
+
+    /// Notifications lost to a full socket buffer so far.
+    pub fn lost(&self) -> u64 {
+        self.listener.overruns
+    }
+
+    /// Connections tracked (one entry per live selected connection, plus recently gone ones).
+    pub fn tracked(&self) -> usize {
+        self.known.len()
+    }
+
+    /// A tracking dump when one is due, then every queued notification, each close handed to
+    /// `closed`.
+    pub fn step(&mut self, mut closed: impl FnMut(ClosedSummary)) -> Result<(), DiagError> {
+        let now = crate::sys::monotonic_ns();
+        if self.last_track_ns.is_none_or(|t| now.saturating_sub(t) >= self.track_every_ns) {
+            self.last_track_ns = Some(now);
+            let known = &mut self.known;
+            self.dumper.dump(&self.req, |s| {
+                // Listeners and TIME_WAIT mini-sockets are not connections to time.
+                if s.id.dport == 0 || s.state == 6 {
+                    return;
+                }
+                let k = known.entry(s.id.cookie).or_insert(Known {
+                    first_ns: now,
+                    seen_ns: now,
+                    cc: None,
+                });
+                k.seen_ns = now;
+                if k.cc.as_deref() != s.cong {
+                    k.cc = s.cong.map(str::to_owned);
+                }
+            })?;
+            self.known.retain(|_, k| now.saturating_sub(k.seen_ns) < FORGET_AFTER_NS);
+        }
+        let (filter, known) = (&self.req.filter, &mut self.known);
+        self.listener.drain(|s| {
+            // A tracked connection was selected when it lived; an aborted one has lost its
+            // addresses by now (tcp_disconnect clears them), so an untracked one that was
+            // aborted between two tracking dumps cannot be matched and is not counted.
+            let k = known.remove(&s.id.cookie);
+            let selected = filter.as_ref().is_none_or(|f| f.matches(&s.id));
+            if k.is_none() && (!selected || never_connected(s)) {
+                return;
+            }
+            let mut id = Identity::of(s);
+            let mut values = Values::default();
+            values.fill(s);
+            let lifetime = k.as_ref().map(|k| Duration::from_nanos(now.saturating_sub(k.first_ns)));
+            if let Some(k) = k {
+                id.cc = k.cc;
+            }
+            closed(ClosedSummary::new(&id, &values, CloseSeen::Destroyed, lifetime, None));
+        })?;
+        Ok(())
+    }
+}

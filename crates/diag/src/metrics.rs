@@ -29,6 +29,7 @@ use std::time::Duration;
 use tcptail_sock::cc_info::BbrInfo;
 use tcptail_sock::tcp_info::{TcpInfo, TcpState};
 
+pub mod closed;
 mod families;
 mod slots;
 mod text;
@@ -102,6 +103,9 @@ pub struct State {
     pub totals: Totals,
     /// Stable `conn` labels.
     pub slots: Slots,
+    /// Histograms over closed connections, filled by whoever listens for closes (rendered
+    /// when present).
+    pub closed: Option<std::sync::Arc<std::sync::Mutex<closed::ClosedMetrics>>>,
 }
 
 /// The aggregates of one group (a selector's capped connections, or `other`).
@@ -463,6 +467,11 @@ impl<'s> Scrape<'s> {
         ] {
             w.header(name, help, Kind::Counter);
             w.sample(name, "_total", "", Num::int(v));
+        }
+        if let Some(closed) = &state.closed {
+            // A poisoned lock only means a listener thread panicked mid-update: the counts
+            // it had are still worth showing.
+            closed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).render(&mut w);
         }
         if format == Format::OpenMetrics {
             w.out.push_str("# EOF\n");

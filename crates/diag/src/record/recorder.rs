@@ -285,12 +285,10 @@ impl Table {
     fn destroyed(&mut self, s: &Socket<'_>, out: &mut Vec<u8>) {
         let cookie = s.id.cookie;
         let values = RawRow::of(s).values();
-        // A listener's end (or a socket that never connected) is not a connection's. An
-        // aborted connection has no remote port either (tcp_disconnect clears it), but it
-        // sent segments, and the polls that knew it kept its addresses.
+        // A listener's end (or a socket that never connected) is not a connection's; the
+        // polls that knew an aborted connection kept its addresses.
         let known = self.entries.get(&cookie).or(self.departed.get(&cookie).map(|d| &d.entry));
-        let never_connected = s.id.dport == 0 && values.by_name("segs_out").unwrap_or(0) == 0;
-        if known.map_or(never_connected, |e| e.row.state() == LISTEN) {
+        if known.map_or(crate::closed::never_connected(s), |e| e.row.state() == LISTEN) {
             self.entries.remove(&cookie);
             return;
         }
