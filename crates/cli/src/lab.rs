@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel};
+use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, Reorder};
 use tcptail_lab::path::{
     EmulatorKind, LabError, LabRun, LabSpec, PathFlags, ReadyArg, Side, exec_command, running_labs,
     select_lab,
@@ -54,7 +54,14 @@ Values:
   --buffer   375KB | 250pkt | 100ms | 2bdp   bytes, packets, time, or multiples of rate x RTT
              (default: 1bdp, at least 10 packets)
   --queue    fifo (drop-tail, default) | codel | codel:target=5ms,interval=100ms
-  --jitter   2ms (uniform +-2ms) | normal:1ms (sigma); never reorders packets
+             codel,ecn                   mark ECN-capable packets CE instead of dropping
+             fq_codel[,ecn]              flow queues (5-tuple), DRR, CoDel per flow; Linux's
+                                         defaults target=5ms,interval=100ms,quantum=1514,
+                                         flows=1024 and limit 10240pkt (--buffer overrides)
+  --jitter   2ms (uniform +-2ms) | normal:1ms (sigma) | pareto:1ms | paretonormal:1ms
+             (netem's distributions and tables); never reorders packets
+  --reorder  1%,gap=2ms                  hold 1% of packets back 2ms, so later ones overtake
+  --ecn-blackhole                        drop every ECT/CE packet (ECN-hostile middlebox)
   --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN;
              --trace-up/--trace-down FILE for one direction, e.g. --trace-down lte.trace
              --rate-up 5mbit (a trace one way, a constant rate the other)
@@ -67,6 +74,7 @@ Examples:
   tcptail lab path --rate 30mbit --rtt 10ms --buffer 375KB --server-cmd 'iperf3 -s -1' \\
       -- sh -c 'iperf3 -c $TCPTAIL_SERVER_ADDR -t 5 -C bbr'
   tcptail lab path --rate-up 5mbit --rate-down 50mbit --rtt 40ms --loss ge:1%,burst=4 -- bash
+  tcptail lab path --rate 50mbit --rtt 20ms --queue fq_codel,ecn --reorder 1%,gap=2ms -- bash
   tcptail lab exec --server -- ss -tin";
 
 #[derive(Debug, Args)]
@@ -108,7 +116,8 @@ pub struct PathArgs {
     /// One-way delay server to client.
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Path")]
     delay_down: Option<HumanDuration>,
-    /// Delay variation, both directions: 2ms (uniform) or normal:1ms.
+    /// Delay variation, both directions: 2ms (uniform), normal:1ms, pareto:1ms or
+    /// paretonormal:1ms.
     #[arg(long, value_name = "JITTER", allow_hyphen_values = true, help_heading = "Path")]
     jitter: Option<Jitter>,
     /// Delay variation client to server.
@@ -135,9 +144,21 @@ pub struct PathArgs {
     /// Buffer server to client.
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
     buffer_down: Option<BufferSize>,
-    /// Queue discipline, both directions: fifo or codel[:target=5ms,interval=100ms].
+    /// Queue discipline, both directions: fifo, codel[,ecn] or fq_codel[,ecn] (see below).
     #[arg(long, value_name = "QUEUE", help_heading = "Path")]
     queue: Option<Discipline>,
+    /// Reordering, both directions: 1%,gap=2ms holds 1% of packets back by 2ms [default: off].
+    #[arg(long, value_name = "P,gap=D", help_heading = "Path")]
+    reorder: Option<Reorder>,
+    /// Reordering client to server.
+    #[arg(long, value_name = "P,gap=D", help_heading = "Path")]
+    reorder_up: Option<Reorder>,
+    /// Reordering server to client.
+    #[arg(long, value_name = "P,gap=D", help_heading = "Path")]
+    reorder_down: Option<Reorder>,
+    /// Drop every ECN-capable (ECT or CE) packet, both directions.
+    #[arg(long, help_heading = "Path")]
+    ecn_blackhole: bool,
 
     /// builtin (userspace TUN emulator), netem (kernel qdiscs behind a router; needs
     /// sch_netem), or none (plain veth, no shaping).
@@ -190,6 +211,10 @@ impl PathArgs {
             buffer_up: self.buffer_up,
             buffer_down: self.buffer_down,
             queue: self.queue,
+            reorder: self.reorder,
+            reorder_up: self.reorder_up,
+            reorder_down: self.reorder_down,
+            ecn_blackhole: self.ecn_blackhole,
             emulator: self.emulator,
             out: self.out,
             lateness_bound: d(self.lateness_bound),

@@ -5,14 +5,22 @@
 //! the delay but never reorders. One jitter sample is drawn per departing packet, in departure
 //! order, from the direction's seeded RNG. With a validated spec `delay + sample >= 0`; a sample
 //! that would still go negative is clamped to the departure time.
+//!
+//! Reordering is separate and explicit ([`Reorder`]): after its in-order release time is
+//! computed, a packet is chosen with probability `p` (one more draw per packet, only when
+//! reordering is on) and then held `gap` longer, outside the ordered line, which does not wait
+//! for it: packets released within the gap overtake it. Held packets leave in release order
+//! (ties in departure order).
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use rand::Rng;
 
+use crate::jitter::Sampler;
 use crate::packet::{Packet, ReleaseInfo};
-use crate::spec::Jitter;
+use crate::spec::{Jitter, Reorder};
 use crate::time::{Nanos, duration_nanos};
 
 #[derive(Debug)]
@@ -24,23 +32,74 @@ struct InFlight<T> {
     release: Nanos,
 }
 
-/// Packets between the link and the far end, in release order.
+/// A packet held back by reordering, ordered by release time, then by departure order.
+#[derive(Debug)]
+struct Held<T> {
+    seq: u64,
+    flight: InFlight<T>,
+}
+
+impl<T> Held<T> {
+    fn key(&self) -> (Nanos, u64) {
+        (self.flight.release, self.seq)
+    }
+}
+
+impl<T> PartialEq for Held<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl<T> Eq for Held<T> {}
+
+impl<T> PartialOrd for Held<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Held<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// Packets between the link and the far end: the ordered line, and those held back.
 #[derive(Debug)]
 pub(crate) struct DelayLine<T> {
     delay: Duration,
     jitter: Option<Jitter>,
+    sampler: Sampler,
+    reorder: Option<Reorder>,
     last_release: Nanos,
     items: VecDeque<InFlight<T>>,
+    held: BinaryHeap<Reverse<Held<T>>>,
+    /// Packets pushed so far (orders held packets with equal release times).
+    pushed: u64,
 }
 
 impl<T> DelayLine<T> {
-    pub(crate) fn new(delay: Duration, jitter: Option<Jitter>) -> DelayLine<T> {
-        DelayLine { delay, jitter, last_release: Nanos::ZERO, items: VecDeque::new() }
+    pub(crate) fn new(
+        delay: Duration,
+        jitter: Option<Jitter>,
+        reorder: Option<Reorder>,
+    ) -> DelayLine<T> {
+        DelayLine {
+            delay,
+            jitter,
+            sampler: Sampler::new(jitter),
+            reorder,
+            last_release: Nanos::ZERO,
+            items: VecDeque::new(),
+            held: BinaryHeap::new(),
+            pushed: 0,
+        }
     }
 
     /// The smallest delay any packet can get (delay minus the jitter bound).
     pub(crate) fn min_delay(&self) -> Duration {
-        self.delay.saturating_sub(self.jitter.map_or(Duration::ZERO, Jitter::bound))
+        self.delay.saturating_sub(self.jitter.map_or(Duration::ZERO, Jitter::below))
     }
 
     /// The latest release time scheduled so far (later releases are never earlier).
@@ -57,50 +116,63 @@ impl<T> DelayLine<T> {
         departure: Nanos,
         rng: &mut impl Rng,
     ) {
-        let sample = self.sample(rng);
+        let sample = self.sampler.sample(rng);
         let delay = i128::from(duration_nanos(self.delay)) + i128::from(sample);
         let target = (i128::from(departure.0) + delay.max(0)).min(i128::from(u64::MAX)) as u64;
         let release = Nanos(target).max(self.last_release);
+        let seq = self.pushed;
+        self.pushed += 1;
+        if let Some(Reorder { p, gap }) = self.reorder
+            && p > 0.0
+            && rng.random::<f64>() < p
+        {
+            // Held back: the ordered line does not wait for it.
+            let release = release + gap;
+            let flight = InFlight { packet, arrival, start, departure, release };
+            self.held.push(Reverse(Held { seq, flight }));
+            return;
+        }
         self.last_release = release;
         self.items.push_back(InFlight { packet, arrival, start, departure, release });
     }
 
-    /// Jitter sample in nanoseconds.
-    fn sample(&self, rng: &mut impl Rng) -> i64 {
-        match self.jitter {
-            None => 0,
-            Some(Jitter::Uniform { max }) => {
-                // Validated specs bound jitter by one hour, well inside i64.
-                let m = i64::try_from(duration_nanos(max)).unwrap_or(i64::MAX / 2);
-                if m == 0 { 0 } else { rng.random_range(-m..=m) }
-            }
-            Some(Jitter::Normal { sigma }) => {
-                let s = duration_nanos(sigma) as f64;
-                // Box-Muller; 1 - u keeps the logarithm finite.
-                let u1: f64 = 1.0 - rng.random::<f64>();
-                let u2: f64 = rng.random::<f64>();
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                (z.clamp(-3.0, 3.0) * s) as i64
-            }
+    /// Whether the next packet out is a held one.
+    fn held_first(&self) -> bool {
+        match (self.items.front(), self.held.peek()) {
+            (Some(f), Some(Reverse(h))) => h.flight.release < f.release,
+            (None, Some(_)) => true,
+            _ => false,
+        }
+    }
+
+    fn front_flight(&self) -> Option<&InFlight<T>> {
+        if self.held_first() {
+            self.held.peek().map(|Reverse(h)| &h.flight)
+        } else {
+            self.items.front()
         }
     }
 
     /// Release time of the next packet, if any.
     pub(crate) fn front_release(&self) -> Option<Nanos> {
-        self.items.front().map(|f| f.release)
+        self.front_flight().map(|f| f.release)
     }
 
     /// The next packet's release time and payload, if any.
     pub(crate) fn front(&self) -> Option<(Nanos, &T)> {
-        self.items.front().map(|f| (f.release, &f.packet.payload))
+        self.front_flight().map(|f| (f.release, &f.packet.payload))
     }
 
     /// Takes the next packet if its release time is at or before `now`.
     pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<(T, ReleaseInfo)> {
-        if self.items.front()?.release > now {
+        if self.front_release()? > now {
             return None;
         }
-        let f = self.items.pop_front()?;
+        let f = if self.held_first() {
+            self.held.pop().map(|Reverse(h)| h.flight)?
+        } else {
+            self.items.pop_front()?
+        };
         let info = ReleaseInfo {
             id: f.packet.id,
             len: f.packet.len,
@@ -113,6 +185,6 @@ impl<T> DelayLine<T> {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.items.len()
+        self.items.len() + self.held.len()
     }
 }

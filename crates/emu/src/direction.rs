@@ -3,8 +3,9 @@
 //! [`Direction`] is a sans-IO state machine. The adapter hands it packets with
 //! [`Direction::enqueue`], takes them back with [`Direction::poll_release`] once their release
 //! time has come, and sleeps until [`Direction::next_wakeup`]. Every call carries `now`; the
-//! direction never reads a clock, never blocks, never touches a socket and never looks inside a
-//! payload (`T` is carried, not inspected).
+//! direction never reads a clock, never blocks and never touches a socket. It looks inside a
+//! payload only through [`Headers`], and only when the spec asks for it: the ECN codepoint (an
+//! ECN blackhole, marking queues) and the flow (fq_codel).
 //!
 //! # The virtual schedule
 //!
@@ -25,9 +26,11 @@
 //! # Invariants
 //!
 //! - Time never goes backwards: a `now` earlier than one already seen is treated as the latest.
-//! - Packets are released in arrival order (FIFO everywhere; drops only remove).
+//! - Packets are released in arrival order (FIFO everywhere; drops only remove), except across
+//!   fq_codel's flows (each flow stays in order) and for packets [`crate::Reorder`] holds back.
 //! - Conservation: every enqueued packet is exactly one of dropped (reported, payload returned
-//!   or, for CoDel, dropped in place), queued, in service, in the delay line, or released.
+//!   or, for CoDel and fq_codel's overflow, dropped in place), queued, in service, in the delay
+//!   line, or released. A CE mark is reported and changes nothing else.
 //! - Events reach the observer in non-decreasing virtual time.
 
 use std::time::Duration;
@@ -36,9 +39,11 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::Serialize;
 
+use crate::codel::Verdict;
 use crate::delay::DelayLine;
 use crate::event::{DropReason, Event, Observer};
 use crate::fifo::Queued;
+use crate::headers::Headers;
 use crate::link::{ConstantLink, Link, TraceLink};
 use crate::loss::Loss;
 use crate::packet::{Packet, ReleaseInfo};
@@ -57,7 +62,7 @@ pub enum Admission<T> {
     Dropped {
         /// The packet's payload.
         payload: T,
-        /// [`DropReason::Loss`] or [`DropReason::QueueFull`].
+        /// [`DropReason::Loss`], [`DropReason::QueueFull`] or [`DropReason::EcnBlackhole`].
         reason: DropReason,
     },
 }
@@ -107,7 +112,7 @@ pub struct Direction<T, O = ()> {
     now: Nanos,
 }
 
-impl<T> Direction<T, ()> {
+impl<T: Headers> Direction<T, ()> {
     /// Builds a direction from a spec and an RNG seed (loss and jitter draws). A trace starts at
     /// `Nanos::ZERO` (see [`Direction::starting_at`]).
     ///
@@ -132,10 +137,12 @@ impl<T> Direction<T, ()> {
         Ok(Direction {
             rng: StdRng::seed_from_u64(seed),
             loss: Loss::new(spec.loss),
-            queue: BottleneckQueue::new(spec.queue),
+            // fq_codel's hash perturbation: derived from the seed without drawing from the RNG,
+            // so the loss and jitter streams are the same whatever the queue.
+            queue: BottleneckQueue::new(spec.queue, splitmix64(seed ^ FLOW_HASH_SALT)),
             link,
             in_service: None,
-            delay: DelayLine::new(spec.delay, spec.jitter),
+            delay: DelayLine::new(spec.delay, spec.jitter, spec.reorder),
             observer: (),
             now: Nanos::ZERO,
             spec,
@@ -143,7 +150,7 @@ impl<T> Direction<T, ()> {
     }
 }
 
-impl<T, O: Observer> Direction<T, O> {
+impl<T: Headers, O: Observer> Direction<T, O> {
     /// Replaces the observer (normally right after construction).
     pub fn with_observer<P: Observer>(self, observer: P) -> Direction<T, P> {
         Direction {
@@ -199,16 +206,35 @@ impl<T, O: Observer> Direction<T, O> {
         }
     }
 
-    /// A packet arrives at `now`. It goes through the loss stage and the queue's admission
-    /// limit; if dropped, the payload comes back in [`Admission::Dropped`].
+    /// A packet arrives at `now`. It goes through the ECN blackhole, the loss stage and the
+    /// queue's admission limit; if dropped, the payload comes back in [`Admission::Dropped`].
+    /// (fq_codel over its limit drops from its fattest flow instead, in place, and reports
+    /// those drops; the arrival comes back only if it was among them.)
     pub fn enqueue(&mut self, now: Nanos, packet: Packet<T>) -> Admission<T> {
         let now = self.clock(now);
         self.advance(now);
         let (id, len) = (packet.id, packet.len);
         self.observer.on_event(&Event::Arrival { at: now, id, len });
-        let reason = if self.loss.lose(&mut self.rng) {
+        let blackholed = self.spec.ecn_blackhole
+            && packet.payload.ecn().is_some_and(crate::wire::Ecn::is_capable);
+        let reason = if blackholed {
+            Some(DropReason::EcnBlackhole)
+        } else if self.loss.lose(&mut self.rng) {
             Some(DropReason::Loss)
         } else if !self.queue.admits(len, || self.wait_if_admitted(now)) {
+            if self.queue.drops_from_fattest_flow() {
+                let observer = &mut self.observer;
+                let own = self.queue.push_over_limit(packet, now, &mut |victim| {
+                    report_drop(&victim, now, DropReason::QueueFull, observer)
+                });
+                if let Some(own) = own {
+                    report_drop(&own, now, DropReason::QueueFull, observer);
+                    let reason = DropReason::QueueFull;
+                    return Admission::Dropped { payload: own.packet.payload, reason };
+                }
+                self.advance(now);
+                return Admission::Queued;
+            }
             Some(DropReason::QueueFull)
         } else {
             None
@@ -257,9 +283,9 @@ impl<T, O: Observer> Direction<T, O> {
                 (None, None) => return None,
             },
             Link::Trace(link) => {
-                let bytes = match (&self.in_service, self.queue.head()) {
+                let bytes = match (&self.in_service, self.queue.next_len_at_least()) {
                     (Some(s), _) => s.remaining,
-                    (None, Some(head)) => u64::from(head.packet.len),
+                    (None, Some(len)) => u64::from(len),
                     (None, None) => return None,
                 };
                 link.time_of_byte(bytes.saturating_sub(1))
@@ -292,7 +318,7 @@ impl<T, O: Observer> Direction<T, O> {
                 if t > now {
                     return;
                 }
-                let Some(queued) = queue.dequeue(t, &mut |v| codel_drop(v, t, observer)) else {
+                let Some(queued) = queue.dequeue(t, &mut |v| verdict(v, t, observer)) else {
                     return;
                 };
                 let end = link.serve(t, queued.packet.len);
@@ -310,7 +336,7 @@ impl<T, O: Observer> Direction<T, O> {
                         if budget == 0 {
                             break;
                         }
-                        let Some(queued) = queue.dequeue(t, &mut |v| codel_drop(v, t, observer))
+                        let Some(queued) = queue.dequeue(t, &mut |v| verdict(v, t, observer))
                         else {
                             break;
                         };
@@ -375,15 +401,36 @@ fn depart<T, O: Observer>(
     delay.push(packet, arrival, s.start, at, rng);
 }
 
-fn codel_drop<T, O: Observer>(victim: Queued<T>, at: Nanos, observer: &mut O) {
+/// CoDel dropped or marked a packet at `at`: report it (a dropped payload is dropped here).
+fn verdict<T, O: Observer>(verdict: Verdict<'_, T>, at: Nanos, observer: &mut O) {
+    match verdict {
+        Verdict::Dropped(victim) => report_drop(&victim, at, DropReason::Codel, observer),
+        Verdict::Marked(q) => observer.on_event(&Event::Mark {
+            at,
+            id: q.packet.id,
+            len: q.packet.len,
+            arrival: q.arrival,
+        }),
+    }
+}
+
+fn report_drop<T, O: Observer>(
+    victim: &Queued<T>,
+    at: Nanos,
+    reason: DropReason,
+    observer: &mut O,
+) {
     observer.on_event(&Event::Drop {
         at,
         id: victim.packet.id,
         len: victim.packet.len,
-        reason: DropReason::Codel,
+        reason,
         arrival: victim.arrival,
     });
 }
+
+/// Mixed into the seed for fq_codel's flow hash perturbation.
+const FLOW_HASH_SALT: u64 = 0x6671_5f63_6f64_656c;
 
 /// Both directions of a path, each with its own RNG stream.
 #[derive(Debug)]
@@ -394,7 +441,7 @@ pub struct Path<T, O = ()> {
     pub down: Direction<T, O>,
 }
 
-impl<T> Path<T, ()> {
+impl<T: Headers> Path<T, ()> {
     /// Builds both directions; `down` gets a seed derived from `seed` (splitmix64), so the two
     /// loss/jitter streams are independent but reproducible.
     pub fn try_new(spec: PathSpec, seed: u64) -> Result<Path<T, ()>, SpecError> {
@@ -406,7 +453,7 @@ impl<T> Path<T, ()> {
     }
 }
 
-impl<T, O: Observer> Path<T, O> {
+impl<T: Headers, O: Observer> Path<T, O> {
     /// Replaces both observers.
     pub fn with_observers<P: Observer>(self, up: P, down: P) -> Path<T, P> {
         Path { up: self.up.with_observer(up), down: self.down.with_observer(down) }
@@ -422,7 +469,7 @@ impl<T, O: Observer> Path<T, O> {
 }
 
 /// One step of splitmix64: a well-mixed, reproducible seed derived from another.
-fn splitmix64(seed: u64) -> u64 {
+pub(crate) fn splitmix64(seed: u64) -> u64 {
     let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

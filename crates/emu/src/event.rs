@@ -24,20 +24,24 @@ pub enum DropReason {
     Loss,
     /// The queue was at its limit when it arrived (tail drop).
     QueueFull,
-    /// CoDel dropped it at dequeue.
+    /// CoDel (or fq_codel's per-flow CoDel) dropped it at dequeue.
     Codel,
+    /// An ECN blackhole dropped it on arrival for carrying ECT or CE.
+    EcnBlackhole,
 }
 
 impl DropReason {
     /// All reasons, in a fixed order (used for per-reason counters).
-    pub const ALL: [DropReason; 3] = [DropReason::Loss, DropReason::QueueFull, DropReason::Codel];
+    pub const ALL: [DropReason; 4] =
+        [DropReason::Loss, DropReason::QueueFull, DropReason::Codel, DropReason::EcnBlackhole];
 
-    /// Short name: `loss`, `queue_full`, `codel`.
+    /// Short name: `loss`, `queue_full`, `codel`, `ecn_blackhole`.
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::Loss => "loss",
             DropReason::QueueFull => "queue_full",
             DropReason::Codel => "codel",
+            DropReason::EcnBlackhole => "ecn_blackhole",
         }
     }
 
@@ -72,6 +76,18 @@ pub enum Event {
         /// When it arrived.
         arrival: Nanos,
     },
+    /// A queue with ECN marking marked a packet CE instead of dropping it (at dequeue; the
+    /// packet then departs as usual).
+    Mark {
+        /// When (the dequeue time).
+        at: Nanos,
+        /// The adapter's packet id.
+        id: u64,
+        /// Its length in bytes.
+        len: u32,
+        /// When it arrived.
+        arrival: Nanos,
+    },
     /// A packet finished serialisation on the bottleneck link (it now enters the delay line).
     Departure {
         /// When its last bit left the link.
@@ -103,6 +119,7 @@ impl Event {
         match *self {
             Event::Arrival { at, .. }
             | Event::Drop { at, .. }
+            | Event::Mark { at, .. }
             | Event::Departure { at, .. }
             | Event::Opportunity { at, .. } => at,
         }

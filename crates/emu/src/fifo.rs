@@ -1,6 +1,7 @@
 //! The byte-counting FIFO under the bottleneck queue: [`Queued`] packets with their arrival
-//! times, in arrival order. [`crate::queue`] admits into it and CoDel ([`crate::codel`])
-//! drops from its head; both build on this module, which uses neither.
+//! times, in arrival order. [`crate::queue`] admits into it, CoDel ([`crate::codel`]) drops
+//! from its head and fq_codel ([`crate::fq_codel`]) keeps one per flow; all build on this
+//! module, which uses none of them.
 
 use std::collections::VecDeque;
 

@@ -28,6 +28,8 @@ pub fn mahimahi_trace(data: &[u8]) {
         jitter: None,
         loss: None,
         queue: QueueSpec { limit: QueueLimit::Packets(64), discipline: Discipline::codel() },
+        ecn_blackhole: false,
+        reorder: None,
     };
     let mut dir = Direction::<()>::new(spec, 0);
     let mut released = 0;

@@ -5,9 +5,11 @@
 //!
 //! ```text
 //! enqueue(now, pkt) -> loss -> bottleneck queue -> link rate -> propagation delay -> poll_release(now)
-//!                      Bernoulli /  drop-tail by     constant bit   fixed + jitter,
-//!                      Gilbert-     bytes, packets,  rate, or a     never reordering
-//!                      Elliott      time; or CoDel   Mahimahi trace
+//!                      Bernoulli /  drop-tail by     constant bit   fixed + jitter
+//!                      Gilbert-     bytes, packets,  rate, or a     (uniform, normal, pareto,
+//!                      Elliott;     time; CoDel or   Mahimahi trace paretonormal), never
+//!                      ECN          fq_codel, ECN                   reordering; optional
+//!                      blackhole    marking                         explicit reordering
 //! ```
 //!
 //! # Contract
@@ -44,6 +46,8 @@
 //!     jitter: None,
 //!     loss: None,
 //!     queue: QueueSpec { limit: QueueLimit::Bytes(ByteSize(375_000)), discipline: Discipline::Fifo },
+//!     ecn_blackhole: false,
+//!     reorder: None,
 //! };
 //! spec.validate()?;
 //! let mut dir = Direction::<Vec<u8>>::new(spec, 42).with_observer(Stats::default());
@@ -72,8 +76,11 @@ mod delay;
 mod direction;
 mod event;
 mod fifo;
+mod fq_codel;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod headers;
+mod jitter;
 mod link;
 mod loss;
 mod mahimahi_log;
@@ -91,11 +98,12 @@ pub mod wire;
 pub use codel::CODEL_MTU;
 pub use direction::{Admission, Backlog, Direction, Path};
 pub use event::{DropReason, Event, FnObserver, Observer};
+pub use headers::Headers;
 pub use mahimahi_log::{LogHeader, MahimahiLog};
 pub use packet::{Packet, ReleaseInfo};
 pub use spec::{
-    DirectionSpec, Discipline, Jitter, LossModel, MAX_SPEC_DURATION, MIN_BDP_QUEUE_BYTES, PathSpec,
-    QueueLimit, QueueSpec, Rate, SpecError,
+    DirectionSpec, Discipline, FQ_CODEL_DEFAULT_LIMIT, Jitter, LossModel, MAX_SPEC_DURATION,
+    MIN_BDP_QUEUE_BYTES, PathSpec, QueueLimit, QueueSpec, Rate, Reorder, SpecError,
 };
 pub use stats::{
     Count, DelaySummary, DropCounts, MAX_BINS, Opportunities, Stats, StatsSummary, Throughput,

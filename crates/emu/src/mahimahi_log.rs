@@ -139,7 +139,8 @@ impl<W: Write> MahimahiLog<W> {
             Event::Drop { at, len, .. } if self.drop_lines => {
                 writeln!(self.out, "{} d 1 {len}", self.ms(at))
             }
-            Event::Drop { .. } => Ok(()),
+            // Mahimahi's format has no drop reasons (without drop lines) and no marks.
+            Event::Drop { .. } | Event::Mark { .. } => Ok(()),
         }
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tcptail_units::{Bdp, BitRate, ByteSize, HumanDuration};
 
+use crate::jitter::{self, Shape};
 use crate::trace::{DeliveryTrace, OPPORTUNITY_BYTES};
 
 /// Durations in specs above this are treated as unit mistakes (and keep arithmetic in range).
@@ -36,6 +37,23 @@ pub struct DirectionSpec {
     pub loss: Option<LossModel>,
     /// The bottleneck queue in front of the link.
     pub queue: QueueSpec,
+    /// Drop every ECN-capable (ECT or CE) packet on arrival: a path through a middlebox that
+    /// discards ECN traffic instead of passing or clearing it.
+    pub ecn_blackhole: bool,
+    /// Optional reordering: some packets are held back after the delay so later ones overtake
+    /// them.
+    pub reorder: Option<Reorder>,
+}
+
+/// Reordering: each packet, with probability `p`, is released `gap` after the time it would
+/// have been released in order, and the packets behind it are not held for it, so those
+/// released within `gap` overtake it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reorder {
+    /// Probability that a packet is held back.
+    pub p: f64,
+    /// How long a chosen packet is held back.
+    pub gap: Duration,
 }
 
 /// Both directions of a path. `up` carries traffic from the client namespace to the server.
@@ -61,6 +79,12 @@ pub enum Rate {
 /// The release time is `max(previous release, departure + delay + sample)`: packets are never
 /// reordered, so samples below the previous packet's are effectively raised (like a real path
 /// whose delay varies but which keeps order).
+///
+/// The names are netem's (`distribution normal|pareto|paretonormal`). The heavy-tailed two are
+/// netem's tables: a sample is `sigma x t`, with `t` read at one of 4096 equally likely
+/// quantiles of the distribution iproute2 tabulates, clipped to the tables' 16-bit range
+/// (`-4 <= t <= 4`): pareto is `(u^(-1/3) - 1.5) x 4/3` for `u = 1 - k/4096`, paretonormal
+/// `(n + 3p) / 4` of the normal quantile and that Pareto value at the same `k`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Jitter {
     /// Uniform in `[-max, +max]` (netem's default distribution).
@@ -73,14 +97,63 @@ pub enum Jitter {
         /// Standard deviation.
         sigma: Duration,
     },
+    /// netem's `pareto`: a Pareto distribution of shape 3, shifted and scaled to mean 0;
+    /// samples lie in `[-2/3 sigma, +4 sigma]`, a long tail upwards.
+    Pareto {
+        /// netem's jitter parameter (the scale of the table).
+        sigma: Duration,
+    },
+    /// netem's `paretonormal`: a quarter normal, three quarters Pareto (same quantile);
+    /// samples lie in `[-3 sigma, +4 sigma]`.
+    ParetoNormal {
+        /// netem's jitter parameter (the scale of the table).
+        sigma: Duration,
+    },
 }
 
 impl Jitter {
     /// The largest deviation a sample can have from zero, either way.
     pub fn bound(self) -> Duration {
+        self.below().max(self.above())
+    }
+
+    /// How far below the delay a sample can go.
+    pub fn below(self) -> Duration {
         match self {
             Jitter::Uniform { max } => max,
             Jitter::Normal { sigma } => sigma.saturating_mul(3),
+            Jitter::Pareto { sigma } => sigma.mul_f64(-jitter::range(Shape::Pareto).0),
+            Jitter::ParetoNormal { sigma } => sigma.mul_f64(-jitter::range(Shape::ParetoNormal).0),
+        }
+    }
+
+    /// How far above the delay a sample can go.
+    pub fn above(self) -> Duration {
+        match self {
+            Jitter::Uniform { max } => max,
+            Jitter::Normal { sigma } => sigma.saturating_mul(3),
+            Jitter::Pareto { sigma } => sigma.mul_f64(jitter::range(Shape::Pareto).1),
+            Jitter::ParetoNormal { sigma } => sigma.mul_f64(jitter::range(Shape::ParetoNormal).1),
+        }
+    }
+
+    /// netem's name for the distribution.
+    pub fn name(self) -> &'static str {
+        match self {
+            Jitter::Uniform { .. } => "uniform",
+            Jitter::Normal { .. } => "normal",
+            Jitter::Pareto { .. } => "pareto",
+            Jitter::ParetoNormal { .. } => "paretonormal",
+        }
+    }
+
+    /// The distribution's parameter: the half-width (uniform) or sigma.
+    pub fn scale(self) -> Duration {
+        match self {
+            Jitter::Uniform { max } => max,
+            Jitter::Normal { sigma }
+            | Jitter::Pareto { sigma }
+            | Jitter::ParetoNormal { sigma } => sigma,
         }
     }
 }
@@ -156,13 +229,60 @@ pub enum Discipline {
         target: Duration,
         /// Sliding window for the minimum delay (RFC default 100 ms, about a worst-case RTT).
         interval: Duration,
+        /// Mark ECN-capable packets CE instead of dropping them (Linux `codel ecn`).
+        ecn: bool,
+    },
+    /// fq_codel (RFC 8290, as Linux's `sch_fq_codel`): packets are hashed by 5-tuple into
+    /// `flows` queues served by deficit round robin with a byte `quantum`, new flows before
+    /// old ones, each queue under its own CoDel. When the limit is exceeded, packets are
+    /// dropped from the head of the fattest queue (up to half of it, at most 64), not from the
+    /// tail.
+    FqCodel {
+        /// CoDel target per flow (default 5 ms).
+        target: Duration,
+        /// CoDel interval per flow (default 100 ms).
+        interval: Duration,
+        /// Bytes a flow may send per round (default 1514).
+        quantum: u32,
+        /// Number of flow queues (default 1024).
+        flows: u32,
+        /// Mark ECN-capable packets CE instead of dropping them (Linux's default is on;
+        /// here off unless asked for, like `codel`).
+        ecn: bool,
     },
 }
 
+/// fq_codel's packet limit when no buffer is given: Linux's default `limit`.
+pub const FQ_CODEL_DEFAULT_LIMIT: u64 = 10_240;
+
 impl Discipline {
-    /// CoDel with the RFC 8289 defaults: target 5 ms, interval 100 ms.
+    /// CoDel with the RFC 8289 defaults: target 5 ms, interval 100 ms, no ECN.
     pub const fn codel() -> Discipline {
-        Discipline::Codel { target: Duration::from_millis(5), interval: Duration::from_millis(100) }
+        Discipline::Codel {
+            target: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            ecn: false,
+        }
+    }
+
+    /// fq_codel with Linux's defaults: target 5 ms, interval 100 ms, quantum 1514, 1024
+    /// flows; no ECN.
+    pub const fn fq_codel() -> Discipline {
+        Discipline::FqCodel {
+            target: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            quantum: 1514,
+            flows: 1024,
+            ecn: false,
+        }
+    }
+
+    /// Whether ECN-capable packets are marked instead of dropped.
+    pub fn ecn(&self) -> bool {
+        match *self {
+            Discipline::Fifo => false,
+            Discipline::Codel { ecn, .. } | Discipline::FqCodel { ecn, .. } => ecn,
+        }
     }
 }
 
@@ -239,7 +359,15 @@ fn human(d: Duration) -> HumanDuration {
 impl DirectionSpec {
     /// A constant-rate direction with no loss and no jitter: the common case.
     pub fn constant(rate: BitRate, delay: Duration, queue: QueueSpec) -> DirectionSpec {
-        DirectionSpec { rate: Rate::Constant(rate), delay, jitter: None, loss: None, queue }
+        DirectionSpec {
+            rate: Rate::Constant(rate),
+            delay,
+            jitter: None,
+            loss: None,
+            queue,
+            ecn_blackhole: false,
+            reorder: None,
+        }
     }
 
     /// Checks every field; the error names the first field at fault.
@@ -251,19 +379,27 @@ impl DirectionSpec {
         }
         check_duration("delay", self.delay)?;
         if let Some(jitter) = self.jitter {
-            let bound = jitter.bound();
-            check_duration("jitter", bound)?;
-            if bound > self.delay {
+            check_duration("jitter", jitter.bound())?;
+            let below = jitter.below();
+            if below > self.delay {
                 return Err(bad(
                     "jitter",
                     format!(
-                        "can move the delay by up to {} but the delay is only {}: jitter varies \
-                         the delay in both directions and delays cannot be negative",
-                        human(bound),
+                        "can move the delay by up to {} downwards with {} jitter, but the delay \
+                         is only {}: delays cannot be negative",
+                        human(below),
+                        jitter.name(),
                         human(self.delay)
                     ),
                 ));
             }
+        }
+        if let Some(Reorder { p, gap }) = self.reorder {
+            check_probability("reorder.p", p)?;
+            if gap.is_zero() {
+                return Err(bad("reorder.gap", "must be greater than zero"));
+            }
+            check_duration("reorder.gap", gap)?;
         }
         match self.loss {
             None => {}
@@ -297,21 +433,38 @@ impl DirectionSpec {
             QueueLimit::Time(d) => check_duration("queue.limit", d)?,
             _ => {}
         }
-        if let Discipline::Codel { target, interval } = self.queue.discipline {
-            if target.is_zero() {
-                return Err(bad("queue.codel.target", "must be greater than zero"));
+        let (target, interval) = match self.queue.discipline {
+            Discipline::Fifo => return Ok(()),
+            Discipline::Codel { target, interval, .. } => (target, interval),
+            Discipline::FqCodel { target, interval, quantum, flows, .. } => {
+                if quantum < 256 {
+                    return Err(bad(
+                        "queue.codel.quantum",
+                        format!("{quantum} bytes is below 256 (Linux's minimum)"),
+                    ));
+                }
+                if !(1..=65536).contains(&flows) {
+                    return Err(bad(
+                        "queue.codel.flows",
+                        format!("{flows} is outside 1..=65536 (Linux's range)"),
+                    ));
+                }
+                (target, interval)
             }
-            check_duration("queue.codel.interval", interval)?;
-            if target >= interval {
-                return Err(bad(
-                    "queue.codel.target",
-                    format!(
-                        "{} must be below the interval ({}); RFC 8289 suggests 5-10% of it",
-                        human(target),
-                        human(interval)
-                    ),
-                ));
-            }
+        };
+        if target.is_zero() {
+            return Err(bad("queue.codel.target", "must be greater than zero"));
+        }
+        check_duration("queue.codel.interval", interval)?;
+        if target >= interval {
+            return Err(bad(
+                "queue.codel.target",
+                format!(
+                    "{} must be below the interval ({}); RFC 8289 suggests 5-10% of it",
+                    human(target),
+                    human(interval)
+                ),
+            ));
         }
         Ok(())
     }
@@ -346,11 +499,19 @@ impl fmt::Display for QueueSpec {
     /// Shaped like Mahimahi's queue description: `droptail [bytes=375000]`,
     /// `codel [target=5ms, interval=100ms, packets=1000]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ecn = if self.discipline.ecn() { ", ecn" } else { "" };
         match self.discipline {
             Discipline::Fifo => write!(f, "droptail [{}]", self.limit),
-            Discipline::Codel { target, interval } => write!(
+            Discipline::Codel { target, interval, .. } => write!(
                 f,
-                "codel [target={}, interval={}, {}]",
+                "codel [target={}, interval={}{ecn}, {}]",
+                human(target),
+                human(interval),
+                self.limit
+            ),
+            Discipline::FqCodel { target, interval, quantum, flows, .. } => write!(
+                f,
+                "fq_codel [target={}, interval={}, quantum={quantum}, flows={flows}{ecn}, {}]",
                 human(target),
                 human(interval),
                 self.limit
@@ -369,7 +530,7 @@ impl fmt::Display for DirectionSpec {
         write!(f, " delay={}", human(self.delay))?;
         match self.jitter {
             Some(Jitter::Uniform { max }) => write!(f, " jitter=uniform(+-{})", human(max))?,
-            Some(Jitter::Normal { sigma }) => write!(f, " jitter=normal(sigma={})", human(sigma))?,
+            Some(j) => write!(f, " jitter={}(sigma={})", j.name(), human(j.scale()))?,
             None => {}
         }
         match self.loss {
@@ -379,7 +540,14 @@ impl fmt::Display for DirectionSpec {
             }
             None => {}
         }
-        write!(f, " queue={}", self.queue)
+        write!(f, " queue={}", self.queue)?;
+        if let Some(Reorder { p, gap }) = self.reorder {
+            write!(f, " reorder={}%,gap={}", p * 100.0, human(gap))?;
+        }
+        if self.ecn_blackhole {
+            write!(f, " ecn-blackhole")?;
+        }
+        Ok(())
     }
 }
 

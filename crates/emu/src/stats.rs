@@ -1,7 +1,7 @@
 //! Per-direction statistics: an [`Observer`] that counts what happened and serialises to JSON.
 //!
 //! Counts packets and bytes in (arrivals) and out (departures from the link), drops by reason,
-//! delivery opportunities (trace mode; unused ones separately), keeps a histogram of queueing
+//! ECN marks, delivery opportunities (trace mode; unused ones separately), keeps a histogram of queueing
 //! delay (`start - arrival`, the time spent waiting before serialisation, which is also what
 //! CoDel controls) and bins arrivals, departures and trace capacity over time for throughput
 //! plots. Everything is derived from events, so the numbers describe the virtual schedule, not
@@ -50,7 +50,8 @@ pub struct Stats {
     origin: Nanos,
     arrivals: Count,
     departures: Count,
-    drops: [Count; 3],
+    drops: [Count; 4],
+    marks: Count,
     opportunities: u64,
     unused_opportunities: u64,
     unused_opportunity_bytes: u64,
@@ -77,7 +78,8 @@ impl Stats {
             origin,
             arrivals: Count::default(),
             departures: Count::default(),
-            drops: [Count::default(); 3],
+            drops: [Count::default(); 4],
+            marks: Count::default(),
             opportunities: 0,
             unused_opportunities: 0,
             unused_opportunity_bytes: 0,
@@ -104,6 +106,11 @@ impl Stats {
     /// Drops for one reason.
     pub fn drops(&self, reason: DropReason) -> Count {
         self.drops[reason.index()]
+    }
+
+    /// Packets marked CE (ECN) instead of dropped.
+    pub fn marks(&self) -> Count {
+        self.marks
     }
 
     /// Queueing delay at quantile `q` in `[0, 1]` (zero when nothing departed).
@@ -145,7 +152,9 @@ impl Stats {
                 loss: self.drops(DropReason::Loss),
                 queue_full: self.drops(DropReason::QueueFull),
                 codel: self.drops(DropReason::Codel),
+                ecn_blackhole: self.drops(DropReason::EcnBlackhole),
             },
+            ecn_marks: self.marks,
             opportunities: trace.then_some(Opportunities {
                 total: self.opportunities,
                 unused: self.unused_opportunities,
@@ -188,6 +197,7 @@ impl Observer for Stats {
                 }
             }
             Event::Drop { len, reason, .. } => self.drops[reason.index()].add(len),
+            Event::Mark { len, .. } => self.marks.add(len),
             Event::Departure { len, arrival, start, .. } => {
                 self.departures.add(len);
                 let ns = duration_nanos(start - arrival);
@@ -229,6 +239,8 @@ pub struct StatsSummary {
     pub departures: Count,
     /// Drops by reason.
     pub drops: DropCounts,
+    /// Packets marked CE by the queue (ECN) instead of dropped.
+    pub ecn_marks: Count,
     /// Trace mode only: delivery opportunities.
     pub opportunities: Option<Opportunities>,
     /// Queueing delay (`start - arrival`) of departed packets, in milliseconds.
@@ -250,8 +262,10 @@ pub struct DropCounts {
     pub loss: Count,
     /// Tail drops at a full queue.
     pub queue_full: Count,
-    /// CoDel drops.
+    /// CoDel drops (fq_codel's per-flow CoDel included).
     pub codel: Count,
+    /// Dropped by an ECN blackhole for carrying ECT or CE.
+    pub ecn_blackhole: Count,
 }
 
 /// Delivery opportunities (trace mode).

@@ -1,21 +1,22 @@
 //! The text syntax of the path's values, as `tcptail lab path`'s flags and experiment files
-//! write them: [`LossModel`], [`Discipline`] and [`Jitter`] parse from text (`FromStr`), and
-//! [`BufferSize`] is a buffer as a user gives it, possibly in BDPs. Parsing is pure; a
+//! write them: [`LossModel`], [`Discipline`], [`Jitter`] and [`Reorder`] parse from text
+//! (`FromStr`), and [`BufferSize`] is a buffer as a user gives it, possibly in BDPs. Parsing is pure; a
 //! [`SyntaxError`] says what was expected, and the caller adds which flag or key it was.
 //!
 //! | value | syntax |
 //! |---|---|
 //! | [`LossModel`] | `1%` (independent losses), `ge:1%,burst=4` (Gilbert bursts: long-run rate, mean burst length in packets), `ge:p=0.5%,r=25%[,bad-loss=100%][,good-loss=0%]` (netem's `loss gemodel p r 1-h 1-k`) |
 //! | [`BufferSize`] | `375KB` (bytes), `250pkt` (packets), `100ms` (time a packet may wait), `2bdp` (multiples of rate x RTT) |
-//! | [`Discipline`] | `fifo` (drop-tail), `codel`, `codel:target=5ms,interval=100ms` |
-//! | [`Jitter`] | `2ms` or `uniform:2ms` (+-2 ms), `normal:1ms` (sigma, cut at 3 sigma); never reorders |
+//! | [`Discipline`] | `fifo` (drop-tail), `codel`, `codel,ecn`, `codel:target=5ms,interval=100ms`, `fq_codel`, `fq_codel,ecn`, `fq_codel:quantum=1514,flows=1024,target=5ms,interval=100ms` |
+//! | [`Jitter`] | `2ms` or `uniform:2ms` (+-2 ms), `normal:1ms` (sigma, cut at 3 sigma), `pareto:1ms`, `paretonormal:1ms` (netem's tables); never reorders |
+//! | [`Reorder`] | `1%,gap=2ms` (each packet with probability 1% is held back 2 ms) |
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use tcptail_units::{Bdp, ByteSize, Percent, parse_duration};
 
-use crate::{Discipline, Jitter, LossModel, QueueLimit};
+use crate::{Discipline, Jitter, LossModel, QueueLimit, Reorder};
 
 /// A value that does not follow its syntax (the caller adds the flag's or key's name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -171,40 +172,74 @@ impl BufferSize {
 
 impl FromStr for Discipline {
     type Err = SyntaxError;
+    /// `NAME[(:|,)ITEM,...]`: `fifo`, `codel`, `codel,ecn`, `codel:target=10ms,interval=200ms`,
+    /// `fq_codel`, `fq_codel,ecn`, `fq_codel:quantum=300,flows=64,target=5ms`.
     fn from_str(s: &str) -> Result<Self, SyntaxError> {
         let s = s.trim();
-        match s {
-            "fifo" | "droptail" => return Ok(Discipline::Fifo),
-            "codel" => return Ok(Discipline::codel()),
-            _ => {}
+        let split = s.find([':', ',']).unwrap_or(s.len());
+        let (name, rest) = (&s[..split], s.get(split + 1..).unwrap_or(""));
+        let forms = "use fifo, codel[,ecn], fq_codel[,ecn], or with settings like \
+                     codel:target=5ms,interval=100ms or fq_codel:quantum=1514,flows=1024,ecn";
+        let mut discipline = match name.trim() {
+            "fifo" | "droptail" => Discipline::Fifo,
+            "codel" => Discipline::codel(),
+            "fq_codel" | "fq-codel" | "fqcodel" => Discipline::fq_codel(),
+            other => return Err(arg_err(format!("unknown queue '{other}' ({forms})"))),
+        };
+        if matches!(discipline, Discipline::Fifo) {
+            return match rest.trim() {
+                "" => Ok(discipline),
+                extra => Err(arg_err(format!("fifo takes no settings (got '{extra}')"))),
+            };
         }
-        let Some(rest) = s.strip_prefix("codel:") else {
-            return Err(arg_err(format!(
-                "unknown queue '{s}' (use fifo, codel or codel:target=5ms,interval=100ms)"
-            )));
-        };
-        let Discipline::Codel { mut target, mut interval } = Discipline::codel() else {
-            unreachable!("Discipline::codel() is CoDel")
-        };
-        for item in rest.split(',') {
+        for item in rest.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            if item == "ecn" {
+                match &mut discipline {
+                    Discipline::Codel { ecn, .. } | Discipline::FqCodel { ecn, .. } => *ecn = true,
+                    Discipline::Fifo => {}
+                }
+                continue;
+            }
             let (key, value) = item
                 .split_once('=')
-                .ok_or_else(|| arg_err(format!("'{item}' is not KEY=VALUE")))?;
-            let d = parse_duration(value.trim()).map_err(|e| arg_err(format!("{key}: {e}")))?;
-            match key.trim() {
-                "target" => target = d,
-                "interval" => interval = d,
-                other => {
-                    return Err(arg_err(format!("unknown CoDel key '{other}' (target, interval)")));
+                .ok_or_else(|| arg_err(format!("'{item}' is not ecn or KEY=VALUE ({forms})")))?;
+            let (key, value) = (key.trim(), value.trim());
+            let duration = || parse_duration(value).map_err(|e| arg_err(format!("{key}: {e}")));
+            let count = || {
+                value
+                    .parse::<u32>()
+                    .map_err(|_| arg_err(format!("{key}: '{value}' is not a whole number")))
+            };
+            match (&mut discipline, key) {
+                (
+                    Discipline::Codel { target, .. } | Discipline::FqCodel { target, .. },
+                    "target",
+                ) => *target = duration()?,
+                (
+                    Discipline::Codel { interval, .. } | Discipline::FqCodel { interval, .. },
+                    "interval",
+                ) => *interval = duration()?,
+                (Discipline::FqCodel { quantum, .. }, "quantum") => *quantum = count()?,
+                (Discipline::FqCodel { flows, .. }, "flows") => *flows = count()?,
+                (Discipline::Codel { .. }, _) => {
+                    return Err(arg_err(format!(
+                        "unknown CoDel setting '{key}' (target, interval, ecn)"
+                    )));
+                }
+                _ => {
+                    return Err(arg_err(format!(
+                        "unknown fq_codel setting '{key}' (target, interval, quantum, flows, ecn)"
+                    )));
                 }
             }
         }
-        Ok(Discipline::Codel { target, interval })
+        Ok(discipline)
     }
 }
 
 impl FromStr for Jitter {
     type Err = SyntaxError;
+    /// `D` or `uniform:D` (+-D), `normal:D`, `pareto:D`, `paretonormal:D` (sigma D).
     fn from_str(s: &str) -> Result<Self, SyntaxError> {
         let s = s.trim();
         let (kind, value) = s.split_once(':').unwrap_or(("uniform", s));
@@ -212,8 +247,41 @@ impl FromStr for Jitter {
         match kind.trim() {
             "uniform" => Ok(Jitter::Uniform { max: d }),
             "normal" => Ok(Jitter::Normal { sigma: d }),
-            other => Err(arg_err(format!("unknown jitter '{other}' (use uniform:D or normal:D)"))),
+            "pareto" => Ok(Jitter::Pareto { sigma: d }),
+            "paretonormal" => Ok(Jitter::ParetoNormal { sigma: d }),
+            other => Err(arg_err(format!(
+                "unknown jitter distribution '{other}' (use uniform:D, normal:D, pareto:D or \
+                 paretonormal:D, as netem names them)"
+            ))),
         }
+    }
+}
+
+impl FromStr for Reorder {
+    type Err = SyntaxError;
+    /// `P%,gap=D`: each packet with probability P is held back D.
+    fn from_str(s: &str) -> Result<Self, SyntaxError> {
+        let s = s.trim();
+        let example = "e.g. 1%,gap=2ms";
+        let (p, rest) = s.split_once(',').unwrap_or((s, ""));
+        let p =
+            percent("reorder probability", p).map_err(|e| arg_err(format!("{e} ({example})")))?;
+        let mut gap = None;
+        for item in rest.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match item.split_once('=') {
+                Some(("gap", v)) => {
+                    gap = Some(parse_duration(v.trim()).map_err(|e| arg_err(format!("gap: {e}")))?)
+                }
+                _ => return Err(arg_err(format!("unknown item '{item}' (expected gap=D)"))),
+            }
+        }
+        let gap = gap.ok_or_else(|| {
+            arg_err(format!("reordering needs the gap a packet is held back, {example}"))
+        })?;
+        if gap.is_zero() {
+            return Err(arg_err("gap=0 would reorder nothing; give a gap above zero"));
+        }
+        Ok(Reorder { p, gap })
     }
 }
 
@@ -244,7 +312,8 @@ mod tests {
             codel,
             Discipline::Codel {
                 target: Duration::from_millis(10),
-                interval: Duration::from_millis(100)
+                interval: Duration::from_millis(100),
+                ecn: false,
             }
         );
         assert!("red".parse::<Discipline>().is_err());
@@ -252,6 +321,66 @@ mod tests {
             "normal:2ms".parse::<Jitter>().unwrap(),
             Jitter::Normal { sigma: Duration::from_millis(2) }
         );
+    }
+
+    #[test]
+    fn queue_syntax() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            "codel,ecn".parse::<Discipline>().unwrap(),
+            Discipline::Codel { target: ms(5), interval: ms(100), ecn: true }
+        );
+        assert_eq!(
+            "codel:target=10ms,ecn".parse::<Discipline>().unwrap(),
+            Discipline::Codel { target: ms(10), interval: ms(100), ecn: true }
+        );
+        assert_eq!("fq_codel".parse::<Discipline>().unwrap(), Discipline::fq_codel());
+        assert_eq!(
+            "fq_codel:quantum=300,flows=64,ecn,interval=50ms".parse::<Discipline>().unwrap(),
+            Discipline::FqCodel {
+                target: ms(5),
+                interval: ms(50),
+                quantum: 300,
+                flows: 64,
+                ecn: true
+            }
+        );
+        assert!("fq_codel,ecn".parse::<Discipline>().unwrap().ecn());
+        for (bad, says) in [
+            ("fifo,ecn", "fifo takes no settings"),
+            ("codel,quantum=300", "unknown CoDel setting 'quantum'"),
+            ("fq_codel:flows=many", "flows: 'many' is not a whole number"),
+            ("fq_codel:color=red", "unknown fq_codel setting 'color'"),
+            ("fq_codel:target", "is not ecn or KEY=VALUE"),
+            ("red", "unknown queue 'red'"),
+        ] {
+            let e = bad.parse::<Discipline>().unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn jitter_and_reorder_syntax() {
+        let ms = Duration::from_millis;
+        assert_eq!("2ms".parse::<Jitter>().unwrap(), Jitter::Uniform { max: ms(2) });
+        assert_eq!("pareto:2ms".parse::<Jitter>().unwrap(), Jitter::Pareto { sigma: ms(2) });
+        assert_eq!(
+            "paretonormal:3ms".parse::<Jitter>().unwrap(),
+            Jitter::ParetoNormal { sigma: ms(3) }
+        );
+        let e = "cauchy:1ms".parse::<Jitter>().unwrap_err().to_string();
+        assert!(e.contains("pareto:D or paretonormal:D"), "{e}");
+        assert_eq!("1%,gap=2ms".parse::<Reorder>().unwrap(), Reorder { p: 0.01, gap: ms(2) });
+        for (bad, says) in [
+            ("1%", "needs the gap"),
+            ("1%,gap=0ms", "gap=0"),
+            ("1%,delay=2ms", "unknown item 'delay=2ms'"),
+            ("150%,gap=1ms", "reorder probability"),
+            ("x,gap=1ms", "reorder probability"),
+        ] {
+            let e = bad.parse::<Reorder>().unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

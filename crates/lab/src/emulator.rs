@@ -59,15 +59,17 @@
 //!
 //! # Invariants
 //!
-//! - Packets are never reordered within a direction and never dropped silently: every drop is
+//! - Packets are never reordered within a direction (unless the path asks: `--reorder`, or
+//!   fq_codel serving flows in turn) and never dropped silently: every drop is
 //!   counted by reason (model drops in the stats, oversize reads, failed writes). A busy
 //!   device (`EAGAIN` on write) delays packets, it does not lose them.
 //! - Timing shortcomings degrade, they do not fail: `SCHED_FIFO`, timer slack and affinity
 //!   that the kernel refuses are recorded as [`TuningStatus`] in the report.
 //! - The runtime never changes anything outside its own threads: no sysctls, no qdiscs, no
-//!   interfaces. It reads a packet's headers only to cut a GSO packet into its segments, and
-//!   rewrites them only for a run that is not the whole packet; a packet from
-//!   a device without `virtio_net_hdr`s is never looked at.
+//!   interfaces. It reads a packet's headers only to cut a GSO packet into its segments (and
+//!   rewrites them only for a run that is not the whole packet), and through the model
+//!   ([`tcptail_emu::Headers`]) when the path asks for ECN marks or fq_codel's flow hash;
+//!   otherwise a packet from a device without `virtio_net_hdr`s is never looked at.
 //!
 //! All system calls go through `rustix` (safe wrappers); this module has no `unsafe`.
 

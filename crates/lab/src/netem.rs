@@ -15,7 +15,7 @@
 //! | spec | netem |
 //! |---|---|
 //! | rate | `rate <bits>bit` |
-//! | delay, jitter | `delay <us>us [<us>us] [distribution normal]` (uniform is netem's default) |
+//! | delay, jitter | `delay <us>us [<us>us] [distribution normal\|pareto\|paretonormal]` (uniform is netem's default) |
 //! | Bernoulli loss | `loss random <p>%` |
 //! | Gilbert-Elliott | `loss gemodel <p>% <r>% <1-h>% <1-k>%` |
 //! | bottleneck buffer | `limit <packets>` = buffer in packets + 2 x BDP in packets |
@@ -98,9 +98,9 @@ pub fn netem_args(dir: &DirectionSpec, rtt: Duration) -> Vec<String> {
     args.push(format!("{}us", dir.delay.as_micros()));
     match dir.jitter {
         Some(Jitter::Uniform { max }) => args.push(format!("{}us", max.as_micros())),
-        Some(Jitter::Normal { sigma }) => {
-            args.push(format!("{}us", sigma.as_micros()));
-            args.extend(["distribution".to_owned(), "normal".to_owned()]);
+        Some(j) => {
+            args.push(format!("{}us", j.scale().as_micros()));
+            args.extend(["distribution".to_owned(), j.name().to_owned()]);
         }
         None => {}
     }
@@ -177,6 +177,8 @@ mod tests {
                 limit: QueueLimit::Bytes(ByteSize(375_000)),
                 discipline: Discipline::Fifo,
             },
+            ecn_blackhole: false,
+            reorder: None,
         };
         let rtt = Duration::from_millis(10);
         // 375000 B = 250 packets; BDP 37500 B = 25 packets.
@@ -184,6 +186,15 @@ mod tests {
         assert_eq!(
             netem_args(&dir, rtt).join(" "),
             "limit 300 delay 5000us 500us distribution normal loss random 1.000000% rate 30000000bit"
+        );
+        let pareto = DirectionSpec {
+            jitter: Some(Jitter::ParetoNormal { sigma: Duration::from_micros(700) }),
+            ..dir.clone()
+        };
+        assert!(
+            netem_args(&pareto, rtt)
+                .join(" ")
+                .contains("delay 5000us 700us distribution paretonormal")
         );
         let ge = DirectionSpec { loss: Some(LossModel::gilbert(0.01, 4.0)), jitter: None, ..dir };
         let args = netem_args(&ge, rtt).join(" ");
@@ -198,6 +209,8 @@ mod tests {
             jitter: None,
             loss: None,
             queue: QueueSpec { limit: QueueLimit::Packets(100), discipline: Discipline::Fifo },
+            ecn_blackhole: false,
+            reorder: None,
         };
         // 10 Gbit/s x 50 ms = 62.5 MB = 41667 packets, twice.
         assert_eq!(limit_packets(&dir, Duration::from_millis(50)), 100 + 2 * 41_667);

@@ -16,6 +16,8 @@ fn base() -> DirectionSpec {
             limit: QueueLimit::Bytes(ByteSize(375_000)),
             discipline: Discipline::Fifo,
         },
+        ecn_blackhole: false,
+        reorder: None,
     }
 }
 
@@ -100,10 +102,14 @@ fn codel_target_must_be_below_interval() {
     s.queue.discipline = Discipline::Codel {
         target: Duration::from_millis(100),
         interval: Duration::from_millis(100),
+        ecn: false,
     };
     assert_eq!(field_of(s.clone()), "queue.codel.target");
-    s.queue.discipline =
-        Discipline::Codel { target: Duration::ZERO, interval: Duration::from_millis(100) };
+    s.queue.discipline = Discipline::Codel {
+        target: Duration::ZERO,
+        interval: Duration::from_millis(100),
+        ecn: false,
+    };
     assert_eq!(field_of(s), "queue.codel.target");
 }
 
@@ -150,4 +156,80 @@ fn display_is_one_line() {
         s.to_string(),
         "rate=30mbit delay=5ms queue=codel [target=5ms, interval=100ms, bytes=375000]"
     );
+}
+
+#[test]
+fn fq_codel_settings_are_checked() {
+    let mut s = base();
+    s.queue.discipline = Discipline::fq_codel();
+    s.validate().unwrap();
+    let with = |quantum, flows| Discipline::FqCodel {
+        target: Duration::from_millis(5),
+        interval: Duration::from_millis(100),
+        quantum,
+        flows,
+        ecn: true,
+    };
+    s.queue.discipline = with(100, 1024);
+    assert_eq!(field_of(s.clone()), "queue.codel.quantum");
+    s.queue.discipline = with(1514, 0);
+    assert_eq!(field_of(s.clone()), "queue.codel.flows");
+    s.queue.discipline = with(1514, 70_000);
+    assert_eq!(field_of(s.clone()), "queue.codel.flows");
+    s.queue.discipline = Discipline::FqCodel {
+        target: Duration::from_millis(200),
+        interval: Duration::from_millis(100),
+        quantum: 1514,
+        flows: 1024,
+        ecn: false,
+    };
+    assert_eq!(field_of(s), "queue.codel.target");
+}
+
+#[test]
+fn reorder_is_checked() {
+    let mut s = base();
+    s.reorder = Some(Reorder { p: 0.01, gap: Duration::from_millis(2) });
+    s.validate().unwrap();
+    s.reorder = Some(Reorder { p: 1.5, gap: Duration::from_millis(2) });
+    assert_eq!(field_of(s.clone()), "reorder.p");
+    s.reorder = Some(Reorder { p: 0.01, gap: Duration::ZERO });
+    assert_eq!(field_of(s.clone()), "reorder.gap");
+    s.reorder = Some(Reorder { p: 0.01, gap: Duration::from_secs(7200) });
+    assert_eq!(field_of(s), "reorder.gap");
+}
+
+#[test]
+fn heavy_tailed_jitter_only_needs_room_below_the_delay() {
+    // Pareto goes 2/3 sigma below and 4 sigma above: 5 ms of delay allows sigma up to 7.5 ms.
+    let mut s = base();
+    s.jitter = Some(Jitter::Pareto { sigma: Duration::from_millis(7) });
+    s.validate().unwrap();
+    s.jitter = Some(Jitter::Pareto { sigma: Duration::from_millis(8) });
+    let e = s.validate().unwrap_err();
+    assert_eq!(e.field, "jitter");
+    assert!(e.problem.contains("downwards with pareto jitter"), "{e}");
+    // paretonormal reaches 1.5 sigma below.
+    s.jitter = Some(Jitter::ParetoNormal { sigma: Duration::from_millis(3) });
+    s.validate().unwrap();
+    s.jitter = Some(Jitter::ParetoNormal { sigma: Duration::from_millis(4) });
+    assert_eq!(field_of(s), "jitter");
+}
+
+#[test]
+fn the_new_options_show_in_the_summary_line() {
+    let mut s = base();
+    s.queue.discipline = "fq_codel,ecn".parse().unwrap();
+    s.reorder = Some(Reorder { p: 0.01, gap: Duration::from_millis(2) });
+    s.ecn_blackhole = true;
+    s.jitter = Some(Jitter::Pareto { sigma: Duration::from_millis(1) });
+    let line = s.to_string();
+    for part in [
+        "jitter=pareto(sigma=1ms)",
+        "fq_codel [target=5ms, interval=100ms, quantum=1514, flows=1024, ecn, bytes=375000]",
+        "reorder=1%,gap=2ms",
+        "ecn-blackhole",
+    ] {
+        assert!(line.contains(part), "{part} not in {line}");
+    }
 }

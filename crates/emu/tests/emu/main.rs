@@ -1,10 +1,12 @@
 //! Virtual-clock tests of the emulator model through its public API.
 
+mod aqm;
 mod codel;
 mod constant_rate;
 mod logs;
 mod loss;
 mod props;
 mod queue_limits;
+mod reorder;
 mod trace_mode;
 mod util;

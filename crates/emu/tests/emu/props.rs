@@ -35,7 +35,8 @@ fn spec() -> impl Strategy<Value = DirectionSpec> {
         Just(Discipline::Fifo),
         (1u64..10, 11u64..150).prop_map(|(t, i)| Discipline::Codel {
             target: Duration::from_millis(t),
-            interval: Duration::from_millis(i)
+            interval: Duration::from_millis(i),
+            ecn: false,
         }),
     ];
     let loss = prop_oneof![
@@ -57,6 +58,8 @@ fn spec() -> impl Strategy<Value = DirectionSpec> {
                 jitter: jitter.map(|f| Jitter::Uniform { max: delay.mul_f64(f) }),
                 loss,
                 queue: QueueSpec { limit, discipline },
+                ecn_blackhole: false,
+                reorder: None,
             }
         },
     )

@@ -17,6 +17,8 @@ pub fn constant(bits_per_second: u64) -> DirectionSpec {
         jitter: None,
         loss: None,
         queue: QueueSpec { limit: QueueLimit::Packets(u64::MAX), discipline: Discipline::Fifo },
+        ecn_blackhole: false,
+        reorder: None,
     }
 }
 

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tcptail_emu::{
-    BufferSize, DeliveryTrace, DirectionSpec, Discipline, Jitter, LossModel, PathSpec, QueueSpec,
-    Rate,
+    BufferSize, DeliveryTrace, DirectionSpec, Discipline, FQ_CODEL_DEFAULT_LIMIT, Jitter,
+    LossModel, PathSpec, QueueSpec, Rate, Reorder,
 };
 use tcptail_units::{Bdp, BitRate};
 
@@ -54,6 +54,12 @@ pub struct PathFlags {
     pub buffer_up: Option<BufferSize>,
     pub buffer_down: Option<BufferSize>,
     pub queue: Option<Discipline>,
+    /// Reordering, both directions.
+    pub reorder: Option<Reorder>,
+    pub reorder_up: Option<Reorder>,
+    pub reorder_down: Option<Reorder>,
+    /// Drop ECT and CE packets in both directions.
+    pub ecn_blackhole: bool,
     pub emulator: EmulatorKind,
     pub out: Option<PathBuf>,
     pub lateness_bound: Option<Duration>,
@@ -71,6 +77,7 @@ struct Origin {
     jitter: &'static str,
     loss: &'static str,
     buffer: &'static str,
+    reorder: &'static str,
 }
 
 impl Origin {
@@ -80,6 +87,7 @@ impl Origin {
             "delay" => self.delay.to_owned(),
             "jitter" => self.jitter.to_owned(),
             "loss" => self.loss.to_owned(),
+            "reorder" => self.reorder.to_owned(),
             _ if field.starts_with("queue.codel") => "--queue".to_owned(),
             _ => self.buffer.to_owned(),
         }
@@ -171,6 +179,10 @@ impl PathFlags {
             ("--buffer-up", self.buffer_up.is_some()),
             ("--buffer-down", self.buffer_down.is_some()),
             ("--queue", self.queue.is_some()),
+            ("--reorder", self.reorder.is_some()),
+            ("--reorder-up", self.reorder_up.is_some()),
+            ("--reorder-down", self.reorder_down.is_some()),
+            ("--ecn-blackhole", self.ecn_blackhole),
         ];
         match set.iter().find(|(_, given)| *given) {
             Some((flag, _)) => Err(LabError::flag(
@@ -225,10 +237,25 @@ impl PathFlags {
                     "netem cannot replay Mahimahi traces; use --emulator builtin",
                 ));
             }
-            if matches!(spec.up.queue.discipline, Discipline::Codel { .. }) {
+            if !matches!(spec.up.queue.discipline, Discipline::Fifo) {
                 return Err(LabError::flag(
                     "--queue",
-                    "CoDel is only available with --emulator builtin",
+                    "CoDel and fq_codel are only available with --emulator builtin",
+                ));
+            }
+            if let Some(flag) = [
+                ("--reorder", self.reorder.is_some()),
+                ("--reorder-up", self.reorder_up.is_some()),
+                ("--reorder-down", self.reorder_down.is_some()),
+                ("--ecn-blackhole", self.ecn_blackhole),
+            ]
+            .into_iter()
+            .find_map(|(flag, given)| given.then_some(flag))
+            {
+                return Err(LabError::flag(
+                    flag,
+                    "is only available with --emulator builtin (netem's reorder sends the chosen \
+                     packets early rather than holding them back, and it has no ECN blackhole)",
                 ));
             }
         }
@@ -275,17 +302,37 @@ impl PathFlags {
             self.buffer,
             &["--buffer", "--buffer-up", "--buffer-down"],
         );
+        let (reorder, reorder_flag) = pick(
+            up,
+            (self.reorder_up, self.reorder_down),
+            self.reorder,
+            &["--reorder", "--reorder-up", "--reorder-down"],
+        );
         let bdp = Bdp { rate: rate.mean(), rtt };
-        let limit = buffer.unwrap_or(BufferSize::Bdp(1.0)).limit(bdp);
         let discipline = self.queue.unwrap_or(Discipline::Fifo);
-        let spec =
-            DirectionSpec { rate, delay, jitter, loss, queue: QueueSpec { limit, discipline } };
+        // fq_codel keeps Linux's default limit: its flows and CoDel manage the queue, the
+        // limit only guards memory.
+        let default_buffer = match discipline {
+            Discipline::FqCodel { .. } => BufferSize::Packets(FQ_CODEL_DEFAULT_LIMIT),
+            _ => BufferSize::Bdp(1.0),
+        };
+        let limit = buffer.unwrap_or(default_buffer).limit(bdp);
+        let spec = DirectionSpec {
+            rate,
+            delay,
+            jitter,
+            loss,
+            queue: QueueSpec { limit, discipline },
+            ecn_blackhole: self.ecn_blackhole,
+            reorder,
+        };
         let origin = Origin {
             rate: rate_flag,
             delay: delay_flag,
             jitter: jitter_flag,
             loss: loss_flag,
             buffer: buffer_flag,
+            reorder: reorder_flag,
         };
         Ok((spec, origin, source))
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tcptail_emu::{DirectionSpec, Discipline, Jitter, LossModel, QueueLimit, Rate};
+use tcptail_emu::{DirectionSpec, Discipline, LossModel, QueueLimit, Rate, Reorder};
 
 use super::{EmulatorKind, TcpBuffers};
 
@@ -23,20 +23,24 @@ pub struct DirectionView {
     pub trace: Option<String>,
     /// One-way propagation delay.
     pub delay_us: u64,
-    /// `{"distribution": "uniform"|"normal", "us": ...}` (half-width or sigma).
+    /// `{"distribution": "uniform"|"normal"|"pareto"|"paretonormal", "us": ...}` (half-width
+    /// or sigma).
     pub jitter: Option<Value>,
     /// `{"model": "bernoulli", "p": ...}` or `{"model": "gilbert-elliott", "p", "r", "h", "k"}`.
     pub loss: Option<Value>,
-    /// `{"discipline": "fifo"|"codel", "limit": {"bytes"|"packets"|"time_us": ...}, ...}`.
+    /// `{"discipline": "fifo"|"codel"|"fq_codel", "limit": {"bytes"|"packets"|"time_us": ...},
+    /// "ecn": bool, ...}`.
     pub queue: Value,
+    /// `{"p": ..., "gap_us": ...}` when packets are held back to be overtaken.
+    pub reorder: Option<Value>,
+    /// Whether ECT and CE packets are dropped on arrival.
+    pub ecn_blackhole: bool,
 }
 
 impl From<&DirectionSpec> for DirectionView {
     fn from(d: &DirectionSpec) -> Self {
-        let jitter = d.jitter.map(|j| match j {
-            Jitter::Uniform { max } => json!({"distribution": "uniform", "us": max.as_micros()}),
-            Jitter::Normal { sigma } => json!({"distribution": "normal", "us": sigma.as_micros()}),
-        });
+        let jitter =
+            d.jitter.map(|j| json!({"distribution": j.name(), "us": j.scale().as_micros()}));
         let loss = d.loss.map(|l| match l {
             LossModel::Bernoulli { p } => json!({"model": "bernoulli", "p": p}),
             LossModel::GilbertElliott { p, r, h, k } => {
@@ -50,11 +54,18 @@ impl From<&DirectionSpec> for DirectionView {
         };
         let queue = match d.queue.discipline {
             Discipline::Fifo => json!({"discipline": "fifo", "limit": limit}),
-            Discipline::Codel { target, interval } => json!({
-                "discipline": "codel", "limit": limit,
+            Discipline::Codel { target, interval, ecn } => json!({
+                "discipline": "codel", "limit": limit, "ecn": ecn,
                 "target_us": target.as_micros(), "interval_us": interval.as_micros(),
             }),
+            Discipline::FqCodel { target, interval, quantum, flows, ecn } => json!({
+                "discipline": "fq_codel", "limit": limit, "ecn": ecn,
+                "target_us": target.as_micros(), "interval_us": interval.as_micros(),
+                "quantum": quantum, "flows": flows,
+            }),
         };
+        let reorder =
+            d.reorder.map(|Reorder { p, gap }| json!({"p": p, "gap_us": gap.as_micros()}));
         DirectionView {
             summary: d.to_string(),
             rate_bps: d.rate.mean().bits_per_second(),
@@ -66,6 +77,8 @@ impl From<&DirectionSpec> for DirectionView {
             jitter,
             loss,
             queue,
+            reorder,
+            ecn_blackhole: d.ecn_blackhole,
         }
     }
 }

@@ -101,6 +101,8 @@ mod tests {
             jitter: None,
             loss: None,
             queue: QueueSpec { limit, discipline: Discipline::Fifo },
+            ecn_blackhole: false,
+            reorder: None,
         }
     }
 

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, QueueLimit, Rate};
+use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, QueueLimit, Rate, Reorder};
 use tcptail_units::{BitRate, ByteSize};
 
 use super::*;
@@ -285,4 +285,55 @@ fn conflicting_or_unused_rate_flags_are_named() {
         ..base.clone()
     });
     assert!(msg.starts_with("--trace-up: trace file") && msg.contains("line 2"), "{msg}");
+}
+
+#[test]
+fn aqm_reorder_and_ecn_blackhole_flags() {
+    let fq = PathFlags {
+        queue: Some("fq_codel,ecn".parse().unwrap()),
+        reorder: Some("1%,gap=2ms".parse().unwrap()),
+        reorder_down: Some("5%,gap=1ms".parse().unwrap()),
+        ecn_blackhole: true,
+        jitter: Some("pareto:1ms".parse().unwrap()),
+        ..flags("50mbit", "20ms")
+    };
+    let path = fq.check().unwrap().path().unwrap().clone();
+    for d in [&path.up, &path.down] {
+        // fq_codel without --buffer keeps Linux's limit, not one BDP.
+        assert_eq!(d.queue.limit, QueueLimit::Packets(10_240));
+        assert!(d.queue.discipline.ecn());
+        assert!(d.ecn_blackhole);
+        assert_eq!(d.jitter, Some(Jitter::Pareto { sigma: Duration::from_millis(1) }));
+    }
+    assert_eq!(path.up.reorder, Some(Reorder { p: 0.01, gap: Duration::from_millis(2) }));
+    assert_eq!(path.down.reorder, Some(Reorder { p: 0.05, gap: Duration::from_millis(1) }));
+    let buffered = PathFlags { buffer: Some(BufferSize::Bdp(2.0)), ..fq.clone() };
+    let path = buffered.check().unwrap().path().unwrap().clone();
+    assert_eq!(path.up.queue.limit, QueueLimit::Bytes(ByteSize(250_000)));
+    // Errors name the flag.
+    let bad_quantum = PathFlags {
+        queue: Some("fq_codel:quantum=10".parse().unwrap()),
+        ..flags("50mbit", "20ms")
+    };
+    assert!(
+        err(&bad_quantum).starts_with("--queue: up direction: 10 bytes"),
+        "{}",
+        err(&bad_quantum)
+    );
+    let bad_reorder = PathFlags {
+        reorder_up: Some(Reorder { p: 0.01, gap: Duration::from_secs(7200) }),
+        ..flags("50mbit", "20ms")
+    };
+    assert!(err(&bad_reorder).starts_with("--reorder-up: up direction"), "{}", err(&bad_reorder));
+    for (netem, flag) in [
+        (PathFlags { reorder: fq.reorder, ..flags("1mbit", "10ms") }, "--reorder"),
+        (PathFlags { ecn_blackhole: true, ..flags("1mbit", "10ms") }, "--ecn-blackhole"),
+        (PathFlags { queue: fq.queue, ..flags("1mbit", "10ms") }, "--queue"),
+    ] {
+        let netem = PathFlags { emulator: EmulatorKind::Netem, ..netem };
+        let msg = err(&netem);
+        assert!(msg.starts_with(flag) && msg.contains("--emulator builtin"), "{msg}");
+        let none = PathFlags { emulator: EmulatorKind::None, rate: None, rtt: None, ..netem };
+        assert!(err(&none).starts_with(flag), "{}", err(&none));
+    }
 }
