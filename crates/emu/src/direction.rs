@@ -48,6 +48,7 @@ use crate::link::{ConstantLink, Link, TraceLink};
 use crate::loss::Loss;
 use crate::packet::{Packet, ReleaseInfo};
 use crate::queue::BottleneckQueue;
+use crate::seed::splitmix64;
 use crate::spec::{DirectionSpec, PathSpec, Rate, SpecError};
 use crate::time::Nanos;
 use crate::trace::OPPORTUNITY_BYTES;
@@ -466,12 +467,4 @@ impl<T: Headers, O: Observer> Path<T, O> {
             (a, b) => a.or(b),
         }
     }
-}
-
-/// One step of splitmix64: a well-mixed, reproducible seed derived from another.
-pub(crate) fn splitmix64(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

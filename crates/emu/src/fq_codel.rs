@@ -26,9 +26,9 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use crate::codel::{Codel, CodelSource, Verdict};
-use crate::direction::splitmix64;
 use crate::fifo::{Fifo, Queued};
 use crate::headers::Headers;
+use crate::seed::splitmix64;
 use crate::time::Nanos;
 use crate::wire::FlowKey;
 

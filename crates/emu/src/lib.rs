@@ -87,6 +87,7 @@ mod mahimahi_log;
 mod packet;
 mod queue;
 pub mod runs;
+mod seed;
 pub mod segment;
 mod spec;
 mod stats;
