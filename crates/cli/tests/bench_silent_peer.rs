@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Command as StdCommand, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
@@ -28,11 +28,13 @@ fn f(v: &Value, path: &[&str]) -> f64 {
         .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
 }
 
-/// A peer that completes the handshake, reads requests, and never answers one.
-fn silent_peer() -> (u16, std::thread::JoinHandle<()>) {
+/// A peer that completes the handshake, reads requests, and never answers one; the receiver
+/// gets one message when the first request's bytes arrive.
+fn silent_peer() -> (u16, std::thread::JoinHandle<()>, mpsc::Receiver<()>) {
     use tcptail_bench::wire;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let (first_request, requested) = mpsc::channel();
     let thread = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let hello = wire::read_hello(&mut s).unwrap();
@@ -49,15 +51,17 @@ fn silent_peer() -> (u16, std::thread::JoinHandle<()>) {
         };
         wire::write_welcome(&mut s, &welcome).unwrap();
         let mut sink = [0u8; 4096];
-        while let Ok(1..) = s.read(&mut sink) {}
+        while let Ok(1..) = s.read(&mut sink) {
+            let _ = first_request.send(());
+        }
     });
-    (port, thread)
+    (port, thread, requested)
 }
 
 #[test]
 fn requests_a_peer_never_answers_are_counted_and_warned_about() {
     for json in [true, false] {
-        let (port, peer) = silent_peer();
+        let (port, peer, _) = silent_peer();
         let addr = format!("127.0.0.1:{port}");
         let mut args = vec!["bench", "client", &addr, "--rate", "500/s", "--count", "100"];
         args.extend(["--warmup", "0", "--response-timeout", "300ms"]);
@@ -90,7 +94,7 @@ fn requests_a_peer_never_answers_are_counted_and_warned_about() {
 /// Closed loop receives block without a timeout; the watchdog gives up on the request.
 #[test]
 fn a_closed_loop_request_never_answered_is_given_up_at_the_response_timeout() {
-    let (port, peer) = silent_peer();
+    let (port, peer, _) = silent_peer();
     let addr = format!("127.0.0.1:{port}");
     let _serial = one_at_a_time();
     let out = tcptail()
@@ -112,7 +116,7 @@ fn a_closed_loop_request_never_answered_is_given_up_at_the_response_timeout() {
 /// waited for the stop grace (500 ms), then counted, and the partial result printed.
 #[test]
 fn interrupt_while_a_closed_loop_request_waits() {
-    let (port, peer) = silent_peer();
+    let (port, peer, requested) = silent_peer();
     let _serial = one_at_a_time();
     let bin = assert_cmd::cargo::cargo_bin("tcptail");
     let mut child = StdCommand::new(bin)
@@ -122,7 +126,8 @@ fn interrupt_while_a_closed_loop_request_waits() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Interrupt once the request is out and waiting (not after a guessed sleep).
+    requested.recv_timeout(Duration::from_secs(30)).expect("the client never sent a request");
     let asked = Instant::now();
     StdCommand::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     while child.try_wait().unwrap().is_none() {
