@@ -1,0 +1,156 @@
+//! The emulator's AQM and path impairments through real kernels: `tcptail lab path` with
+//! `--queue codel,ecn`, `--queue fq_codel` and `--reorder`, as root, in namespaces the lab
+//! creates and removes itself (sysctls such as `tcp_ecn` are set inside those throwaway
+//! namespaces only, by the commands the lab runs there).
+//!
+//! Each test reads both sides: what the kernels saw (`ss`'s TCP_INFO, the namespace's own
+//! `nstat` counters, `tcptail bench` latencies) and what the emulator says it did
+//! (`lab-report.json`: CE marks and drops per direction, queueing delay).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+mod common;
+
+use common::{bin, lab_lock, run};
+
+fn report(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("lab-report.json")).expect("lab-report.json");
+    serde_json::from_str(&text).expect("report is JSON")
+}
+
+fn f64_at(v: &Value, pointer: &str) -> f64 {
+    v.pointer(pointer).and_then(Value::as_f64).unwrap_or_else(|| panic!("{pointer} missing in {v}"))
+}
+
+/// Runs `tcptail lab path PATH_ARGS --server-cmd SERVER -- sh -c CLIENT`; returns the client's
+/// stdout and the lab report.
+fn lab(path_args: &[&str], server: &str, ready: &str, client: &str) -> (String, Value) {
+    let out = tempfile::tempdir().expect("tempdir");
+    let out_dir = out.path().to_str().expect("utf-8 path");
+    let mut args = vec!["lab", "path", "--out", out_dir, "--seed", "7"];
+    args.extend_from_slice(path_args);
+    args.extend(["--server-cmd", server, "--server-ready", ready, "--", "sh", "-c", client]);
+    let done = run(&args, Duration::from_secs(90));
+    assert!(done.status.success(), "{:?}\n{}", done.status, done.stderr);
+    assert!(done.leftovers.is_empty(), "left behind: {:?}", done.leftovers);
+    (done.stdout, report(out.path()))
+}
+
+/// The value after `name` in `nstat` output (`Name  value  rate`).
+fn nstat(stdout: &str, name: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(name)).then(|| f.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("{name} not in nstat output:\n{stdout}"))
+}
+
+/// The number after `key:` in `ss -tin` output (first occurrence), if present.
+fn ss_field(stdout: &str, key: &str) -> Option<u64> {
+    let at = stdout.find(&format!(" {key}:"))? + key.len() + 2;
+    stdout[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+#[test]
+fn an_ecn_flow_through_codel_ecn_sees_ce_marks_and_no_drops() {
+    let _lock = lab_lock();
+    // A Reno flow with tcp_ecn=1 (set in the client's own namespace; the server's default 2
+    // accepts ECN when asked) through a 20 Mbit/s, 20 ms path with a deep 4 MB buffer: the
+    // queue is controlled by CE marks alone, nothing is dropped or retransmitted.
+    for queue in ["codel,ecn", "fq_codel,ecn"] {
+        let client = "sysctl -qw net.ipv4.tcp_ecn=1 && \
+             (iperf3 -c $TCPTAIL_SERVER_ADDR -t 5 -C reno > /dev/null & sleep 3; \
+              ss -tin dst $TCPTAIL_SERVER_ADDR; wait) && \
+             nstat -azs TcpExtTCPDeliveredCE TcpRetransSegs";
+        let path = ["--rate", "20mbit", "--rtt", "20ms", "--buffer", "4MB", "--queue", queue];
+        let (stdout, report) = lab(&path, "iperf3 -s -1", "5201", client);
+        let up = "/emulator_report/up/stats";
+        let marks = f64_at(&report, &format!("{up}/ecn_marks/packets"));
+        let codel = f64_at(&report, &format!("{up}/drops/codel/packets"));
+        let full = f64_at(&report, &format!("{up}/drops/queue_full/packets"));
+        let p50 = f64_at(&report, &format!("{up}/queue_delay_ms/p50"));
+        let delivered_ce = nstat(&stdout, "TcpExtTCPDeliveredCE");
+        let retrans = nstat(&stdout, "TcpRetransSegs");
+        let tcpi_ce = ss_field(&stdout, "delivered_ce");
+        eprintln!(
+            "{queue}: {marks} CE marks, {codel} CoDel drops, {full} tail drops, queue p50 \
+             {p50:.1} ms; sender: DeliveredCE {delivered_ce}, tcpi_delivered_ce {tcpi_ce:?}, \
+             {retrans} retransmits"
+        );
+        assert!(marks > 0.0, "{queue}: the queue marked nothing");
+        assert_eq!((codel, full), (0.0, 0.0), "{queue}: drops below the buffer limit");
+        assert!(delivered_ce > 0, "{queue}: the sender saw no CE echo");
+        assert!(tcpi_ce.is_some_and(|n| n > 0), "{queue}: tcp_info shows no CE:\n{stdout}");
+        assert_eq!(retrans, 0, "{queue}: nothing was lost, nothing retransmitted");
+        assert!(p50 < 15.0, "{queue}: marks keep the queue near target: p50 {p50:.1} ms");
+        assert_eq!(report["up"]["queue"]["ecn"], true);
+    }
+}
+
+#[test]
+fn fq_codel_keeps_a_sparse_probe_within_5ms_of_base_rtt_beside_8_bulk_flows() {
+    let _lock = lab_lock();
+    // Eight CUBIC flows fill a 50 Mbit/s, 20 ms path with a 2 MB buffer (320 ms); a
+    // `tcptail bench` probe sends a 64-byte request every 50 ms on its own connection.
+    let tcptail = bin();
+    let tcptail = tcptail.to_str().expect("utf-8 path");
+    let server = format!("iperf3 -s -1 -D && exec {tcptail} bench server --listen 0.0.0.0:7878");
+    let client = format!(
+        "iperf3 -c $TCPTAIL_SERVER_ADDR -P 8 -t 10 -C cubic > /dev/null & sleep 3; \
+         {tcptail} bench client $TCPTAIL_SERVER_ADDR:7878 --rate 20/s --duration 5s \
+         --warmup 2 --json; wait"
+    );
+    let measure = |queue: &str| {
+        let path = ["--rate", "50mbit", "--rtt", "20ms", "--buffer", "2MB", "--queue", queue];
+        let (stdout, report) = lab(&path, &server, "7878", &client);
+        let bench: Value = serde_json::from_str(&stdout).expect("bench JSON");
+        let ms = |q: &str| f64_at(&bench, &format!("/latency_us/{q}")) / 1e3;
+        let bulk_p50 = f64_at(&report, "/emulator_report/up/stats/queue_delay_ms/p50");
+        let rate = f64_at(&report, "/emulator_report/up/stats/mean_out_mbps");
+        eprintln!(
+            "{queue}: probe RTT p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms (base 20 ms); link \
+             queue delay p50 {bulk_p50:.1} ms; link output {rate:.1} Mbit/s",
+            ms("p50"),
+            ms("p90"),
+            ms("p99")
+        );
+        (ms("p50"), ms("p90"), bulk_p50, rate)
+    };
+    let (p50, p90, _, rate) = measure("fq_codel");
+    assert!(p50 <= 25.0 && p90 <= 25.0, "fq_codel probe p50 {p50:.2} p90 {p90:.2} ms");
+    assert!(rate > 45.0, "the bulk flows fill the link: {rate:.1} Mbit/s");
+    // The same load through drop-tail: the probe waits behind the standing queue.
+    let (fifo50, _, fifo_queue, _) = measure("fifo");
+    assert!(fifo50 > 100.0, "drop-tail probe p50 {fifo50:.2} ms (queue p50 {fifo_queue:.1})");
+}
+
+#[test]
+fn reordering_reaches_tcp_and_loses_nothing() {
+    let _lock = lab_lock();
+    // 2 % of packets held back 3 ms on a 50 Mbit/s path: later segments overtake them and
+    // the sender learns the reordering degree. BBR and a deep buffer: nothing overflows, so
+    // every packet the emulator took arrives, reordered or not.
+    let client = "(iperf3 -c $TCPTAIL_SERVER_ADDR -t 4 -C bbr > /dev/null & sleep 3; \
+                  ss -tin dst $TCPTAIL_SERVER_ADDR; wait)";
+    let path =
+        ["--rate", "50mbit", "--rtt", "20ms", "--buffer", "4MB", "--reorder-up", "2%,gap=3ms"];
+    let (stdout, report) = lab(&path, "iperf3 -s -1", "5201", client);
+    let reordering = ss_field(&stdout, "reordering");
+    let reord_seen = ss_field(&stdout, "reord_seen");
+    eprintln!("sender: reordering {reordering:?}, reord_seen {reord_seen:?}");
+    assert!(
+        reordering.is_some_and(|r| r > 3) || reord_seen.is_some_and(|r| r > 0),
+        "the sender saw no reordering:\n{stdout}"
+    );
+    assert_eq!(report["up"]["reorder"]["gap_us"], 3000);
+    assert!(report["down"]["reorder"].is_null());
+    let up = "/emulator_report/up/stats/drops";
+    for reason in ["loss", "queue_full", "codel", "ecn_blackhole"] {
+        assert_eq!(f64_at(&report, &format!("{up}/{reason}/packets")), 0.0, "{reason}");
+    }
+}
