@@ -2,45 +2,30 @@
 //! only record of them) and the `sysctl.d` file.
 //!
 //! [`write_durably`] writes a temporary file in the same directory (created exclusively, never
-//! through a symlink), fsyncs it, renames it over the target and fsyncs the directory, so after
+//! through a symlink), fsyncs it, renames it over the target and fsyncs the directory
+//! ([`tcptail_report::files::write_atomically`]), so after
 //! it returns the new content is on disk under the final name, and a crash at any point leaves
 //! either the old file or the new one, never half of one. [`remove_durably`] removes a file and
 //! fsyncs its directory. Both first remove the temporary files a killed writer left beside the
 //! target (callers hold the tune lock).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io::ErrorKind;
 use std::path::Path;
+
+use tcptail_report::files::{parent, sync_dir, write_atomically};
 
 use crate::Error;
 
-/// Writes `text` to `path` durably: temp file, fsync, rename, fsync of the directory. Creates
-/// the directory (mode 0755) when missing. The file gets `mode`.
+/// Writes `text` to `path` durably: temp file, fsync, rename, fsync of the directory
+/// ([`tcptail_report::files::write_atomically`], the one implementation of that). Creates the
+/// directory (mode 0755) when missing and first removes a killed writer's temporary files.
+/// The file gets `mode`.
 pub fn write_durably(path: &Path, text: &str, mode: u32) -> Result<(), Error> {
     let err = |source| Error::Write { path: path.to_owned(), source };
-    let dir = parent(path);
-    fs::create_dir_all(dir).map_err(err)?;
+    fs::create_dir_all(parent(path)).map_err(err)?;
     remove_temps(path).map_err(err)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("tcptail");
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(err)
+    write_atomically(path, text.as_bytes(), mode).map_err(err)
 }
 
 /// Removes `path` (absent is fine) and fsyncs its directory.
@@ -54,7 +39,7 @@ pub fn remove_durably(path: &Path) -> Result<(), Error> {
     }
 }
 
-/// Removes the temporary files of `path` that a killed writer left (`.NAME.tmpPID`); the
+/// Removes the temporary files of `path` that a killed writer left (`.NAME.tmp*`); the
 /// caller holds the tune lock, so no other writer is using one.
 fn remove_temps(path: &Path) -> std::io::Result<()> {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return Ok(()) };
@@ -74,15 +59,6 @@ fn remove_temps(path: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-fn parent(path: &Path) -> &Path {
-    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
-}
-
-/// fsync of a directory: makes a rename or removal in it durable.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

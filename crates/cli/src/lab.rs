@@ -4,7 +4,8 @@
 //!
 //! Exit codes: `lab path` and `lab exec` exit with COMMAND's code (128 + signal if it was
 //! killed, or if the lab itself got SIGINT/SIGTERM); 2 for a bad command line or path spec
-//! (nothing was created); 1 when the lab failed before COMMAND ran. Once COMMAND has run, its
+//! or an `--out` directory it refuses (nothing was created); 1 when the lab failed before
+//! COMMAND ran. Once COMMAND has run, its
 //! code is the exit code even when writing the report or tearing down failed afterwards: the
 //! lab prints those errors on stderr (`error: lab: ...`) and keeps COMMAND's code, so a script
 //! never mistakes a lab problem for its own command's failure.
@@ -170,10 +171,15 @@ pub struct PathArgs {
     /// Seed for loss and jitter draws [default: from the clock; recorded in the report].
     #[arg(long, value_name = "N", help_heading = "Emulator")]
     seed: Option<u64>,
-    /// Directory for lab-report.json, Mahimahi logs and server.log [default: a new
-    /// /tmp/tcptail-lab-PID-TIME].
+    /// Directory for lab-report.json, Mahimahi logs and server.log: created 0700 if missing;
+    /// an existing one must be yours and empty [default: a new private
+    /// tcptail-lab-XXXXXXXXXX in $XDG_RUNTIME_DIR or /tmp].
     #[arg(long, value_name = "DIR", help_heading = "Emulator")]
     out: Option<PathBuf>,
+    /// Write into an existing --out directory that already holds files (it must still be a
+    /// directory you own).
+    #[arg(long, requires = "out", help_heading = "Emulator")]
+    force: bool,
 
     /// Shell command started in the server namespace before COMMAND (e.g. 'iperf3 -s -1').
     #[arg(long, value_name = "COMMAND", help_heading = "Commands")]
@@ -217,6 +223,7 @@ impl PathArgs {
             ecn_blackhole: self.ecn_blackhole,
             emulator: self.emulator,
             out: self.out,
+            force: self.force,
             lateness_bound: d(self.lateness_bound),
             seed: self.seed,
             server_cmd: self.server_cmd,
@@ -285,6 +292,8 @@ fn path(args: PathArgs) -> Result<ExitCode> {
         Err(LabError::Interrupted) => {
             return Ok(exit_code(signal::exit_code().unwrap_or(1)));
         }
+        // An --out that is not safe to write into: bad input, and nothing was created.
+        Err(e @ LabError::OutDir(_)) => return Ok(usage_error(&e)),
         Err(e) => return Err(e).context("setting up the lab"),
     };
     eprintln!("{}", lab.banner());

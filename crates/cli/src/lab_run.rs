@@ -3,8 +3,8 @@
 //! `tcptail_experiments` (files, engines, runner) and `tcptail_report` (schema, HTML).
 //!
 //! Exit codes: 0 when every experiment ran (whatever the verdicts), 1 when a variant-round
-//! failed or the results could not be written, 2 for a bad command line or experiment file
-//! (nothing ran), 128 + signal when interrupted (what finished is kept).
+//! failed or the results could not be written, 2 for a bad command line, experiment file or
+//! `--out` directory (nothing ran), 128 + signal when interrupted (what finished is kept).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -56,9 +56,14 @@ pub struct RunArgs {
     #[arg(long)]
     full: bool,
     /// Output directory for results.json, index.html and per-round files (default:
-    /// tcptail-lab-YYYYMMDD-HHMMSS).
+    /// tcptail-lab-YYYYMMDD-HHMMSS): created 0700 if missing; an existing one must be yours
+    /// and empty.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Write into an existing --out directory that already holds files (it must still be a
+    /// directory you own).
+    #[arg(long)]
+    force: bool,
     /// Rounds per experiment, instead of the mode's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1000))]
     rounds: Option<u16>,
@@ -142,6 +147,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // round's teardown and the final write of the results.
     signal::install(Duration::from_secs(15))?;
     let out = args.out.clone().unwrap_or_else(default_out_dir);
+    if let Err(e) = tcptail_report::files::prepare_out_dir(&out, args.force) {
+        eprintln!("error: --out {e}");
+        return Ok(ExitCode::from(2));
+    }
     let options = RunOptions {
         mode,
         out: out.clone(),

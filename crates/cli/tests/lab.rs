@@ -254,10 +254,12 @@ fn sigint_belongs_to_an_interactive_command() {
     for (signal, expect_done) in [("INT", true), ("TERM", false)] {
         let out = tempfile::tempdir().expect("tempdir");
         let log = out.path().join("tty.log");
+        // The lab's --out is a new directory beside the terminal log (an existing one must be
+        // empty).
         let command = format!(
             "{} lab path --out {} --rate 10mbit --rtt 2ms -- sh -c 'sleep 2; echo client-$((40+2))'",
             bin().display(),
-            out.path().display()
+            out.path().join("lab").display()
         );
         let mut script = Command::new("script")
             .args(["-qec", &command, log.to_str().expect("utf-8 path")])
@@ -516,4 +518,84 @@ fn runs_killed_at_random_points_leave_nothing_after_the_next_lab_command() {
     let alive = processes_with(&format!("sleep {bystander_cmd}"));
     assert!(!alive.is_empty(), "a live run's command was killed");
     assert!(!next.stderr.contains(&format!("tcptail-{}-", bystander.pid)), "{}", next.stderr);
+}
+
+/// The lab's own output: the default directory is new, random and private; a named `--out`
+/// must be a directory the caller owns, empty unless `--force`; nothing is written through a
+/// symlink planted in it.
+#[test]
+fn the_output_directory_is_private_and_never_written_through_links() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+    let _lock = lab_lock();
+    let lab = |args: &[&str], tmp: &Path| {
+        let out = Command::new(bin())
+            .args(["lab", "path"])
+            .args(args)
+            .env("TMPDIR", tmp)
+            .env_remove("XDG_RUNTIME_DIR")
+            .output()
+            .expect("run tcptail");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let none = ["--emulator", "none", "--", "true"];
+
+    // Default: two runs, two new directories with random names, mode 0700, owned by us.
+    let tmp = tempfile::tempdir().unwrap();
+    for _ in 0..2 {
+        let (code, stderr) = lab(&none, tmp.path());
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    let mut made: Vec<_> =
+        std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    made.sort();
+    assert_eq!(made.len(), 2, "{made:?}");
+    for dir in &made {
+        let name = dir.file_name().unwrap().to_str().unwrap();
+        let random = name.strip_prefix("tcptail-lab-").expect("named tcptail-lab-*");
+        assert!(random.len() == 10 && !random.contains(&std::process::id().to_string()), "{name}");
+        let meta = std::fs::symlink_metadata(dir).unwrap();
+        assert!(meta.is_dir() && meta.uid() == 0, "{name}");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{name}");
+        assert!(dir.join("lab-report.json").is_file());
+    }
+
+    // A named --out: refused when not empty (unless --force), a symlink, or someone else's.
+    let base = tempfile::tempdir().unwrap();
+    let victim = base.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let used = base.path().join("used");
+    std::fs::create_dir(&used).unwrap();
+    symlink(&victim, used.join("lab-report.json")).unwrap();
+    let used_s = used.to_str().unwrap();
+    let (code, stderr) = lab(&[&["--out", used_s][..], &none].concat(), tmp.path());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(used_s) && stderr.contains("not empty") && stderr.contains("--force"));
+    let link = base.path().join("link");
+    symlink(&used, &link).unwrap();
+    let (code, stderr) =
+        lab(&[&["--out", link.to_str().unwrap(), "--force"][..], &none].concat(), tmp.path());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    let theirs = base.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let (code, stderr) =
+        lab(&[&["--out", theirs.to_str().unwrap()][..], &none].concat(), tmp.path());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("owned by uid 65534"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0, "nothing written into it");
+
+    // --force: the planted report link is replaced, never written through; a planted
+    // server.log link makes the run fail rather than write through it.
+    let (code, stderr) = lab(&[&["--out", used_s, "--force"][..], &none].concat(), tmp.path());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(std::fs::symlink_metadata(used.join("lab-report.json")).unwrap().is_file());
+    symlink(&victim, used.join("server.log")).unwrap();
+    let server = ["--server-cmd", "echo hi", "--server-ready", "10ms"];
+    let args = [&["--out", used_s, "--force"][..], &server, &none].concat();
+    let (code, stderr) = lab(&args, tmp.path());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("server.log"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }

@@ -409,3 +409,20 @@ fn values_read_finds_medians_and_spreads_but_not_guards() {
     );
     assert_eq!(values_read("max(a.x, b.y.min) > 0 and c.z > 1", &ran).len(), 2, "c did not run");
 }
+
+#[test]
+fn an_out_directory_with_files_is_refused_before_anything_runs() {
+    let _lock = lab_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("results.json"), "{\"mine\": true}").unwrap();
+    let out = dir.path().to_str().expect("utf-8");
+    let output = Command::new(bin())
+        .args(["lab", "run", "--smoke", "nagle-delack", "--out", out])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(out) && stderr.contains("not empty") && stderr.contains("--force"));
+    let kept = std::fs::read_to_string(dir.path().join("results.json")).unwrap();
+    assert_eq!(kept, "{\"mine\": true}", "the existing file was left alone");
+}

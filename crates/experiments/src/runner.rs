@@ -223,7 +223,7 @@ pub fn write(results: &Results, dir: &Path) -> Result<(), RunnerError> {
     results.write(&dir.join(tcptail_report::results::RESULTS_FILE))?;
     let html = tcptail_report::html::render(results);
     let path = dir.join(tcptail_report::results::REPORT_FILE);
-    tcptail_report::results::write_atomically(&path, html.as_bytes())
+    tcptail_report::files::write_atomically(&path, html.as_bytes(), 0o644)
         .map_err(|source| RunnerError::Io { path, source })
 }
 

@@ -108,7 +108,8 @@ pub struct ServerSpec {
 pub struct LabSpec {
     pub(crate) path: Option<PathSpec>,
     pub(crate) emulator: EmulatorKind,
-    pub(crate) out_dir: PathBuf,
+    pub(crate) out_dir: Option<PathBuf>,
+    pub(crate) force: bool,
     pub(crate) lateness_bound: Duration,
     pub(crate) seed: u64,
     pub(crate) client: Vec<String>,
@@ -124,9 +125,14 @@ impl LabSpec {
     pub fn emulator(&self) -> EmulatorKind {
         self.emulator
     }
-    /// Where `lab-report.json`, the emulator's logs and the server's output go.
-    pub fn out_dir(&self) -> &std::path::Path {
-        &self.out_dir
+    /// The directory the user chose for `lab-report.json`, the emulator's logs and the
+    /// server's output (`--out`); `None`: a new private directory ([`LabRun::out_dir`]).
+    pub fn out_dir(&self) -> Option<&std::path::Path> {
+        self.out_dir.as_deref()
+    }
+    /// Whether a chosen output directory may already hold files (`--force`).
+    pub fn force(&self) -> bool {
+        self.force
     }
     /// p99 emulator lateness above which the run is flagged.
     pub fn lateness_bound(&self) -> Duration {
@@ -201,6 +207,10 @@ pub enum LabError {
     /// The built-in emulator failed to start.
     #[error("starting the built-in emulator")]
     Emulator(#[source] crate::emulator::EmulatorError),
+    /// The `--out` directory is not safe to write into (not a directory, somebody else's, or
+    /// not empty without `--force`).
+    #[error("--out {0}")]
+    OutDir(#[from] tcptail_report::files::OutDirError),
     /// The output directory or a file in it could not be written.
     #[error("{path}: {op}")]
     Output {

@@ -220,7 +220,7 @@ fn a_report_that_cannot_be_written_does_not_replace_the_exit_code() {
     assert_eq!(outcome.exit_code, 5);
     assert_eq!(outcome.lab_errors.len(), 1, "{:?}", outcome.lab_errors);
     let text = outcome.lab_errors[0].to_string();
-    assert!(text.contains("lab-report.json") && text.contains("create"), "{text}");
+    assert!(text.contains("lab-report.json") && text.contains("write"), "{text}");
     assert!(my_lab_namespaces().is_empty(), "teardown still ran: {:?}", my_lab_namespaces());
 }
 

@@ -15,7 +15,8 @@ mod common;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tcptail_report::results::{REPORT_FILE, RESULTS_FILE, write_atomically};
+use tcptail_report::files::write_atomically;
+use tcptail_report::results::{REPORT_FILE, RESULTS_FILE};
 use tcptail_report::{Results, html};
 
 fn main() -> ExitCode {
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
         }
     };
     let report = out.join(REPORT_FILE);
-    if let Err(e) = write_atomically(&report, html::render(&results).as_bytes()) {
+    if let Err(e) = write_atomically(&report, html::render(&results).as_bytes(), 0o644) {
         eprintln!("sample_report: {}: {e}", report.display());
         return ExitCode::FAILURE;
     }

@@ -7,12 +7,15 @@
 //!   shows (claims, setups, plot choices, verdicts) is in it.
 //! - [`html`]: `index.html`, self-contained (inline SVG, inline CSS, no scripts that fetch
 //!   anything), one section per experiment.
+//! - [`files`]: output files and directories that are safe to create as root (private
+//!   random directories, no symlink followed, atomic and durable writes).
 //! - [`svg`]: the plots inside it: number formatting, scales, nice and logarithmic ticks,
 //!   line and grouped-bar charts that never write a non-finite coordinate.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod files;
 pub mod html;
 pub mod results;
 pub mod svg;

@@ -561,19 +561,8 @@ impl Results {
     pub fn write(&self, path: &Path) -> Result<(), ResultsError> {
         let io = |source| ResultsError::Io { path: path.display().to_string(), source };
         let text = serde_json::to_string_pretty(self).expect("results serialise");
-        write_atomically(path, text.as_bytes()).map_err(io)
+        crate::files::write_atomically(path, text.as_bytes(), 0o644).map_err(io)
     }
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 #[cfg(test)]

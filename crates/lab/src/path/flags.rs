@@ -62,6 +62,7 @@ pub struct PathFlags {
     pub ecn_blackhole: bool,
     pub emulator: EmulatorKind,
     pub out: Option<PathBuf>,
+    pub force: bool,
     pub lateness_bound: Option<Duration>,
     pub seed: Option<u64>,
     pub server_cmd: Option<String>,
@@ -129,7 +130,8 @@ impl PathFlags {
         Ok(LabSpec {
             path,
             emulator: self.emulator,
-            out_dir: self.out.clone().unwrap_or_else(default_out_dir),
+            out_dir: self.out.clone(),
+            force: self.force,
             lateness_bound: self
                 .lateness_bound
                 .unwrap_or_else(|| EmulatorOptions::default().lateness_bound),
@@ -473,11 +475,4 @@ fn default_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32)
-}
-
-fn default_out_dir() -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    std::env::temp_dir().join(format!("tcptail-lab-{}-{secs}", std::process::id()))
 }

@@ -21,8 +21,8 @@
 //! ends early (error, panic).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{IsTerminal, Write};
+use std::fs;
+use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -30,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tcptail_netns::addr::{CLIENT_ADDR, SERVER_ADDR};
 use tcptail_netns::{Group, Netns, signal};
+use tcptail_report::files;
 
 use super::report::{CommandView, DirectionView, LabReport};
 use super::sizing::listening;
@@ -72,10 +73,30 @@ pub struct LabOutcome {
 #[derive(Debug)]
 pub struct LabRun {
     spec: LabSpec,
+    /// The output directory: the chosen one, checked, or a new private one.
+    out_dir: PathBuf,
     live: LivePath,
     server_pid: Option<u32>,
     server_status: Option<ExitStatus>,
     report: LabReport,
+}
+
+/// The run's output directory: `--out` if it is safe to write into (created 0700 when
+/// missing; an existing one must be the caller's own, empty unless `--force`), else a new
+/// private `tcptail-lab-XXXXXXXXXX` (random, 0700) under `$XDG_RUNTIME_DIR` or the temporary
+/// directory: a predictable name in `/tmp` would let another user plant it first.
+fn prepare_out_dir(spec: &LabSpec) -> Result<PathBuf, LabError> {
+    match &spec.out_dir {
+        Some(dir) => {
+            files::prepare_out_dir(dir, spec.force)?;
+            Ok(dir.clone())
+        }
+        None => {
+            let parent = files::runtime_or_temp_dir();
+            files::create_private_dir(&parent, "tcptail-lab-")
+                .map_err(output_err(&parent, "create a private directory in"))
+        }
+    }
 }
 
 fn interrupted() -> Result<(), LabError> {
@@ -101,7 +122,7 @@ impl LabRun {
     pub fn start(spec: &LabSpec) -> Result<LabRun, LabError> {
         tcptail_netns::ensure_root()?;
         signal::install(signal::DEFAULT_GRACE)?;
-        fs::create_dir_all(&spec.out_dir).map_err(output_err(&spec.out_dir, "create directory"))?;
+        let out_dir = prepare_out_dir(spec)?;
         let shape = match (spec.emulator, &spec.path) {
             (EmulatorKind::Builtin, Some(p)) => PathShape::Emulated(p.clone()),
             (EmulatorKind::Netem, Some(p)) => PathShape::Netem(p.clone()),
@@ -138,7 +159,7 @@ impl LabRun {
         let options = EmulatorOptions {
             seed: spec.seed,
             lateness_bound: spec.lateness_bound,
-            mahimahi_log_dir: Some(spec.out_dir.clone()),
+            mahimahi_log_dir: Some(out_dir.clone()),
             command_line: Some(spec.client.join(" ")),
             ..EmulatorOptions::default()
         };
@@ -146,12 +167,18 @@ impl LabRun {
             .roles(CLIENT_ROLE, ROUTER_ROLE, SERVER_ROLE)
             .emulator(options)
             .start()?;
-        let mut run =
-            LabRun { spec: spec.clone(), live, server_pid: None, server_status: None, report };
+        let mut run = LabRun {
+            spec: spec.clone(),
+            out_dir,
+            live,
+            server_pid: None,
+            server_status: None,
+            report,
+        };
         run.record_path()?;
         if builtin {
             for log in ["up.log", "down.log"] {
-                run.report.files.push(run.spec.out_dir.join(log).display().to_string());
+                run.report.files.push(run.out_dir.join(log).display().to_string());
             }
         }
         interrupted()?;
@@ -169,9 +196,14 @@ impl LabRun {
         self.live.server().name()
     }
 
+    /// The output directory (the checked `--out`, or the private one made at start).
+    pub fn out_dir(&self) -> &Path {
+        &self.out_dir
+    }
+
     /// Where `lab-report.json` will be written.
     pub fn report_path(&self) -> PathBuf {
-        self.spec.out_dir.join(REPORT_FILE)
+        self.out_dir.join(REPORT_FILE)
     }
 
     /// One line for the user: namespaces, addresses, the path and where the report goes.
@@ -215,8 +247,8 @@ impl LabRun {
         let Some(server) = self.spec.server.clone() else {
             return Ok(());
         };
-        let log = self.spec.out_dir.join(SERVER_LOG);
-        let out = File::create(&log).map_err(output_err(&log, "create"))?;
+        let log = self.out_dir.join(SERVER_LOG);
+        let out = files::create_new(&log, 0o644).map_err(output_err(&log, "create"))?;
         let err = out.try_clone().map_err(output_err(&log, "open"))?;
         self.report.files.push(log.display().to_string());
         let mut cmd = self.live.server_command("sh");
@@ -361,9 +393,11 @@ impl LabRun {
     }
 
     fn write_report(&self, path: &Path) -> Result<(), LabError> {
-        let mut file = File::create(path).map_err(output_err(path, "create"))?;
-        let json = serde_json::to_vec_pretty(&self.report).map_err(std::io::Error::other);
-        json.and_then(|j| file.write_all(&j).and_then(|()| file.write_all(b"\n")))
+        let mut json = serde_json::to_vec_pretty(&self.report).map_err(std::io::Error::other);
+        if let Ok(j) = &mut json {
+            j.push(b'\n');
+        }
+        json.and_then(|j| files::write_atomically(path, &j, 0o644))
             .map_err(output_err(path, "write"))
     }
 }
