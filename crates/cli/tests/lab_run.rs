@@ -28,7 +28,8 @@ fn results(dir: &Path) -> Value {
     serde_json::from_str(&text).expect("results.json is JSON")
 }
 
-const VERDICTS: [&str; 4] = ["reproduced", "partly", "not-reproduced", "not-applicable"];
+const VERDICTS: [&str; 5] =
+    ["reproduced", "partly", "not-reproduced", "inconclusive", "not-applicable"];
 
 /// The values a condition reads: `variant.metric` (median over rounds), `variant.metric.min`
 /// and `.max`, for the variants in `ran`, as (variant, metric, statistic); `has(...)` guards
@@ -190,6 +191,19 @@ fn every_builtin_runs_end_to_end_in_smoke_mode() {
             let metrics = v["metrics"].as_object().expect("metrics");
             if let Some(why) = v["not_applicable"].as_str() {
                 assert!(!why.is_empty() && metrics.is_empty(), "{name}/{vname}: {why}");
+                continue;
+            }
+            // Every round is listed; one whose path was not faithful (a late emulator on a
+            // loaded machine) is excluded with its reason, and a variant with no faithful round
+            // has no metrics to check.
+            let rounds = v["rounds"].as_array().expect("rounds");
+            assert!(!rounds.is_empty(), "{name}/{vname}: no round listed");
+            for r in rounds.iter().filter(|r| r["faithful"] == false) {
+                let why = r["excluded_reason"].as_str().unwrap_or("");
+                assert!(!why.is_empty(), "{name}/{vname}: excluded without a reason");
+            }
+            if rounds.iter().all(|r| r["faithful"] == false) {
+                assert!(metrics.is_empty(), "{name}/{vname}: metrics from excluded rounds");
                 continue;
             }
             measured.push(vname);
@@ -381,6 +395,7 @@ fn report_rerenders_from_results_json_alone() {
             error: None,
             lateness: None,
             duration_s: 1.0,
+            conditions: Vec::new(),
         }],
     };
     results.write(&dir.path().join("results.json")).expect("write");

@@ -3,6 +3,12 @@
 //! `results.json` and `index.html` after every experiment so an interrupted run keeps what
 //! finished.
 //!
+//! Faithful rounds: a round counts only when its path and workload were what the experiment
+//! meant. A round whose emulator ran later than the experiment's `lateness_tolerance` (p99),
+//! or whose workload failed, is excluded from the medians, intervals and verdict, and listed
+//! in the variant's `rounds` with the reason; the verdict rules see fewer rounds, so too few
+//! faithful rounds make the verdict inconclusive rather than decided on what remains.
+//!
 //! Interleaving: round `r` runs every variant once, starting at variant `r mod n`, so slow
 //! drift of the machine (thermal, a noisy neighbour) hits every variant alike and no variant
 //! always runs first after a path was torn down.
@@ -12,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tcptail_report::{
-    Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RunInfo, Series,
-    SeriesKind, VariantResult, Verdict,
+    Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RoundRecord,
+    RunInfo, Series, SeriesKind, VariantResult, Verdict,
 };
 
 use crate::round::{Measurement, RoundContext, RunError};
@@ -233,7 +239,12 @@ pub const EMULATOR_LATENESS_METRIC: &str = LATENESS_METRIC;
 /// Every round's measurements of one variant.
 #[derive(Default)]
 struct Rounds {
+    /// The faithful rounds' measurements: what the metrics and the verdict use.
     measurements: Vec<Measurement>,
+    /// Rounds that completed on a path that was not faithful (kept for the lateness column).
+    excluded: Vec<Measurement>,
+    /// Every round that ran, faithful or not, in order.
+    records: Vec<RoundRecord>,
     errors: Vec<String>,
     /// Why this host cannot run the variant (found in its first round; not repeated).
     not_applicable: Option<String>,
@@ -287,14 +298,27 @@ fn run_experiment(
             // An empty scratch directory says nothing; keep only those an engine wrote into.
             let _ = std::fs::remove_dir(&scratch);
             observer.step_finished(&variant.spec.name, round, outcome.as_ref().err());
+            let r = &mut rounds[index];
             match outcome {
-                Ok(m) => rounds[index].measurements.push(m),
+                Ok(m) => match unfaithful_path(&m, experiment.lateness_tolerance) {
+                    None => {
+                        r.records.push(faithful(round));
+                        r.measurements.push(m);
+                    }
+                    Some(why) => {
+                        r.records.push(excluded(round, why));
+                        r.excluded.push(m);
+                    }
+                },
                 Err(RunError::Interrupted) => {
                     interrupted = true;
                     break 'rounds;
                 }
-                Err(RunError::NotApplicable(why)) => rounds[index].not_applicable = Some(why),
-                Err(e) => rounds[index].errors.push(format!("round {}: {e}", round + 1)),
+                Err(RunError::NotApplicable(why)) => r.not_applicable = Some(why),
+                Err(e) => {
+                    r.records.push(excluded(round, format!("the workload failed: {e}")));
+                    r.errors.push(format!("round {}: {e}", round + 1));
+                }
             }
         }
         completed_rounds = round + 1;
@@ -302,7 +326,8 @@ fn run_experiment(
     let variants: Vec<VariantResult> =
         prepared.variants.iter().zip(&rounds).map(|(v, r)| fold_variant(v, r)).collect();
     let mut lateness: Option<Lateness> = None;
-    for l in rounds.iter().flat_map(|r| &r.measurements).filter_map(|m| m.lateness.as_ref()) {
+    let every_round = rounds.iter().flat_map(|r| r.measurements.iter().chain(&r.excluded));
+    for l in every_round.filter_map(|m| m.lateness.as_ref()) {
         l.add_to(&mut lateness);
     }
     let failures: Vec<String> = prepared
@@ -372,8 +397,31 @@ fn run_experiment(
         }),
         lateness,
         duration_s: started.elapsed().as_secs_f64(),
+        conditions: experiment.conditions.clone(),
     };
     (result, interrupted)
+}
+
+fn faithful(round: usize) -> RoundRecord {
+    RoundRecord { index: round + 1, faithful: true, excluded_reason: None }
+}
+
+fn excluded(round: usize, why: String) -> RoundRecord {
+    RoundRecord { index: round + 1, faithful: false, excluded_reason: Some(why) }
+}
+
+/// Why a completed round's path was not the one the experiment meant, if it was not: the
+/// emulator released packets later than the experiment tolerates (p99).
+fn unfaithful_path(m: &Measurement, tolerance: std::time::Duration) -> Option<String> {
+    let l = m.lateness.as_ref()?;
+    let tolerance_us = tolerance.as_secs_f64() * 1e6;
+    (l.worst_p99_us > tolerance_us).then(|| {
+        format!(
+            "emulator lateness p99 {} µs, over the experiment's tolerance of {} µs",
+            verdict::format_value(l.worst_p99_us),
+            verdict::format_value(tolerance_us)
+        )
+    })
 }
 
 /// A round that lacks a metric its plan declares failed, whatever the engine returned.
@@ -429,7 +477,10 @@ fn fold_variant(variant: &PreparedVariant, rounds: &Rounds) -> VariantResult {
         for (name, &value) in &m.metrics {
             values.entry(name).or_default().push(value);
         }
-        // Which variants ran on a late emulator, not only that some path of the experiment did.
+    }
+    // Which variants ran on a late emulator, not only that some path of the experiment did:
+    // every completed round's lateness, the excluded ones too (they are why they were).
+    for m in rounds.measurements.iter().chain(&rounds.excluded) {
         if let Some(l) = &m.lateness {
             values.entry(EMULATOR_LATENESS_METRIC).or_default().push(l.worst_p99_us);
         }
@@ -471,6 +522,7 @@ fn fold_variant(variant: &PreparedVariant, rounds: &Rounds) -> VariantResult {
         notes,
         not_applicable: rounds.not_applicable.clone(),
         expected_metrics: variant.plan.metrics(),
+        rounds: rounds.records.clone(),
     }
 }
 

@@ -172,6 +172,12 @@ pub struct Experiment {
     pub findings: Vec<FindingSpec>,
     /// Remarks shown with the results.
     pub notes: Vec<String>,
+    /// `lateness_tolerance`: the emulator's p99 release lateness above which a round's path
+    /// was not faithful to the experiment and the round is excluded (default
+    /// [`crate::path::LATENESS_BOUND`]).
+    pub lateness_tolerance: std::time::Duration,
+    /// `[[condition]]`: the seed's conditions beside the ones this file runs.
+    pub conditions: Vec<tcptail_report::SeedCondition>,
 }
 
 /// A problem in an experiment file: where, which key, what.
@@ -189,8 +195,21 @@ pub struct SpecError {
 }
 
 const TOP_KEYS: &[&str] = &[
-    "name", "title", "seed", "claim", "workload", "table", "notes", "params", "mode", "variant",
-    "plot", "verdict", "finding",
+    "name",
+    "title",
+    "seed",
+    "claim",
+    "workload",
+    "table",
+    "notes",
+    "params",
+    "mode",
+    "variant",
+    "plot",
+    "verdict",
+    "finding",
+    "condition",
+    "lateness_tolerance",
 ];
 
 /// The experiment files built into the binary, in the order `lab run` runs them.
@@ -390,6 +409,15 @@ impl Experiment {
                 Some(v) => src.strings("notes", v)?,
                 None => Vec::new(),
             },
+            lateness_tolerance: match get("lateness_tolerance") {
+                Some(v) => {
+                    let text = src.string("lateness_tolerance", v)?;
+                    tcptail_units::parse_duration(&text)
+                        .map_err(|e| src.at(v, "lateness_tolerance", e.to_string()))?
+                }
+                None => crate::path::LATENESS_BOUND,
+            },
+            conditions: Vec::new(),
         };
         if let Some(v) = get("params") {
             exp.params = src.params(src.table("params", v)?, &[])?;
@@ -407,6 +435,7 @@ impl Experiment {
         }
         exp.parse_rules(&src, get("verdict"))?;
         exp.parse_findings(&src, get("finding"))?;
+        exp.parse_conditions(&src, get("condition"))?;
         Ok(exp)
     }
 

@@ -7,7 +7,8 @@
 //!
 //! Prints `svg_expected=N` on stdout: how many plots have data, counted from the results
 //! alone, for the check to compare with the `<svg>` elements the browser sees; then
-//! `svg_per_section=A B C ...`, the same count for each experiment's section in order.
+//! `svg_per_section=A B C ...`, the same count for each experiment's section in order; then
+//! `excluded_expected=N`, the rounds the results leave out, each of which the page must list.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -60,5 +61,12 @@ fn main() -> ExitCode {
     let per: Vec<String> =
         common::plots_with_data_per_experiment(&results).iter().map(usize::to_string).collect();
     println!("svg_per_section={}", per.join(" "));
+    let excluded: usize = results
+        .experiments
+        .iter()
+        .flat_map(|e| &e.variants)
+        .map(|v| v.excluded_rounds().count())
+        .sum();
+    println!("excluded_expected={excluded}");
     ExitCode::SUCCESS
 }

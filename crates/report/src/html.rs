@@ -92,6 +92,7 @@ dl.kv dt{font-weight:600;color:#555}dl.kv dd{margin:0}\
 .badge{display:inline-block;padding:0 .6em;border-radius:1em;font-size:.8em;font-weight:600;white-space:nowrap;vertical-align:.1em}\
 .v-reproduced{background:#1a7f37;color:#fff}.v-partly{background:#f0b429;color:#222}\
 .v-not-reproduced{background:#c62828;color:#fff}.v-not-applicable{background:#6e6e6e;color:#fff}\
+.v-inconclusive{background:#5b5fc7;color:#fff}\
 .banner,.error,.warn{padding:.5em .9em;border-radius:6px;margin:.8em 0}\
 .banner,.error{background:#fdecea;border:1px solid #c62828}\
 .warn{background:#fff6dc;border:1px solid #d49b00}\
@@ -113,7 +114,9 @@ figure{margin:1em 0}svg.plot{display:block;max-width:100%;height:auto}\
 .flagged{color:#a03000;font-weight:600}\
 table.rules td,table.rules th{white-space:normal;text-align:left}\
 table.rules tr.fired td{background:#eef6ee;font-weight:600}table.rules tr.fired td code{font-weight:normal}\
-.outcome-holds{color:#1a7f37}.outcome-fails{color:#777}.outcome-unknown{color:#a03000}\
+.outcome-holds{color:#1a7f37}.outcome-fails{color:#777}.outcome-unknown{color:#a03000}.outcome-undecided{color:#5b5fc7}\
+.ci{color:#555;font-size:.85em}.excluded li{color:#a03000}\
+table.conditions td,table.conditions th{white-space:normal;text-align:left}tr.deviates td{background:#fff6dc}\
 td.na{text-align:left;color:#555;font-style:italic;white-space:normal}\
 .page-footer{color:#777;font-size:.85em;margin-top:2em}";
 
@@ -144,9 +147,7 @@ fn swatch(i: usize) -> String {
 }
 
 fn verdict_counts(exps: &[ExperimentResult]) -> String {
-    let all =
-        [Verdict::Reproduced, Verdict::Partly, Verdict::NotReproduced, Verdict::NotApplicable];
-    let parts: Vec<String> = all
+    let parts: Vec<String> = Verdict::ALL
         .into_iter()
         .filter_map(|v| {
             let n = exps.iter().filter(|e| e.verdict == v).count();
@@ -247,7 +248,7 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
         h,
         r#"<section class="experiment" id="{id}">
 <h2>{title} {badge}</h2>
-<p class="meta"><code>{name}</code> · {rounds} round{s} · {dur}</p>
+<p class="meta"><code>{name}</code> · {rounds} round{s}{excluded} · {dur}</p>
 <blockquote><p class="text">{claim}</p><footer>Claim from <cite>{seed}</cite></footer></blockquote>
 <h3>Setup</h3>
 <p class="text">{setup}</p>
@@ -259,6 +260,10 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
         badge = badge(exp.verdict),
         name = escape(&exp.name),
         rounds = exp.rounds,
+        excluded = match exp.variants.iter().map(|v| v.excluded_rounds().count()).sum::<usize>() {
+            0 => String::new(),
+            n => format!(" ({n} variant-round{} excluded)", if n == 1 { "" } else { "s" }),
+        },
         s = if exp.rounds == 1 { "" } else { "s" },
         dur = fmt_duration(exp.duration_s),
         claim = escape(&exp.claim),
@@ -268,6 +273,7 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
     );
     verdict::rules(h, exp);
     verdict::findings(h, exp);
+    table::conditions(h, exp);
     if let Some(err) = &exp.error {
         let _ = writeln!(
             h,
@@ -284,6 +290,7 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
         let _ = writeln!(h, "<p{class}>Emulator lateness: {}{mark}</p>", lateness_text(l));
     }
     metrics_table(h, exp);
+    table::excluded_rounds(h, exp);
     for spec in &exp.plots {
         match plot(exp, spec) {
             Ok(svg) => {

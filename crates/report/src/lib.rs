@@ -21,6 +21,7 @@ pub mod results;
 pub mod svg;
 
 pub use results::{
-    Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric, Outcome,
-    PlotSpec, Results, RuleResult, RunInfo, Series, SeriesKind, VariantResult, Verdict,
+    CONFIDENCE, Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric,
+    Outcome, PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition, Series,
+    SeriesKind, VariantResult, Verdict,
 };

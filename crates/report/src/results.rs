@@ -9,8 +9,14 @@
 //!
 //! Metric names carry their unit as a suffix (`p99_us`, `goodput_mbps`, `burst_ms`,
 //! `retrans_pct`); [`unit_of`] reads it. Every metric is kept per round and summarised by its
-//! median and its spread (min and max over rounds), because a single run of a latency
-//! experiment on a shared 2-core machine says little.
+//! median, its spread (min and max over rounds) and a confidence interval of the median
+//! (`ci`, with its `confidence`), because a single run of a latency experiment on a shared
+//! 2-core machine says little. Each variant lists its rounds (`rounds`: which were faithful,
+//! and why the others were excluded from its numbers), and each experiment the seed's
+//! conditions beside the ones it ran (`conditions`).
+//!
+//! Files written before `ci`, `confidence`, `rounds` and `conditions` existed still read: the
+//! fields are then empty and the report says nothing about them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -123,6 +129,9 @@ pub enum Verdict {
     NotReproduced,
     /// It cannot be tested here (the reason says why), or the experiment did not complete.
     NotApplicable,
+    /// The data cannot decide at the stated confidence (too few faithful rounds, or an effect
+    /// within the noise); the reason says what would decide it.
+    Inconclusive,
 }
 
 impl Verdict {
@@ -133,14 +142,22 @@ impl Verdict {
             Verdict::Partly => "partly",
             Verdict::NotReproduced => "not-reproduced",
             Verdict::NotApplicable => "not-applicable",
+            Verdict::Inconclusive => "inconclusive",
         }
     }
 
+    /// Every verdict, in the order a report lists them.
+    pub const ALL: [Verdict; 5] = [
+        Verdict::Reproduced,
+        Verdict::Partly,
+        Verdict::NotReproduced,
+        Verdict::Inconclusive,
+        Verdict::NotApplicable,
+    ];
+
     /// Parses [`Verdict::as_str`]'s names.
     pub fn parse(s: &str) -> Option<Verdict> {
-        [Verdict::Reproduced, Verdict::Partly, Verdict::NotReproduced, Verdict::NotApplicable]
-            .into_iter()
-            .find(|v| v.as_str() == s)
+        Verdict::ALL.into_iter().find(|v| v.as_str() == s)
     }
 }
 
@@ -187,12 +204,32 @@ pub struct ExperimentResult {
     pub table: Vec<String>,
     /// Remarks: steps not applicable here and why, warnings about the data.
     pub notes: Vec<String>,
+    /// The seed's conditions beside the ones this run used (rate, RTT, buffer, ...), as the
+    /// experiment file states them; empty when it states none.
+    #[serde(default)]
+    pub conditions: Vec<SeedCondition>,
     /// Set when the experiment failed or was interrupted; the variants hold what finished.
     pub error: Option<String>,
     /// The emulator's lateness on this experiment's emulated paths, if any.
     pub lateness: Option<Lateness>,
     /// Wall-clock seconds the experiment took.
     pub duration_s: f64,
+}
+
+/// One condition of the seed's setup beside the value this run used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedCondition {
+    /// What it is (`rate`, `rtt`, `buffer`, `flows`).
+    pub name: String,
+    /// The seed's value, as the seed states it.
+    pub seed: String,
+    /// The value this run used.
+    pub run: String,
+    /// Whether they are the same.
+    pub matches: bool,
+    /// Why they differ, when they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What a condition came to on a run's values.
@@ -205,6 +242,8 @@ pub enum Outcome {
     Fails,
     /// A value it needs was not measured (or a division by zero).
     Unknown,
+    /// The values are there but cannot decide it at the stated confidence.
+    Undecided,
 }
 
 impl Outcome {
@@ -214,6 +253,7 @@ impl Outcome {
             Outcome::Holds => "holds",
             Outcome::Fails => "fails",
             Outcome::Unknown => "unknown",
+            Outcome::Undecided => "undecided",
         }
     }
 }
@@ -273,6 +313,30 @@ pub struct VariantResult {
     /// one); empty when the engine declares none.
     #[serde(default)]
     pub expected_metrics: Vec<String>,
+    /// Every round this variant ran, faithful or not; the metrics hold the faithful ones only.
+    /// Empty in files written before rounds were listed.
+    #[serde(default)]
+    pub rounds: Vec<RoundRecord>,
+}
+
+/// One round of a variant: whether its numbers count, and why not when they do not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// 1-based round number.
+    pub index: usize,
+    /// Whether the path and the workload were as the experiment meant them; only faithful
+    /// rounds enter the metrics.
+    pub faithful: bool,
+    /// Why the round was excluded (emulator lateness over the experiment's tolerance, a
+    /// failed workload, ...); `None` for a faithful round.
+    pub excluded_reason: Option<String>,
+}
+
+impl VariantResult {
+    /// The rounds excluded from the metrics.
+    pub fn excluded_rounds(&self) -> impl Iterator<Item = &RoundRecord> {
+        self.rounds.iter().filter(|r| !r.faithful)
+    }
 }
 
 impl VariantResult {
@@ -300,7 +364,19 @@ pub struct Metric {
     pub values: Vec<f64>,
     /// The unit, from the name's suffix ([`unit_of`]).
     pub unit: String,
+    /// A confidence interval of the median over rounds, `[low, high]`: the exact
+    /// order-statistic interval at [`CONFIDENCE`] when the rounds support one (6 or more),
+    /// otherwise the rounds' range with the smaller confidence it has; `None` for one round
+    /// (or a file from before intervals).
+    #[serde(default)]
+    pub ci: Option<[f64; 2]>,
+    /// The probability that `ci` holds the true median (exact).
+    #[serde(default)]
+    pub confidence: Option<f64>,
 }
+
+/// The confidence level intervals and verdict comparisons are stated at.
+pub const CONFIDENCE: f64 = 0.95;
 
 impl Metric {
     /// Summarises one value per round (non-finite values are dropped). `None` when no round
@@ -311,13 +387,16 @@ impl Metric {
             return None;
         }
         let median = stats::median(&values)?;
-        Some(Metric {
-            median,
-            min: values.iter().copied().fold(f64::INFINITY, f64::min),
-            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            values,
-            unit: unit_of(name).to_owned(),
-        })
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (ci, confidence) = match stats::median_interval(&values, CONFIDENCE) {
+            Some(i) => (Some([i.low, i.high]), Some(i.confidence)),
+            None if values.len() >= 2 => {
+                (Some([min, max]), Some(stats::spread_confidence(values.len())))
+            }
+            None => (None, None),
+        };
+        Some(Metric { median, min, max, values, unit: unit_of(name).to_owned(), ci, confidence })
     }
 }
 

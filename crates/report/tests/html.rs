@@ -160,7 +160,7 @@ fn nothing_is_fetched() {
 #[test]
 fn run_environment_and_verdicts_are_shown() {
     let (_, html) = render_sample();
-    for v in ["reproduced", "partly", "not-reproduced", "not-applicable"] {
+    for v in ["reproduced", "partly", "not-reproduced", "not-applicable", "inconclusive"] {
         let badge = format!(r#"<span class="badge v-{v}">{v}</span>"#);
         // In the contents, the summary and the section.
         assert!(html.matches(&badge).count() >= 3, "{v}");
@@ -199,13 +199,21 @@ fn experiments_show_claim_error_lateness_table_and_notes() {
     assert!(!cc_table.contains("<th>p999_us"));
     // nagle-delack (no `table`) shows all four metrics; none of its variants has lateness.
     assert_eq!(results_table(section("nagle-delack")).matches("<th>").count(), 5);
+    // The median's interval with its confidence (5 rounds: their range, 93.8 %) replaces the
+    // bare min-max spread.
     let p99 = &results.experiments[0].variants[0].metrics["p99_us"];
-    assert!(cc.contains(&format!(
-        "{} <span class=\"unit\">µs</span> <span class=\"spread\">[{}–{}]</span>",
-        svg::fmt_num(p99.median),
-        svg::fmt_num(p99.min),
-        svg::fmt_num(p99.max)
-    )));
+    let [low, high] = p99.ci.expect("5 rounds have an interval");
+    assert_eq!((low, high), (p99.min, p99.max));
+    assert!(
+        cc.contains(&format!(
+            "{} <span class=\"unit\">µs</span> <span class=\"ci\" title=\"93.8 % confidence \
+         interval of the median over rounds\">[{}–{}] 93.8 %</span>",
+            svg::fmt_num(p99.median),
+            svg::fmt_num(low),
+            svg::fmt_num(high)
+        )),
+        "{cc}"
+    );
     assert!(cc.contains("round 3 was lateness-flagged"));
     assert!(html.contains("TCP_QUICKACK is not available here"));
     assert!(section("broken").contains("No variant finished."));
@@ -327,4 +335,59 @@ fn findings_late_rounds_and_steps_this_host_cannot_take_are_shown() {
     assert!(cc.contains(
         "<td class=\"na\" colspan=\"4\"><strong>not applicable here:</strong> no CPU is isolated"
     ), "{cc}");
+}
+
+#[test]
+fn excluded_rounds_are_listed_with_their_reason_and_counted() {
+    let (_, html) = render_sample();
+    let cc = &html[html.find("id=\"exp-1-").unwrap()..html.find("id=\"exp-2-").unwrap()];
+    assert!(cc.contains("5 rounds (1 variant-round excluded)"), "{cc}");
+    assert!(cc.contains("<h3>Excluded rounds</h3>"));
+    assert!(
+        cc.contains(
+            "<li data-excluded-round=\"bbr-r6\"><code>bbr</code> round 6: <span class=\"text\">\
+         emulator lateness p99 350 µs, over the experiment tolerance of 200 µs</span></li>"
+        ),
+        "{cc}"
+    );
+    assert!(cc.contains("<code>bbr</code>: 5 of 6 rounds faithful."));
+    let undecided = &html[html.find("<code>undecided</code>").unwrap()..];
+    assert_eq!(undecided.matches("data-excluded-round=").count(), 2);
+    assert!(undecided.contains("outcome-undecided"));
+    // Experiments without excluded rounds say nothing about them.
+    let nagle = &html[html.find("id=\"exp-2-").unwrap()..html.find("id=\"exp-3-").unwrap()];
+    assert!(!nagle.contains("Excluded rounds") && !nagle.contains("excluded)"));
+}
+
+#[test]
+fn seed_conditions_stand_beside_the_runs_with_deviations_marked() {
+    let (_, html) = render_sample();
+    let cc = &html[html.find("id=\"exp-1-").unwrap()..html.find("id=\"exp-2-").unwrap()];
+    assert!(cc.contains("<h3>Conditions: the seed's and this run's</h3>"));
+    assert!(cc.contains("<tr><td>rate</td><td>1 Gbit/s</td><td>1 Gbit/s</td><td>same</td></tr>"));
+    assert!(
+        cc.contains(
+            "<tr class=\"deviates\"><td>duration</td><td>30 min</td><td>3 s x 5 rounds</td>\
+         <td><strong>differs</strong>: quick mode; the full mode runs 60 s rounds</td></tr>"
+        ),
+        "{cc}"
+    );
+}
+
+/// A results.json written before intervals, rounds and conditions existed reads and renders:
+/// no interval (the min-max spread instead), no excluded rounds, no conditions table.
+#[test]
+fn results_from_before_intervals_still_render() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/results-before-intervals.json");
+    let results = Results::read(&path).expect("an old results.json reads");
+    let exp = &results.experiments[0];
+    assert!(exp.conditions.is_empty());
+    let v = &exp.variants[1];
+    assert!(v.rounds.is_empty() && v.metrics["p50_us"].ci.is_none());
+    let html = tcptail_report::html::render(&results);
+    assert_nested(&html);
+    assert!(html.contains("<span class=\"spread\">[39800–40100]</span>"), "{html}");
+    assert!(!html.contains("Excluded rounds") && !html.contains("Conditions: the seed"));
+    assert!(html.contains(r#"<span class="badge v-reproduced">reproduced</span>"#));
 }

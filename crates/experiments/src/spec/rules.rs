@@ -1,5 +1,6 @@
-//! `[[verdict]]` and `[[finding]]` tables: read and checked for their keys; the conditions and
-//! templates themselves are compiled by [`crate::verdict`] once the variants are known.
+//! `[[verdict]]`, `[[finding]]` and `[[condition]]` tables: read and checked for their keys;
+//! the conditions and templates themselves are compiled by [`crate::verdict`] once the
+//! variants are known.
 
 use toml::Spanned;
 use toml::de::DeValue;
@@ -48,7 +49,7 @@ impl Experiment {
                 Some(vv) => {
                     let s = src.string("verdict", vv)?;
                     Verdict::parse(&s).ok_or_else(|| {
-                        src.at(vv, "verdict", format!("`{s}`: expected reproduced, partly, not-reproduced or not-applicable"))
+                        src.at(vv, "verdict", format!("`{s}`: expected reproduced, partly, not-reproduced, inconclusive or not-applicable"))
                     })?
                 }
                 None => return Err(src.at(item, "verdict.verdict", "is required")),
@@ -85,6 +86,41 @@ impl Experiment {
                 then: required("then")?,
                 otherwise: required("otherwise")?,
                 line: src.line(item.span()),
+            });
+        }
+        Ok(())
+    }
+
+    /// `[[condition]]`: `name`, `seed` (the seed's value), `run` (this file's), optional
+    /// `reason` (why they differ). They match when the two texts are the same.
+    pub(super) fn parse_conditions(
+        &mut self,
+        src: &Source<'_>,
+        v: Option<&Spanned<DeValue<'_>>>,
+    ) -> Result<(), SpecError> {
+        let Some(v) = v else {
+            return Ok(());
+        };
+        for item in src.tables("condition", v)? {
+            let t = src.table("condition", item)?;
+            check_keys(src, "condition", t, &["name", "seed", "run", "reason"])?;
+            let required = |key: &str| src.required_string(item, t, "condition", key);
+            let (seed, run) = (required("seed")?, required("run")?);
+            let matches = seed == run;
+            let reason = t.get("reason").map(|r| src.string("reason", r)).transpose()?;
+            if !matches && reason.is_none() {
+                return Err(src.at(
+                    item,
+                    "condition.reason",
+                    format!("`{run}` differs from the seed's `{seed}`: say why in `reason`"),
+                ));
+            }
+            self.conditions.push(tcptail_report::SeedCondition {
+                name: required("name")?,
+                seed,
+                run,
+                matches,
+                reason,
             });
         }
         Ok(())

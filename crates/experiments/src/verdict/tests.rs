@@ -26,7 +26,15 @@ fn result(name: &str, metrics: &[(&str, f64, f64, f64)]) -> VariantResult {
         metrics: metrics
             .iter()
             .map(|&(m, median, min, max)| {
-                let metric = Metric { median, min, max, values: vec![median], unit: String::new() };
+                let metric = Metric {
+                    median,
+                    min,
+                    max,
+                    values: vec![median],
+                    unit: String::new(),
+                    ci: None,
+                    confidence: None,
+                };
                 (m.to_string(), metric)
             })
             .collect(),
@@ -34,6 +42,7 @@ fn result(name: &str, metrics: &[(&str, f64, f64, f64)]) -> VariantResult {
         notes: Vec::new(),
         not_applicable: None,
         expected_metrics: Vec::new(),
+        rounds: Vec::new(),
     }
 }
 

@@ -23,12 +23,28 @@ fn rounds_phrase(rounds: &[usize]) -> String {
     format!("round{} {}", if rounds.len() == 1 { "" } else { "s" }, list.join(", "))
 }
 
+/// `97 %`: a confidence as a reader says it.
+fn percent(confidence: f64) -> String {
+    let p = confidence * 100.0;
+    if (p - p.round()).abs() < 0.05 { format!("{p:.0} %") } else { format!("{p:.1} %") }
+}
+
 fn cell(m: &Metric) -> String {
     let rounds: Vec<String> = m.values.iter().map(|&x| fmt_num(x)).collect();
-    let spread = if m.min == m.max {
-        String::new()
-    } else {
-        format!(" <span class=\"spread\">[{}–{}]</span>", fmt_num(m.min), fmt_num(m.max))
+    // The interval of the median with its confidence; a file from before intervals shows the
+    // min–max spread it has.
+    let spread = match (m.ci, m.confidence) {
+        (Some([low, high]), Some(c)) if low != high => format!(
+            " <span class=\"ci\" title=\"{} confidence interval of the median over rounds\">\
+             [{}–{}] {}</span>",
+            percent(c),
+            fmt_num(low),
+            fmt_num(high),
+            percent(c)
+        ),
+        (Some(_), Some(_)) => String::new(),
+        _ if m.min == m.max => String::new(),
+        _ => format!(" <span class=\"spread\">[{}–{}]</span>", fmt_num(m.min), fmt_num(m.max)),
     };
     format!(
         "<td title=\"rounds: {}\">{} <span class=\"unit\">{}</span>{spread}",
@@ -36,6 +52,80 @@ fn cell(m: &Metric) -> String {
         fmt_num(m.median),
         escape(&m.unit),
     )
+}
+
+/// The rounds left out of the numbers, each with its reason, and how many per variant.
+pub(super) fn excluded_rounds(h: &mut String, exp: &ExperimentResult) {
+    let excluded: Vec<(&VariantResult, &crate::results::RoundRecord)> =
+        exp.variants.iter().flat_map(|v| v.excluded_rounds().map(move |r| (v, r))).collect();
+    if excluded.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        h,
+        "<h3>Excluded rounds</h3>\n<p>{} variant-round{} did not count: the path or the workload \
+         was not what the experiment meant, so {} left out of the medians, intervals and \
+         verdict.</p>\n<ul class=\"excluded\">",
+        excluded.len(),
+        if excluded.len() == 1 { "" } else { "s" },
+        if excluded.len() == 1 { "it is" } else { "they are" },
+    );
+    for (v, r) in excluded {
+        let _ = writeln!(
+            h,
+            "<li data-excluded-round=\"{}-r{}\"><code>{}</code> round {}: <span class=\"text\">{}</span></li>",
+            escape(&v.name),
+            r.index,
+            escape(&v.name),
+            r.index,
+            escape(r.excluded_reason.as_deref().unwrap_or("not faithful")),
+        );
+    }
+    h.push_str("</ul>\n");
+    for v in &exp.variants {
+        let total = v.rounds.len();
+        let faithful = v.rounds.iter().filter(|r| r.faithful).count();
+        if faithful < total {
+            let _ = writeln!(
+                h,
+                "<p class=\"unit\"><code>{}</code>: {faithful} of {total} rounds faithful.</p>",
+                escape(&v.name)
+            );
+        }
+    }
+}
+
+/// The seed's conditions beside this run's, deviations highlighted with their reason.
+pub(super) fn conditions(h: &mut String, exp: &ExperimentResult) {
+    if exp.conditions.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h3>Conditions: the seed's and this run's</h3>\n<div class=\"table-wrap\">\
+         <table class=\"conditions\">\n<thead><tr><th>condition</th><th>seed</th><th>this run</th>\
+         <th></th></tr></thead>\n<tbody>\n",
+    );
+    for c in &exp.conditions {
+        let (class, mark) = if c.matches {
+            ("", "same".to_owned())
+        } else {
+            (
+                " class=\"deviates\"",
+                format!(
+                    "<strong>differs</strong>{}",
+                    c.reason.as_deref().map_or(String::new(), |r| format!(": {}", escape(r)))
+                ),
+            )
+        };
+        let _ = writeln!(
+            h,
+            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{mark}</td></tr>",
+            escape(&c.name),
+            escape(&c.seed),
+            escape(&c.run),
+        );
+    }
+    h.push_str("</tbody></table></div>\n");
 }
 
 /// The name cell: swatch, name, the file's label under it, and a `late` mark.

@@ -47,6 +47,7 @@ fn anchors_are_safe_and_unique() {
         error: None,
         lateness: None,
         duration_s: 0.0,
+        conditions: vec![],
     };
     assert_eq!(anchor(0, &exp("a\"b <c>")), "exp-1-a-b--c-");
     assert_ne!(anchor(0, &exp("x")), anchor(1, &exp("x")));
@@ -61,6 +62,7 @@ fn anchors_are_safe_and_unique() {
         notes: vec![],
         not_applicable: None,
         expected_metrics: vec![],
+        rounds: vec![],
     };
     let mut e = exp("x");
     e.variants = vec![variant("cubic_x", "CUBIC <1 Gbit/s>"), variant("plain", "plain")];

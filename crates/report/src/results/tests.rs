@@ -82,6 +82,13 @@ fn results_round_trip_through_the_file() {
             error: None,
             lateness: None,
             duration_s: 1.0,
+            conditions: vec![SeedCondition {
+                name: "rate".into(),
+                seed: "10 Gbit/s".into(),
+                run: "300 Mbit/s".into(),
+                matches: false,
+                reason: Some("the emulator holds 300 Mbit/s here".into()),
+            }],
         }],
     };
     let path = dir.path().join(RESULTS_FILE);

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use tcptail_report::{
     Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric, Outcome,
-    PlotSpec, Results, RuleResult, RunInfo, Series, VariantResult, Verdict,
+    PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition, Series, VariantResult,
+    Verdict,
 };
 
 /// Markup that runs a script if any field is not escaped.
@@ -69,6 +70,9 @@ fn variant(name: &str, scale: f64, seed: u64, notes: Vec<String>) -> VariantResu
         notes,
         not_applicable: None,
         expected_metrics: vec![],
+        rounds: (1..=5)
+            .map(|index| RoundRecord { index, faithful: true, excluded_reason: None })
+            .collect(),
     }
 }
 
@@ -109,6 +113,7 @@ fn experiment(name: &str, verdict: Verdict) -> ExperimentResult {
         error: None,
         lateness: None,
         duration_s: 75.5,
+        conditions: vec![],
     }
 }
 
@@ -156,6 +161,30 @@ pub fn sample() -> Results {
         outcome: Outcome::Fails,
         text: "PROBE_BW up is not over-represented among slow requests".into(),
     }];
+    // bbr's sixth round ran on a late emulator and is left out of its numbers.
+    cc.variants[1].rounds.push(RoundRecord {
+        index: 6,
+        faithful: false,
+        excluded_reason: Some(
+            "emulator lateness p99 350 µs, over the experiment tolerance of 200 µs".into(),
+        ),
+    });
+    cc.conditions = vec![
+        SeedCondition {
+            name: "rate".into(),
+            seed: "1 Gbit/s".into(),
+            run: "1 Gbit/s".into(),
+            matches: true,
+            reason: None,
+        },
+        SeedCondition {
+            name: "duration".into(),
+            seed: "30 min".into(),
+            run: "3 s x 5 rounds".into(),
+            matches: false,
+            reason: Some("quick mode; the full mode runs 60 s rounds".into()),
+        },
+    ];
     cc.lateness = Some(Lateness {
         worst_p99_us: 350.0,
         max_us: 900.0,
@@ -230,6 +259,21 @@ pub fn sample() -> Results {
         },
     ];
 
+    // Too few faithful rounds to decide.
+    let mut undecided = experiment("undecided", Verdict::Inconclusive);
+    undecided.verdict_reason = "needs about 6 rounds per variant (has 2): the rank test over \
+                                2 and 2 rounds cannot reach 95 %"
+        .into();
+    undecided.rules[0].outcome = Outcome::Undecided;
+    undecided.variants = vec![variant("cubic", 200.0, 5, vec![]), variant("bbr", 190.0, 6, vec![])];
+    for v in &mut undecided.variants {
+        v.rounds[2] = RoundRecord {
+            index: 3,
+            faithful: false,
+            excluded_reason: Some("round 3: the workload failed: bench client timed out".into()),
+        };
+    }
+
     let mut broken = experiment("broken", Verdict::NotApplicable);
     broken.error = Some(format!("bench client exited with status 1: {HOSTILE}"));
     broken.rounds = 0;
@@ -263,7 +307,7 @@ pub fn sample() -> Results {
             }),
             notes,
         },
-        experiments: vec![cc, nagle, hostile, broken],
+        experiments: vec![cc, nagle, hostile, broken, undecided],
     }
 }
 
