@@ -351,17 +351,41 @@ fn run_experiment(
                 .into(),
         );
     }
+    // Rounds that completed on a path that was not faithful (failed rounds are errors).
+    let unfaithful: usize = rounds.iter().map(|r| r.excluded.len()).sum();
     let (verdict, verdict_reason, verdict_rule, rules) =
         if variants.iter().all(|v| v.metrics.is_empty()) {
-            let why = if interrupted {
-                "interrupted before any round finished"
+            if unfaithful > 0 && !interrupted {
+                let why = format!(
+                    "no faithful round: {unfaithful} variant-round(s) completed on a path that \
+                     was not faithful and were excluded (see the excluded rounds); rerun on a \
+                     quieter machine or with more rounds"
+                );
+                (Verdict::Inconclusive, why, String::new(), Vec::new())
             } else {
-                "no round succeeded"
-            };
-            (Verdict::NotApplicable, format!("no data: {why}"), String::new(), Vec::new())
+                let why = if interrupted {
+                    "interrupted before any round finished"
+                } else {
+                    "no round succeeded"
+                };
+                (Verdict::NotApplicable, format!("no data: {why}"), String::new(), Vec::new())
+            }
         } else {
             let d = verdict::decide(&prepared.rules, &variants.as_slice());
-            (d.verdict, d.reason, d.rule, d.rules)
+            match unfaithful_only(&variants, &d.missing) {
+                // What the rule misses was measured only in excluded rounds: the data cannot
+                // decide, which is not the same as this host being unable to run it.
+                Some(names) if d.verdict == Verdict::NotApplicable => {
+                    let reason = format!(
+                        "{}; every round of {} was excluded as not faithful (see the excluded \
+                         rounds): more rounds, or a quieter machine, would decide it",
+                        d.reason,
+                        names.join(", ")
+                    );
+                    (Verdict::Inconclusive, reason, d.rule, d.rules)
+                }
+                _ => (d.verdict, format!("{}{}", d.reason, d.evidence), d.rule, d.rules),
+            }
         };
     let findings = if variants.iter().all(|v| v.metrics.is_empty()) {
         Vec::new()
@@ -400,6 +424,21 @@ fn run_experiment(
         conditions: experiment.conditions.clone(),
     };
     (result, interrupted)
+}
+
+/// The variants among `missing` references (`variant.metric`) that ran rounds but had none
+/// faithful; `None` when there is none such.
+fn unfaithful_only(variants: &[VariantResult], missing: &[String]) -> Option<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for m in missing {
+        let name = m.split('.').next().unwrap_or_default();
+        let v = variants.iter().find(|v| v.name == name)?;
+        let all_excluded = !v.rounds.is_empty() && v.rounds.iter().all(|r| !r.faithful);
+        if all_excluded && v.not_applicable.is_none() && !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    (!names.is_empty()).then_some(names)
 }
 
 fn faithful(round: usize) -> RoundRecord {

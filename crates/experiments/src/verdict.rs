@@ -18,6 +18,17 @@
 //! - Numbers and conditions are distinct types: a number used as a condition, or a condition
 //!   used in arithmetic, is an error when the rule is compiled.
 //!
+//! # Confidence
+//!
+//! A verdict rule's comparisons are decided with stated confidence ([`confidence`]): a
+//! comparison of two variants' values is an exact one-sided rank test over their faithful
+//! rounds, one against a constant an exact sign test, each at 95 %. A comparison the rounds
+//! cannot decide either way is *undecided*; the first rule whose condition is undecided stops
+//! the rules with [`Verdict::Inconclusive`], whose reason names the comparisons and about how
+//! many rounds would decide them. A deciding rule's reason is followed by the tests that
+//! decided it and the 95 % intervals of the medians it read. Findings keep the plain
+//! comparison of the values shown.
+//!
 //! # Unknown values
 //!
 //! A reference without a value (the variant did not run in this mode, the metric is absent,
@@ -42,11 +53,13 @@ use tcptail_report::{Outcome, RuleResult, VariantResult, Verdict};
 use crate::spec::RuleSpec;
 
 mod condition;
+pub mod confidence;
 mod finding;
 #[cfg(test)]
 mod tests;
 
 use condition::{Cond, parse_condition};
+pub use confidence::{ALPHA, Tested, Tri};
 pub use finding::FindingRule;
 
 /// Which statistic over rounds a reference reads.
@@ -87,6 +100,17 @@ pub trait Values {
     /// The value of `variant.metric`'s statistic; `None` when it was not measured.
     /// Non-finite values are treated as missing by the rules.
     fn value(&self, variant: &str, metric: &str, stat: Stat) -> Option<f64>;
+
+    /// Every faithful round's value of `variant.metric`, for the tests that decide
+    /// comparisons; `None` when these values carry no rounds (comparisons are then plain).
+    fn rounds(&self, _variant: &str, _metric: &str) -> Option<Vec<f64>> {
+        None
+    }
+
+    /// The confidence interval of the median of `variant.metric` and its confidence.
+    fn interval(&self, _variant: &str, _metric: &str) -> Option<([f64; 2], f64)> {
+        None
+    }
 }
 
 impl Values for &[VariantResult] {
@@ -98,11 +122,28 @@ impl Values for &[VariantResult] {
             Stat::Max => m.max,
         })
     }
+
+    fn rounds(&self, variant: &str, metric: &str) -> Option<Vec<f64>> {
+        Some(self.iter().find(|v| v.name == variant)?.metrics.get(metric)?.values.clone())
+    }
+
+    fn interval(&self, variant: &str, metric: &str) -> Option<([f64; 2], f64)> {
+        let m = self.iter().find(|v| v.name == variant)?.metrics.get(metric)?;
+        Some((m.ci?, m.confidence?))
+    }
 }
 
 impl Values for Vec<VariantResult> {
     fn value(&self, variant: &str, metric: &str, stat: Stat) -> Option<f64> {
         self.as_slice().value(variant, metric, stat)
+    }
+
+    fn rounds(&self, variant: &str, metric: &str) -> Option<Vec<f64>> {
+        self.as_slice().rounds(variant, metric)
+    }
+
+    fn interval(&self, variant: &str, metric: &str) -> Option<([f64; 2], f64)> {
+        self.as_slice().interval(variant, metric)
     }
 }
 
@@ -206,13 +247,22 @@ impl Rule {
         dedup(refs)
     }
 
-    /// Its condition's value: `Ok(true)` for the final rule, `Err(missing)` when unknown
-    /// (`missing` may be empty when a division by zero made it so).
-    pub fn holds(&self, values: &dyn Values) -> Result<bool, Vec<Ref>> {
+    /// Its condition's value with stated confidence: `Ok(Tri::Yes)` for the final rule,
+    /// `Err(missing)` when unknown (`missing` may be empty when a division by zero made it so).
+    pub fn holds(&self, values: &dyn Values) -> Result<Tri, Vec<Ref>> {
         match &self.when {
-            None => Ok(true),
-            Some((_, cond)) => cond.eval(values).map_err(|u| dedup(u.0)),
+            None => Ok(Tri::Yes),
+            Some((_, cond)) => cond.decide(values).map_err(|u| dedup(u.0)),
         }
+    }
+
+    /// Every comparison of its condition that a test decides, written out, with the test.
+    pub fn tests(&self, values: &dyn Values) -> Vec<(String, Tested)> {
+        let mut out = Vec::new();
+        if let Some((_, cond)) = &self.when {
+            cond.tests(values, &mut out);
+        }
+        out
     }
 
     /// The reason with its placeholders filled.
@@ -225,8 +275,13 @@ impl Rule {
         RuleResult {
             verdict: self.verdict,
             when: self.when().map(str::to_owned),
-            evaluated: self.when.as_ref().map(|(_, cond)| cond.explain(values)),
-            outcome: outcome(self.holds(values)),
+            evaluated: self.when.as_ref().map(|(_, cond)| cond.explain_decided(values)),
+            outcome: match self.holds(values) {
+                Ok(Tri::Yes) => Outcome::Holds,
+                Ok(Tri::No) => Outcome::Fails,
+                Ok(Tri::Undecided) => Outcome::Undecided,
+                Err(_) => Outcome::Unknown,
+            },
             fired,
             line: self.line,
         }
@@ -259,6 +314,9 @@ pub struct Decision {
     pub verdict: Verdict,
     /// Why, with the numbers filled in.
     pub reason: String,
+    /// The tests that decided, with the intervals of the medians the rule read (empty when no
+    /// test applied); the report prints it after the reason.
+    pub evidence: String,
     /// The rule that decided: `when: <condition>` or `otherwise`.
     pub rule: String,
     /// References without a value: those that left the deciding condition unknown, or, when a
@@ -282,8 +340,47 @@ pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
 fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<usize>) {
     for (i, rule) in rules.iter().enumerate() {
         match rule.holds(values) {
-            Ok(false) => continue,
-            Ok(true) => {
+            Ok(Tri::No) => continue,
+            Ok(Tri::Undecided) => {
+                let text = rule.when().unwrap_or_default();
+                let undecided: Vec<String> = rule
+                    .tests(values)
+                    .into_iter()
+                    .filter(|(_, t)| t.truth == Tri::Undecided)
+                    .map(|(cmp, t)| {
+                        format!("`{cmp}` ({}; needs {})", t.test, t.needs.unwrap_or_default())
+                    })
+                    .collect();
+                // Every value the condition read, as the templates print them.
+                let mut read = Vec::new();
+                if let Some((_, cond)) = &rule.when {
+                    cond.refs(&mut read);
+                }
+                let read: Vec<String> = dedup(read)
+                    .iter()
+                    .filter_map(|r| Some(format!("{r} {}", format_value(lookup(values, r)?))))
+                    .collect();
+                let reason = format!(
+                    "the rule at line {} ({} when `{text}`) cannot be decided at {:.0} % \
+                     confidence from these rounds: {}. Values read: {}.{}",
+                    rule.line,
+                    rule.verdict,
+                    (1.0 - ALPHA) * 100.0,
+                    undecided.join("; "),
+                    read.join(", "),
+                    intervals(rule, values),
+                );
+                let decision = Decision {
+                    verdict: Verdict::Inconclusive,
+                    reason,
+                    evidence: String::new(),
+                    rule: rule.describe(),
+                    missing: Vec::new(),
+                    rules: Vec::new(),
+                };
+                return (decision, Some(i));
+            }
+            Ok(Tri::Yes) => {
                 let missing = rule
                     .reason
                     .iter()
@@ -292,9 +389,35 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                         _ => None,
                     })
                     .collect::<Vec<_>>();
+                // The evidence: this rule's tests, or for the final rule those that ruled out
+                // the rules above it.
+                let tested: Vec<(String, Tested)> = if rule.when.is_some() {
+                    rule.tests(values)
+                } else {
+                    rules[..i].iter().flat_map(|r| r.tests(values)).collect()
+                };
+                let evidence: Vec<String> = tested
+                    .into_iter()
+                    .filter(|(_, t)| t.truth != Tri::Undecided)
+                    .map(|(cmp, t)| {
+                        let holds = if t.truth == Tri::Yes { "holds" } else { "fails" };
+                        format!("`{cmp}` {holds} ({})", t.test)
+                    })
+                    .collect();
+                let evidence = if evidence.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " [at {:.0} % confidence: {}.{}]",
+                        (1.0 - ALPHA) * 100.0,
+                        evidence.join("; "),
+                        intervals(rule, values)
+                    )
+                };
                 let decision = Decision {
                     verdict: rule.verdict,
                     reason: rule.reason(values),
+                    evidence,
                     rule: rule.describe(),
                     missing: dedup(missing),
                     rules: Vec::new(),
@@ -313,6 +436,7 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                 let decision = Decision {
                     verdict: Verdict::NotApplicable,
                     reason,
+                    evidence: String::new(),
                     rule: rule.describe(),
                     missing,
                     rules: Vec::new(),
@@ -324,11 +448,44 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
     let decision = Decision {
         verdict: Verdict::NotApplicable,
         reason: "no verdict rule applies (the experiment has no final rule without `when`)".into(),
+        evidence: String::new(),
         rule: "none".into(),
         missing: Vec::new(),
         rules: Vec::new(),
     };
     (decision, None)
+}
+
+/// The intervals of the medians `rule` reads, as ` Intervals of the medians: a.x 120
+/// [110–130] (97 %), ...`; empty when none has one.
+fn intervals(rule: &Rule, values: &dyn Values) -> String {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for r in rule.references() {
+        let key = (r.variant.clone(), r.metric.clone());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+    }
+    let parts: Vec<String> = seen
+        .iter()
+        .filter_map(|(v, m)| {
+            let median = values.value(v, m, Stat::Median)?;
+            let ([low, high], confidence) = values.interval(v, m)?;
+            Some(format!(
+                "{v}.{m} {} [{}–{}] ({:.0} %)",
+                format_value(median),
+                format_value(low),
+                format_value(high),
+                confidence * 100.0
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" Intervals of the medians: {}", parts.join(", "))
+    }
 }
 
 /// Formats a value to three significant digits without an exponent between 1e-4 and 1e7

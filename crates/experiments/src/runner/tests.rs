@@ -149,7 +149,20 @@ fn rounds_fold_into_medians_with_spread_and_a_verdict() {
     assert_eq!((a.median, a.min, a.max), (11.0, 10.0, 12.0));
     assert_eq!(a.unit, "µs");
     assert_eq!(e.verdict, Verdict::Reproduced);
-    assert_eq!(e.verdict_reason, "a 11 vs b 2");
+    // The rule's reason, then the test that decided it and the intervals of the medians.
+    assert!(
+        e.verdict_reason.starts_with(
+            "a 11 vs b 2 [at 95 % confidence: `a.p50_us > 2 * b.p50_us` holds (rank test over \
+             3 and 3 rounds: p = 0.05 for, 1 against)."
+        ),
+        "{}",
+        e.verdict_reason
+    );
+    assert!(
+        e.verdict_reason.ends_with("a.p50_us 11 [10–12] (75 %), b.p50_us 2 [1–3] (75 %)]"),
+        "{}",
+        e.verdict_reason
+    );
     assert!(e.error.is_none());
     // CDFs are pooled over rounds; notes are kept once.
     assert_eq!(e.variants[0].series[0].kind, SeriesKind::Cdf);
@@ -410,4 +423,65 @@ fn a_round_without_a_declared_metric_fails() {
     assert!(error.contains("declared metric(s) missing or not finite: p99_us"), "{error}");
     assert_eq!(e.variants[1].expected_metrics, ["p50_us", "p99_us"]);
     assert!(e.variants[1].metrics.is_empty());
+}
+
+/// A round on a late emulator (over the experiment's tolerance) and a failed round are left
+/// out of the numbers, listed with their reasons; with too few faithful rounds left the
+/// verdict is inconclusive rather than decided on what remains.
+#[test]
+fn unfaithful_rounds_are_excluded_listed_and_make_the_verdict_inconclusive() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = prepared([10.0, 1.0, 1.0], Some(("b", 1)), &log);
+    // a's rounds run 100, 200 and 300 µs late: the third is over a 250 µs tolerance.
+    p.experiment.lateness_tolerance = std::time::Duration::from_micros(250);
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    let rounds = |v: usize| -> Vec<(usize, bool, Option<String>)> {
+        e.variants[v]
+            .rounds
+            .iter()
+            .map(|r| (r.index, r.faithful, r.excluded_reason.clone()))
+            .collect()
+    };
+    assert_eq!(
+        rounds(0),
+        [
+            (1, true, None),
+            (2, true, None),
+            (
+                3,
+                false,
+                Some(
+                    "emulator lateness p99 300 µs, over the experiment's tolerance of 250 µs"
+                        .into()
+                )
+            ),
+        ]
+    );
+    let b = rounds(1);
+    assert_eq!((b[1].0, b[1].1), (2, false));
+    assert!(b[1].2.as_deref().unwrap().starts_with("the workload failed: "), "{b:?}");
+    // Only faithful rounds enter the metrics; the lateness column keeps every round.
+    assert_eq!(e.variants[0].metrics["p50_us"].values, [10.0, 11.0]);
+    assert_eq!(e.variants[1].metrics["p50_us"].values, [1.0, 3.0]);
+    assert_eq!(e.variants[0].metrics[EMULATOR_LATENESS_METRIC].values.len(), 3);
+    assert_eq!(e.verdict, Verdict::Inconclusive, "{}", e.verdict_reason);
+    assert!(e.verdict_reason.contains("rank test over 2 and 2 rounds"), "{}", e.verdict_reason);
+}
+
+/// A variant whose every round was excluded leaves the rules without its values: the verdict
+/// is inconclusive (the data cannot decide), not "not applicable" (the host can run it).
+#[test]
+fn a_variant_without_a_faithful_round_makes_the_verdict_inconclusive() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = prepared([10.0, 1.0, 1.0], None, &log);
+    p.experiment.lateness_tolerance = std::time::Duration::from_micros(50);
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    assert!(e.variants[0].metrics.get("p50_us").is_none());
+    assert_eq!(e.variants[0].excluded_rounds().count(), 3);
+    assert_eq!(e.verdict, Verdict::Inconclusive, "{}", e.verdict_reason);
+    assert!(e.verdict_reason.contains("every round of a was excluded"), "{}", e.verdict_reason);
 }

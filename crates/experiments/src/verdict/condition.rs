@@ -1,5 +1,6 @@
 //! `when` conditions: the syntax tree, its three-valued evaluation, the lexer and the parser.
 
+use super::confidence::Tri;
 use super::*;
 
 /// A number-valued expression. Operators and functions are kept as written (`"+"`, `"min"`);
@@ -28,7 +29,7 @@ pub(super) enum Cond {
 #[derive(Debug, PartialEq)]
 pub(super) struct Unknown(pub(super) Vec<Ref>);
 
-fn both<A, B>(a: Result<A, Unknown>, b: Result<B, Unknown>) -> Result<(A, B), Unknown> {
+pub(super) fn both<A, B>(a: Result<A, Unknown>, b: Result<B, Unknown>) -> Result<(A, B), Unknown> {
     match (a, b) {
         (Ok(a), Ok(b)) => Ok((a, b)),
         (Err(Unknown(mut x)), Err(Unknown(y))) => {
@@ -71,6 +72,19 @@ impl Num {
             }
         };
         if x.is_finite() { Ok(x) } else { Err(Unknown(Vec::new())) }
+    }
+
+    /// The expression written out (`2 * b.x`, `max(a.x, 3)`), for a test's description.
+    pub(super) fn text(&self) -> String {
+        match self {
+            Num::Lit(x) => format_value(*x),
+            Num::Ref(r) => r.to_string(),
+            Num::Neg(a) => format!("-{}", a.text()),
+            Num::Arith(op, a, b) => format!("{} {op} {}", a.text(), b.text()),
+            Num::Call(f, args) => {
+                format!("{f}({})", args.iter().map(Num::text).collect::<Vec<_>>().join(", "))
+            }
+        }
     }
 
     fn refs(&self, out: &mut Vec<Ref>) {
@@ -130,16 +144,33 @@ impl Cond {
     /// grouping: `same_cpu.p99_us < 0.8 * baseline.p99_us and spin.p99_us < 40` becomes
     /// `21.3 < 64.1 ✓ and 45 < 40 ✗`. A side without a value reads `n/a`.
     pub(super) fn explain(&self, values: &dyn Values) -> String {
-        self.explain_in(values, None)
+        self.explain_in(values, None, false)
+    }
+
+    /// [`Cond::explain`] with the marks of [`Cond::decide`]: a comparison a test decided is
+    /// marked by the test's outcome, `~` when the rounds cannot decide it.
+    pub(super) fn explain_decided(&self, values: &dyn Values) -> String {
+        self.explain_in(values, None, true)
     }
 
     /// `parent` is the enclosing `and`/`or`, if any: a different connective nested in it
     /// gets parentheses, so `a or (b and c)` reads as it evaluates.
-    fn explain_in(&self, values: &dyn Values, parent: Option<&'static str>) -> String {
-        let mark = |c: &Cond| match c.eval(values) {
-            Ok(true) => "✓",
-            Ok(false) => "✗",
-            Err(_) => "?",
+    fn explain_in(
+        &self,
+        values: &dyn Values,
+        parent: Option<&'static str>,
+        decided: bool,
+    ) -> String {
+        let mark = |c: &Cond| match (decided, c.eval(values)) {
+            (_, Err(_)) => "?",
+            (false, Ok(true)) => "✓",
+            (false, Ok(false)) => "✗",
+            (true, Ok(_)) => match c.decide(values) {
+                Ok(Tri::Yes) => "✓",
+                Ok(Tri::No) => "✗",
+                Ok(Tri::Undecided) => "~",
+                Err(_) => "?",
+            },
         };
         match self {
             Cond::Cmp(op, a, b) => {
@@ -147,13 +178,13 @@ impl Cond {
                 format!("{} {op} {} {}", side(a), side(b), mark(self))
             }
             Cond::Has(r) => format!("has({r}) {}", mark(self)),
-            Cond::Not(inner) => format!("not ({})", inner.explain_in(values, None)),
+            Cond::Not(inner) => format!("not ({})", inner.explain_in(values, None, decided)),
             Cond::And(a, b) | Cond::Or(a, b) => {
                 let op = if matches!(self, Cond::And(..)) { "and" } else { "or" };
                 let text = format!(
                     "{} {op} {}",
-                    a.explain_in(values, Some(op)),
-                    b.explain_in(values, Some(op))
+                    a.explain_in(values, Some(op), decided),
+                    b.explain_in(values, Some(op), decided)
                 );
                 match parent {
                     Some(p) if p != op => format!("({text})"),

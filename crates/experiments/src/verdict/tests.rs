@@ -30,7 +30,8 @@ fn result(name: &str, metrics: &[(&str, f64, f64, f64)]) -> VariantResult {
                     median,
                     min,
                     max,
-                    values: vec![median],
+                    // Three rounds: the smallest, the median and the largest.
+                    values: vec![min, median, max],
                     unit: String::new(),
                     ci: None,
                     confidence: None,
@@ -512,4 +513,123 @@ fn findings_give_the_text_for_their_outcome_or_say_what_is_missing() {
         line: 3,
     };
     assert_eq!(FindingRule::compile(&bad, VARIANTS).unwrap_err().key(), "then");
+}
+
+/// Variants `a` and `b` with the given rounds of metric `x`.
+fn rounds(a: &[f64], b: &[f64]) -> Vec<VariantResult> {
+    let variant = |name: &str, xs: &[f64]| {
+        let mut v = result(name, &[]);
+        v.metrics.insert("x".into(), Metric::from_rounds("x", xs).unwrap());
+        v
+    };
+    vec![variant("a", a), variant("b", b)]
+}
+
+fn decided(text: &str, values: &[VariantResult]) -> Result<Tri, Vec<Ref>> {
+    let rule = Rule::compile(&spec(Some(text), "r"), VARIANTS).unwrap();
+    rule.holds(&values)
+}
+
+#[test]
+fn comparisons_of_variants_are_rank_tests_over_their_rounds() {
+    let separated = rounds(&[30.0, 31.0, 32.0], &[10.0, 11.0, 12.0]);
+    assert_eq!(decided("a.x > 2 * b.x", &separated), Ok(Tri::Yes));
+    assert_eq!(decided("a.x > 3 * b.x", &separated), Ok(Tri::No), "the opposite is shown");
+    // Two rounds each cannot reach 95 % (p = 1/6): the data leans toward it, undecided.
+    let two = rounds(&[30.0, 32.0], &[10.0, 12.0]);
+    assert_eq!(decided("a.x > 2 * b.x", &two), Ok(Tri::Undecided));
+    // Overlapping rounds whose medians point the other way: not reproduced, not undecided.
+    let against = rounds(&[9.0, 10.0, 13.0], &[8.0, 11.0, 12.0]);
+    assert_eq!(decided("a.x > b.x", &against), Ok(Tri::No));
+    // The statistic named only changes the printed value: the test reads every round.
+    assert_eq!(decided("a.x.min > 2 * b.x.max", &separated), Ok(Tri::Yes));
+    let rule = Rule::compile(&spec(Some("a.x > 2 * b.x"), "r"), VARIANTS).unwrap();
+    let tests = rule.tests(&separated.as_slice());
+    assert_eq!(tests.len(), 1);
+    assert_eq!(tests[0].0, "a.x > 2 * b.x");
+    assert_eq!(tests[0].1.test, "rank test over 3 and 3 rounds: p = 0.05 for, 1 against");
+}
+
+#[test]
+fn comparisons_with_a_constant_are_t_tests() {
+    let v = rounds(&[88.0, 90.0, 92.0], &[1.0]);
+    assert_eq!(decided("a.x >= 80", &v), Ok(Tri::Yes));
+    assert_eq!(decided("a.x < 80", &v), Ok(Tri::No));
+    assert_eq!(decided("80 <= a.x", &v), Ok(Tri::Yes));
+    // Close to the threshold and noisy: undecided, with the rounds it would need.
+    let noisy = rounds(&[70.0, 85.0, 100.0], &[1.0]);
+    assert_eq!(decided("a.x >= 80", &noisy), Ok(Tri::Undecided));
+    let rule = Rule::compile(&spec(Some("a.x >= 80"), "r"), VARIANTS).unwrap();
+    let t = &rule.tests(&noisy.as_slice())[0].1;
+    assert!(t.test.starts_with("t-test over 3 rounds against 80"), "{}", t.test);
+    assert!(t.needs.as_deref().unwrap_or("").starts_with("about "), "{:?}", t.needs);
+    // One round decides nothing.
+    assert_eq!(decided("b.x < 80", &v), Ok(Tri::Undecided));
+}
+
+#[test]
+fn min_and_max_of_variants_are_each_compared() {
+    let v = vec![
+        rounds(&[30.0, 31.0, 32.0], &[10.0, 11.0, 12.0]).remove(0),
+        rounds(&[1.0], &[10.0, 11.0, 12.0]).remove(1),
+        {
+            let mut c = result("c", &[]);
+            c.metrics.insert("x".into(), Metric::from_rounds("x", &[5.0, 6.0, 7.0]).unwrap());
+            c
+        },
+    ];
+    assert_eq!(decided("a.x > 2 * max(b.x, c.x)", &v), Ok(Tri::Yes));
+    assert_eq!(decided("a.x > 3 * max(b.x, c.x)", &v), Ok(Tri::No));
+    assert_eq!(decided("a.x > 3 * min(b.x, c.x)", &v), Ok(Tri::Yes), "30 > 3 x c's 5-7");
+    assert_eq!(decided("max(b.x, c.x) < a.x", &v), Ok(Tri::Yes));
+    let rule = Rule::compile(&spec(Some("a.x > 2 * max(b.x, c.x)"), "r"), VARIANTS).unwrap();
+    let names: Vec<String> = rule.tests(&v.as_slice()).into_iter().map(|t| t.0).collect();
+    assert_eq!(names, ["a.x > 2 * b.x", "a.x > 2 * c.x"]);
+}
+
+#[test]
+fn undecided_follows_kleene_and_makes_the_verdict_inconclusive() {
+    let two = rounds(&[30.0, 32.0], &[10.0, 12.0]);
+    assert_eq!(decided("a.x > 2 * b.x and 1 > 2", &two), Ok(Tri::No));
+    assert_eq!(decided("a.x > 2 * b.x or 1 < 2", &two), Ok(Tri::Yes));
+    assert_eq!(decided("a.x > 2 * b.x and 1 < 2", &two), Ok(Tri::Undecided));
+    assert_eq!(decided("not a.x > 2 * b.x", &two), Ok(Tri::Undecided));
+    let rules: Vec<Rule> = [
+        (Verdict::Reproduced, Some("a.x > 2 * b.x")),
+        (Verdict::Partly, Some("a.x > b.x")),
+        (Verdict::NotReproduced, None),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (verdict, when))| {
+        let s = RuleSpec { verdict, line: 10 * (i + 1), ..spec(when, "{a.x} vs {b.x}") };
+        Rule::compile(&s, VARIANTS).unwrap()
+    })
+    .collect();
+    let d = decide(&rules, &two);
+    assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
+    assert_eq!(
+        d.reason,
+        "the rule at line 10 (reproduced when `a.x > 2 * b.x`) cannot be decided at 95 % \
+         confidence from these rounds: `a.x > 2 * b.x` (rank test over 2 and 2 rounds: \
+         p = 0.167 for, 1 against; needs about 5 rounds per variant (has 2 and 2)). Values \
+         read: a.x 31, b.x 11. Intervals of the medians: a.x 31 [30–32] (50 %), b.x 11 \
+         [10–12] (50 %)"
+    );
+    assert_eq!(d.rules[0].outcome, Outcome::Undecided);
+    assert_eq!(d.rules[0].evaluated.as_deref(), Some("31 > 22 ~"));
+    // Three rounds each decide it, and the reason's evidence quotes the test and intervals.
+    let three = rounds(&[30.0, 31.0, 32.0], &[10.0, 11.0, 12.0]);
+    let d = decide(&rules, &three);
+    assert_eq!((d.verdict, d.reason.as_str()), (Verdict::Reproduced, "31 vs 11"));
+    assert_eq!(
+        d.evidence,
+        " [at 95 % confidence: `a.x > 2 * b.x` holds (rank test over 3 and 3 rounds: p = 0.05 \
+         for, 1 against). Intervals of the medians: a.x 31 [30–32] (75 %), b.x 11 [10–12] (75 %)]"
+    );
+    // No effect: the rules above are shown false, and the final rule quotes those tests.
+    let none = rounds(&[10.0, 11.0, 12.0], &[10.5, 11.0, 11.5]);
+    let d = decide(&rules, &none);
+    assert_eq!(d.verdict, Verdict::NotReproduced, "{}", d.reason);
+    assert!(d.evidence.contains("`a.x > 2 * b.x` fails (rank test"), "{}", d.evidence);
 }

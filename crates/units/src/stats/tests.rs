@@ -128,7 +128,34 @@ fn median_interval_covers_as_claimed() {
     );
 }
 
+#[test]
+fn t_test_against_a_constant() {
+    // Three rounds at 40, 45, 50 against 20: t = 8.66 with 2 degrees of freedom.
+    let p = t_test_greater(&[40.0, 45.0, 50.0], 20.0).unwrap();
+    assert!((p - 0.006_536).abs() < 1e-4, "{p}");
+    assert!((t_test_greater(&[40.0, 45.0, 50.0], 45.0).unwrap() - 0.5).abs() < 1e-12);
+    assert_eq!(t_test_greater(&[0.0, 0.0, 0.0], 5.0), Some(1.0));
+    assert_eq!(t_test_greater(&[6.0, 6.0], 5.0), Some(0.0));
+    assert_eq!(t_test_greater(&[6.0], 5.0), None);
+    // Student's t with 10 degrees of freedom: P(T >= 1.812) = 0.05.
+    assert!((student_upper_tail(1.812_461, 10.0) - 0.05).abs() < 1e-5);
+    assert!((student_upper_tail(-1.812_461, 10.0) - 0.95).abs() < 1e-5);
+    assert!(rounds_needed_t(3.0, 0.05).unwrap() >= 2);
+    assert!(rounds_needed_t(0.5, 0.05).unwrap() > rounds_needed_t(2.0, 0.05).unwrap());
+    assert_eq!(rounds_needed_t(0.0, 0.05), None);
+}
+
 proptest! {
+    #[test]
+    fn t_tests_of_both_directions_add_to_one(
+        xs in prop::collection::vec(-1e3f64..1e3, 2..30), c in -1e3f64..1e3,
+    ) {
+        let up = t_test_greater(&xs, c).unwrap();
+        let down = t_test_greater(&xs.iter().map(|x| -x).collect::<Vec<_>>(), -c).unwrap();
+        prop_assert!((0.0..=1.0).contains(&up));
+        prop_assert!((up + down - 1.0).abs() < 1e-9 || (up, down) == (1.0, 1.0), "{up} {down}");
+    }
+
     #[test]
     fn median_splits_the_values(xs in prop::collection::vec(-1e9f64..1e9, 1..200)) {
         let m = median(&xs).unwrap();
