@@ -480,7 +480,7 @@ fn a_variant_without_a_faithful_round_makes_the_verdict_inconclusive() {
     p.experiment.lateness_tolerance = std::time::Duration::from_micros(50);
     let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
     let e = &results.experiments[0];
-    assert!(e.variants[0].metrics.get("p50_us").is_none());
+    assert!(!e.variants[0].metrics.contains_key("p50_us"));
     assert_eq!(e.variants[0].excluded_rounds().count(), 3);
     assert_eq!(e.verdict, Verdict::Inconclusive, "{}", e.verdict_reason);
     assert!(e.verdict_reason.contains("every round of a was excluded"), "{}", e.verdict_reason);
