@@ -20,12 +20,36 @@ pub struct Measurement {
     pub notes: Vec<String>,
     /// The emulator's self-measured lateness, when the round used an emulated path.
     pub lateness: Option<Lateness>,
+    /// Percentiles this round's sample count cannot support at the report's confidence, with
+    /// why: they are "not measurable", never a number ([`Measurement::percentile`]).
+    pub not_measurable: BTreeMap<String, String>,
 }
 
 impl Measurement {
     /// Sets a metric (builder style).
     pub fn metric(&mut self, name: &str, value: f64) -> &mut Measurement {
         self.metrics.insert(name.to_owned(), value);
+        self
+    }
+
+    /// Sets the `q`-quantile metric `name` computed from `samples` samples, or records it as
+    /// not measurable when that many samples have no order-statistic interval for it at
+    /// [`tcptail_report::CONFIDENCE`] (p99.9 from 500 samples).
+    pub fn percentile(&mut self, name: &str, q: f64, samples: usize, value: f64) -> &mut Self {
+        let confidence = tcptail_report::CONFIDENCE;
+        if tcptail_units::stats::quantile_measurable(samples, q, confidence) {
+            return self.metric(name, value);
+        }
+        let needed = tcptail_units::stats::samples_needed(q, confidence);
+        self.not_measurable.insert(
+            name.to_owned(),
+            format!(
+                "not measurable: {samples} samples cannot support p{} at {:.0} % confidence \
+                 (needs {needed})",
+                q * 100.0,
+                confidence * 100.0
+            ),
+        );
         self
     }
 }

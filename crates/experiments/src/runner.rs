@@ -376,9 +376,20 @@ fn run_experiment(
                 // What the rule misses was measured only in excluded rounds: the data cannot
                 // decide, which is not the same as this host being unable to run it.
                 Some(names) if d.verdict == Verdict::NotApplicable => {
+                    let read = prepared
+                        .rules
+                        .iter()
+                        .find(|r| r.describe() == d.rule)
+                        .map(|r| r.values_read(&variants.as_slice()))
+                        .unwrap_or_default();
+                    let read = if read.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" Values read: {}.", read.join(", "))
+                    };
                     let reason = format!(
                         "{}; every round of {} was excluded as not faithful (see the excluded \
-                         rounds): more rounds, or a quieter machine, would decide it",
+                         rounds): more rounds, or a quieter machine, would decide it.{read}",
                         d.reason,
                         names.join(", ")
                     );
@@ -468,10 +479,12 @@ fn declared_metrics_present(
     plan: &dyn VariantPlan,
     m: Measurement,
 ) -> Result<Measurement, RunError> {
+    // A percentile the round's samples cannot support is accounted for: not measurable.
     let missing: Vec<String> = plan
         .metrics()
         .into_iter()
         .filter(|n| !m.metrics.get(n).is_some_and(|v| v.is_finite()))
+        .filter(|n| !m.not_measurable.contains_key(n))
         .collect();
     if missing.is_empty() { Ok(m) } else { Err(RunError::MissingMetrics(missing)) }
 }
@@ -524,8 +537,17 @@ fn fold_variant(variant: &PreparedVariant, rounds: &Rounds) -> VariantResult {
             values.entry(EMULATOR_LATENESS_METRIC).or_default().push(l.worst_p99_us);
         }
     }
+    // A percentile that any faithful round could not support is not measurable for the
+    // variant: it gets no number (a median over the other rounds would hide that), only a note.
+    let mut not_measurable: BTreeMap<&str, &str> = BTreeMap::new();
+    for m in &rounds.measurements {
+        for (name, why) in &m.not_measurable {
+            not_measurable.entry(name).or_insert(why);
+        }
+    }
     let metrics: BTreeMap<String, Metric> = values
         .into_iter()
+        .filter(|(name, _)| !not_measurable.contains_key(name))
         .filter_map(|(name, v)| Some((name.to_owned(), Metric::from_rounds(name, &v)?)))
         .collect();
     let mut series: Vec<Series> = Vec::new();
@@ -552,6 +574,7 @@ fn fold_variant(variant: &PreparedVariant, rounds: &Rounds) -> VariantResult {
             notes.push(note.clone());
         }
     }
+    notes.extend(not_measurable.iter().map(|(name, why)| format!("{name}: {why}")));
     notes.extend(rounds.errors.iter().map(|e| format!("failed {e}")));
     VariantResult {
         name: spec.name.clone(),

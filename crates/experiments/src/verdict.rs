@@ -256,6 +256,19 @@ impl Rule {
         }
     }
 
+    /// Every value its condition reads that this run has, as `ref value` the way templates
+    /// print them.
+    pub fn values_read(&self, values: &dyn Values) -> Vec<String> {
+        let mut read = Vec::new();
+        if let Some((_, cond)) = &self.when {
+            cond.refs(&mut read);
+        }
+        dedup(read)
+            .iter()
+            .filter_map(|r| Some(format!("{r} {}", format_value(lookup(values, r)?))))
+            .collect()
+    }
+
     /// Every comparison of its condition that a test decides, written out, with the test.
     pub fn tests(&self, values: &dyn Values) -> Vec<(String, Tested)> {
         let mut out = Vec::new();
@@ -351,15 +364,7 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                         format!("`{cmp}` ({}; needs {})", t.test, t.needs.unwrap_or_default())
                     })
                     .collect();
-                // Every value the condition read, as the templates print them.
-                let mut read = Vec::new();
-                if let Some((_, cond)) = &rule.when {
-                    cond.refs(&mut read);
-                }
-                let read: Vec<String> = dedup(read)
-                    .iter()
-                    .filter_map(|r| Some(format!("{r} {}", format_value(lookup(values, r)?))))
-                    .collect();
+                let read = rule.values_read(values);
                 let reason = format!(
                     "the rule at line {} ({} when `{text}`) cannot be decided at {:.0} % \
                      confidence from these rounds: {}. Values read: {}.{}",

@@ -485,3 +485,41 @@ fn a_variant_without_a_faithful_round_makes_the_verdict_inconclusive() {
     assert_eq!(e.verdict, Verdict::Inconclusive, "{}", e.verdict_reason);
     assert!(e.verdict_reason.contains("every round of a was excluded"), "{}", e.verdict_reason);
 }
+
+/// A percentile a round's sample count cannot support is not measurable: the round counts,
+/// the variant gets no number for it, and its notes say why.
+#[test]
+fn percentiles_the_samples_cannot_support_are_not_measurable() {
+    let mut m = Measurement::default();
+    m.percentile("p999_us", 0.999, 500, 123.0).percentile("p99_us", 0.99, 500, 45.0);
+    assert_eq!(m.metrics.get("p99_us"), Some(&45.0));
+    assert!(!m.metrics.contains_key("p999_us"));
+    assert_eq!(
+        m.not_measurable["p999_us"],
+        "not measurable: 500 samples cannot support p99.9 at 95 % confidence (needs 3688)"
+    );
+    let experiment = Experiment::parse(FILE, "fake.toml").expect("parses");
+    let variant = PreparedVariant {
+        spec: experiment.variants[0].clone(),
+        plan: Box::new(Fake {
+            name: "a".into(),
+            p50: 1.0,
+            log: Log::default(),
+            fail_in_round: None,
+            panic_in_round: None,
+        }),
+        config: BTreeMap::new(),
+    };
+    let rounds = Rounds { measurements: vec![m.clone(), m], ..Rounds::default() };
+    let v = fold_variant(&variant, &rounds);
+    assert!(v.metrics.contains_key("p99_us") && !v.metrics.contains_key("p999_us"));
+    assert!(
+        v.notes.contains(
+            &"p999_us: not measurable: 500 samples cannot support p99.9 at 95 % confidence \
+              (needs 3688)"
+                .to_string()
+        ),
+        "{:?}",
+        v.notes
+    );
+}

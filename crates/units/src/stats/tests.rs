@@ -49,6 +49,18 @@ fn a_percentile_beyond_the_sample_is_not_measurable() {
 }
 
 #[test]
+fn samples_needed_is_where_a_quantile_becomes_measurable() {
+    assert_eq!(samples_needed(0.999, 0.95), 3688);
+    assert_eq!(samples_needed(0.99, 0.95), 368);
+    assert_eq!(samples_needed(0.5, 0.95), 6);
+    for (q, c) in [(0.999, 0.95), (0.99, 0.95), (0.5, 0.95), (0.9, 0.99), (0.05, 0.95)] {
+        let n = samples_needed(q, c);
+        assert!(quantile_measurable(n, q, c), "{q} {c} {n}");
+        assert!(!quantile_measurable(n - 1, q, c), "{q} {c} {n}");
+    }
+}
+
+#[test]
 fn the_range_of_three_rounds_holds_the_median_three_times_in_four() {
     assert_eq!(spread_confidence(3), 0.75);
     assert_eq!(spread_confidence(1), 0.0);

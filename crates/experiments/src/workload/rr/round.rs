@@ -257,18 +257,17 @@ impl RoundSpec {
     }
 }
 
-/// `p50_us`, `p95_us`, ... from a summary, with a prefix (`sched_`).
+/// `p50_us`, `p95_us`, ... from a summary, with a prefix (`sched_`); a percentile the sample
+/// count cannot support is recorded as not measurable instead.
 fn put_summary(m: &mut Measurement, prefix: &str, s: &LatencySummary) {
-    for (name, v) in [
-        ("min", s.min),
-        ("mean", s.mean),
-        ("p50", s.p50),
-        ("p95", s.p95),
-        ("p99", s.p99),
-        ("p999", s.p999),
-        ("max", s.max),
-    ] {
+    for (name, v) in [("min", s.min), ("mean", s.mean), ("max", s.max)] {
         m.metric(&format!("{prefix}{name}_us"), v);
+    }
+    let samples = usize::try_from(s.count).unwrap_or(usize::MAX);
+    for (name, q, v) in
+        [("p50", 0.5, s.p50), ("p95", 0.95, s.p95), ("p99", 0.99, s.p99), ("p999", 0.999, s.p999)]
+    {
+        m.percentile(&format!("{prefix}{name}_us"), q, samples, v);
     }
     if prefix.is_empty() {
         m.metric("samples_count", s.count as f64);

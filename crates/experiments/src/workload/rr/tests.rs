@@ -53,8 +53,15 @@ fn a_full_variant_is_accepted_and_described() {
 pub(crate) fn assert_sane(m: &Measurement) {
     let get = |k: &str| *m.metrics.get(k).unwrap_or_else(|| panic!("no {k}: {m:?}"));
     assert!(get("p50_us") > 0.0, "{:?}", m.metrics);
-    assert!(get("p50_us") <= get("p99_us"), "{:?}", m.metrics);
-    assert!(get("p99_us") <= get("max_us"), "{:?}", m.metrics);
+    // A short round on a loaded machine may have too few samples for a p99: then it is
+    // reported as not measurable, with the count it would need, and not as a number.
+    match m.metrics.get("p99_us") {
+        Some(&p99) => {
+            assert!(get("p50_us") <= p99, "{:?}", m.metrics);
+            assert!(p99 <= get("max_us"), "{:?}", m.metrics);
+        }
+        None => assert!(m.not_measurable["p99_us"].contains("needs 368"), "{m:?}"),
+    }
     assert!(get("samples_count") > 0.0, "{:?}", m.metrics);
     assert!(get("tx_per_s") > 0.0, "{:?}", m.metrics);
     let cdf = m.series.iter().find(|s| s.name == "latency_us").expect("latency_us series");
