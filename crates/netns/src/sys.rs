@@ -171,6 +171,27 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
     }
 }
 
+/// `setsockopt(SOL_UDP, UDP_SEGMENT, size)`: every send on the UDP socket `fd` larger than
+/// `size` bytes leaves as a GSO packet of `size`-byte datagrams (segmented by the device if it
+/// has USO, else by the kernel). For tests and tools that generate UDP GSO traffic.
+pub fn set_udp_segment(fd: BorrowedFd<'_>, size: u16) -> io::Result<()> {
+    // Linux's value (include/uapi/linux/udp.h); libc exports it only for some targets.
+    const UDP_SEGMENT: libc::c_int = 103;
+    let value = libc::c_int::from(size);
+    // SAFETY: `fd` is a valid descriptor for the duration of the call; the option value is
+    // one `int`, read through a pointer to `value` with its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_SEGMENT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// Sets or clears `O_NONBLOCK` on `fd`.
 pub fn set_nonblocking(fd: BorrowedFd<'_>, nonblocking: bool) -> io::Result<()> {
     rustix::io::ioctl_fionbio(fd, nonblocking).map_err(io::Error::from)
