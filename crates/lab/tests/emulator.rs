@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tcptail_emu::{DirectionSpec, LossModel, PathSpec, QueueLimit, QueueSpec};
+use tcptail_emu::{DirectionSpec, LossModel, PathSpec, QueueLimit, QueueSpec, Reorder};
 use tcptail_lab::emulator::{
     Emulator, EmulatorHandle, EmulatorOptions, EmulatorReport, TuningStatus,
 };
@@ -306,10 +306,12 @@ fn pattern(offset: u64) -> u8 {
 }
 
 #[test]
-fn fifty_megabytes_over_the_offload_path_with_one_percent_loss_arrive_intact() {
+fn fifty_megabytes_over_the_offload_path_with_loss_and_reordering_arrive_intact() {
     let _serial = require_root();
     let mut spec = symmetric(1_000_000_000, Duration::from_millis(1), 4_000_000);
     spec.up.loss = Some(LossModel::Bernoulli { p: 0.01 });
+    // 1 % of the segments held back 2 ms: the rest of their packet overtakes them.
+    spec.up.reorder = Some(Reorder { p: 0.01, gap: Duration::from_millis(2) });
     let mut lab = Lab::start(spec, EmulatorOptions { seed: 5, ..Default::default() });
     let listener = lab.listen();
     let port = listener.local_addr().unwrap().port();
@@ -348,8 +350,8 @@ fn fifty_megabytes_over_the_offload_path_with_one_percent_loss_arrive_intact() {
     assert_eq!(received, TOTAL);
     assert_no_emulator_errors(&report);
     let up = &report.up;
-    // The kernel handed out GSO packets, the model saw MTU segments, and lost segments made
-    // the emulator split packets: more frames written than read.
+    // The kernel handed out GSO packets, the model saw MTU segments, and lost or held-back
+    // segments made the emulator split packets: more frames written than read.
     assert!(up.forwarded.packets > 2 * up.reads, "no GSO packets: {} reads", up.reads);
     assert!(up.writes > up.reads, "no packet was split: {} reads, {} writes", up.reads, up.writes);
     let loss = &up.stats.drops.loss;
