@@ -31,8 +31,9 @@
 //! meanwhile. Lateness, the time from a packet's scheduled release to its write, is measured
 //! for every packet; a run whose p99 exceeds [`EmulatorOptions::lateness_bound`] carries
 //! [`EmulatorReport::lateness_flag`]. When offered more than the thread can forward (about
-//! 1.5 Gbit/s of full-size packets on a 2-vCPU VM with a long delay), the backlog shows up as
-//! lateness and the run is flagged rather than silently queueing in the kernel.
+//! 1.5 Gbit/s of full-size packets on a 2-vCPU VM with a long delay without offload; with it
+//! the thread needs 0.8-0.9 CPU-seconds per GB, so 10 Gbit/s is a whole vCPU), the backlog
+//! shows up as lateness and the run is flagged rather than silently queueing in the kernel.
 //!
 //! # Design, as measured on a 2-vCPU KVM guest (`scripts/bench-emulator`)
 //!
@@ -44,8 +45,9 @@
 //!   its absolute deadline cannot drift while the timeout is being computed.
 //! - **One thread** ([`Threads::Single`], default): RTT error p99 0.15-0.33 ms against
 //!   0.25-1.0 ms with a thread per direction, whose two spinning `SCHED_FIFO` threads compete
-//!   with the endpoints on both vCPUs. [`Threads::PerDirection`] forwards more (unshaped
-//!   2.3-2.9 Gbit/s against 1.6-1.8 Gbit/s) and suits throughput runs.
+//!   with the endpoints on both vCPUs. Without offload [`Threads::PerDirection`] forwarded
+//!   more (unshaped 2.3-2.9 Gbit/s against 1.6-1.8 Gbit/s); with offload neither wins beyond
+//!   the noise of a loaded machine (4.2-5.7 against 4.8-5.9 Gbit/s, 3 runs each).
 //! - **Bounded turns** ([`EmulatorOptions::batch`]): each direction reads and writes at most
 //!   `batch` packets per turn; draining one direction's releases without bound left the ACKs
 //!   of a 25 ms path 13 ms late (median) and cut goodput.
