@@ -146,6 +146,8 @@ pub struct PathArgs {
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true, help_heading = "Path")]
     buffer_down: Option<BufferSize>,
     /// Queue discipline, both directions: fifo, codel[,ecn] or fq_codel[,ecn] (see below).
+    // The brackets are option syntax in the --help text, not doc links.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, value_name = "QUEUE", help_heading = "Path")]
     queue: Option<Discipline>,
     /// Reordering, both directions: 1%,gap=2ms holds 1% of packets back by 2ms [default: off].
