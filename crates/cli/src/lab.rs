@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, Reorder};
+use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, PathEvent, Reorder};
 use tcptail_lab::path::{
     EmulatorKind, LabError, LabRun, LabSpec, PathFlags, ReadyArg, Side, exec_command, running_labs,
     select_lab,
@@ -63,6 +63,10 @@ Values:
              (netem's distributions and tables); never reorders packets
   --reorder  1%,gap=2ms                  hold 1% of packets back 2ms, so later ones overtake
   --ecn-blackhole                        drop every ECT/CE packet (ECN-hostile middlebox)
+  --event    TIME:CHANGE, repeatable, on the emulator's clock from its start, both directions:
+             5s:blackhole (drop everything) | 30s:restore | 10s:rate=1gbit |
+             3s:loss=20%,for=200ms | 8s:delay=+50ms (or -5ms, or 80ms); the times they took
+             effect are in lab-report.json (emulator_report.*.stats.path_changes)
   --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN;
              --trace-up/--trace-down FILE for one direction, e.g. --trace-down lte.trace
              --rate-up 5mbit (a trace one way, a constant rate the other)
@@ -162,6 +166,11 @@ pub struct PathArgs {
     /// Drop every ECN-capable (ECT or CE) packet, both directions.
     #[arg(long, help_heading = "Path")]
     ecn_blackhole: bool,
+    /// A change to the running path at a time from the emulator's start, both directions
+    /// (repeatable): 5s:blackhole, 30s:restore, 10s:rate=1gbit, 3s:loss=20%,for=200ms,
+    /// 8s:delay=+50ms.
+    #[arg(long = "event", value_name = "TIME:CHANGE", help_heading = "Path")]
+    events: Vec<PathEvent>,
 
     /// builtin (userspace TUN emulator), netem (kernel qdiscs behind a router; needs
     /// sch_netem), or none (plain veth, no shaping).
@@ -223,6 +232,7 @@ impl PathArgs {
             reorder_up: self.reorder_up,
             reorder_down: self.reorder_down,
             ecn_blackhole: self.ecn_blackhole,
+            events: self.events,
             emulator: self.emulator,
             out: self.out,
             force: self.force,

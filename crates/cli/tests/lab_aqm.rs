@@ -1,5 +1,5 @@
-//! The emulator's AQM and path impairments through real kernels: `tcptail lab path` with
-//! `--queue codel,ecn`, `--queue fq_codel` and `--reorder`, as root, in namespaces the lab
+//! The emulator's AQM, path impairments and events through real kernels: `tcptail lab path`
+//! with `--queue codel,ecn`, `--queue fq_codel`, `--reorder` and `--event`, as root, in namespaces the lab
 //! creates and removes itself (sysctls such as `tcp_ecn` are set inside those throwaway
 //! namespaces only, by the commands the lab runs there).
 //!
@@ -29,14 +29,26 @@ fn f64_at(v: &Value, pointer: &str) -> f64 {
 /// stdout and the lab report.
 fn lab(path_args: &[&str], server: &str, ready: &str, client: &str) -> (String, Value) {
     let out = tempfile::tempdir().expect("tempdir");
-    let out_dir = out.path().to_str().expect("utf-8 path");
+    let (stdout, report) = lab_in(out.path(), path_args, server, ready, client);
+    (stdout, report)
+}
+
+/// [`lab`] with the output directory given (to read the Mahimahi logs too).
+fn lab_in(
+    out: &Path,
+    path_args: &[&str],
+    server: &str,
+    ready: &str,
+    client: &str,
+) -> (String, Value) {
+    let out_dir = out.to_str().expect("utf-8 path");
     let mut args = vec!["lab", "path", "--out", out_dir, "--seed", "7"];
     args.extend_from_slice(path_args);
     args.extend(["--server-cmd", server, "--server-ready", ready, "--", "sh", "-c", client]);
     let done = run(&args, Duration::from_secs(90));
     assert!(done.status.success(), "{:?}\n{}", done.status, done.stderr);
     assert!(done.leftovers.is_empty(), "left behind: {:?}", done.leftovers);
-    (done.stdout, report(out.path()))
+    (done.stdout, report(out))
 }
 
 /// The value after `name` in `nstat` output (`Name  value  rate`).
@@ -153,4 +165,48 @@ fn reordering_reaches_tcp_and_loses_nothing() {
     for reason in ["loss", "queue_full", "codel", "ecn_blackhole"] {
         assert_eq!(f64_at(&report, &format!("{up}/{reason}/packets")), 0.0, "{reason}");
     }
+}
+
+#[test]
+fn a_blackhole_event_stops_delivery_within_1ms_and_restore_resumes_it() {
+    let _lock = lab_lock();
+    // A BBR flow through 20 Mbit/s x 20 ms; the path goes dark from 2 s to 3 s.
+    let out = tempfile::tempdir().expect("tempdir");
+    let path =
+        ["--rate", "20mbit", "--rtt", "20ms", "--event", "2s:blackhole", "--event", "3s:restore"];
+    let client = "iperf3 -c $TCPTAIL_SERVER_ADDR -t 5 -C bbr > /dev/null";
+    let (_, report) = lab_in(out.path(), &path, "iperf3 -s -1", "5201", client);
+    assert_eq!(report["events"], serde_json::json!(["2s:blackhole", "3s:restore"]));
+    for dir in ["up", "down"] {
+        let changes = &report["emulator_report"][dir]["stats"]["path_changes"];
+        for (i, at) in [2.0, 3.0].into_iter().enumerate() {
+            let change = &changes[i];
+            assert_eq!(f64_at(change, "/at_s"), at, "{dir}: {changes}");
+            // The model drops everything due after the event's time in the first call at or
+            // after it; that call came within 1 ms (it is the emulator's own wake-up).
+            let late_ms = (f64_at(change, "/applied_s") - at) * 1e3;
+            eprintln!("{dir}: event {i} at {at} s applied {late_ms:.3} ms late");
+            assert!((0.0..1.0).contains(&late_ms), "{dir}: applied {late_ms:.3} ms late");
+        }
+    }
+    // What was released before the outage was written at most this late.
+    let p99_us = f64_at(&report, "/emulator_report/lateness/p99_us");
+    assert!(p99_us < 1000.0, "release lateness p99 {p99_us} us");
+    let dropped = f64_at(&report, "/emulator_report/up/stats/drops/blackhole/packets");
+    assert!(dropped > 0.0, "the outage dropped nothing");
+    // The link log: busy up to the outage, silent during it, busy again after.
+    let log = std::fs::read_to_string(out.path().join("up.log")).expect("up.log");
+    let departures: Vec<u64> = log
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let t = f.next()?.parse().ok()?;
+            (f.next() == Some("-")).then_some(t)
+        })
+        .collect();
+    assert!(departures.iter().any(|&t| (1990..2000).contains(&t)), "idle before the outage");
+    let during: Vec<u64> =
+        departures.iter().copied().filter(|&t| (2001..3000).contains(&t)).collect();
+    assert!(during.is_empty(), "departures during the outage: {during:?}");
+    assert!(departures.iter().any(|&t| t > 3000), "traffic did not resume after restore");
 }

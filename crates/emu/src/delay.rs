@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::fifo::Queued;
 use crate::jitter::Sampler;
 use crate::packet::{Packet, ReleaseInfo};
 use crate::spec::{Jitter, Reorder};
@@ -95,6 +96,35 @@ impl<T> DelayLine<T> {
             held: BinaryHeap::new(),
             pushed: 0,
         }
+    }
+
+    /// The fixed delay.
+    pub(crate) fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// Changes the fixed delay for packets that depart from now on (those in flight keep
+    /// theirs; releases still never go backwards in the ordered line).
+    pub(crate) fn set_delay(&mut self, delay: Duration) {
+        self.delay = delay;
+    }
+
+    /// Takes out every packet due after `at` (an outage), in release order.
+    pub(crate) fn drain_after(&mut self, at: Nanos, drop: &mut impl FnMut(Queued<T>)) {
+        let keep = self.items.iter().take_while(|f| f.release <= at).count();
+        for f in self.items.drain(keep..) {
+            drop(Queued { packet: f.packet, arrival: f.arrival });
+        }
+        let held = std::mem::take(&mut self.held).into_sorted_vec();
+        for Reverse(h) in held.into_iter().rev() {
+            if h.flight.release <= at {
+                self.held.push(Reverse(h));
+            } else {
+                drop(Queued { packet: h.flight.packet, arrival: h.flight.arrival });
+            }
+        }
+        // Later packets may leave as early as their own schedule says.
+        self.last_release = self.last_release.min(at);
     }
 
     /// The smallest delay any packet can get (delay minus the jitter bound).

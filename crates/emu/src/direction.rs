@@ -33,10 +33,11 @@
 //!   line, or released. A CE mark is reported and changes nothing else.
 //! - Events reach the observer in non-decreasing virtual time.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::codel::Verdict;
@@ -51,6 +52,8 @@ use crate::queue::BottleneckQueue;
 use crate::seed::splitmix64;
 use crate::spec::{DirectionSpec, PathSpec, Rate, SpecError};
 use crate::time::Nanos;
+use crate::time::duration_nanos;
+use crate::timeline::{PathChange, PathEvent, validate_events};
 use crate::trace::OPPORTUNITY_BYTES;
 
 /// What [`Direction::enqueue`] did with a packet.
@@ -111,6 +114,18 @@ pub struct Direction<T, O = ()> {
     delay: DelayLine<T>,
     observer: O,
     now: Nanos,
+    timeline: Timeline,
+}
+
+/// Scheduled path events and the state they set.
+#[derive(Debug, Default)]
+struct Timeline {
+    /// Events not yet applied, by time (then by index).
+    pending: VecDeque<(Nanos, u32, PathChange)>,
+    /// A blackhole is in effect.
+    blackhole: bool,
+    /// A loss burst: until when, and its probability.
+    loss_burst: Option<(Nanos, f64)>,
 }
 
 impl<T: Headers> Direction<T, ()> {
@@ -146,6 +161,7 @@ impl<T: Headers> Direction<T, ()> {
             delay: DelayLine::new(spec.delay, spec.jitter, spec.reorder),
             observer: (),
             now: Nanos::ZERO,
+            timeline: Timeline::default(),
             spec,
         })
     }
@@ -164,7 +180,23 @@ impl<T: Headers, O: Observer> Direction<T, O> {
             delay: self.delay,
             observer,
             now: self.now,
+            timeline: self.timeline,
         }
+    }
+
+    /// Schedules path events (times from [`Nanos::ZERO`]); they take effect at their virtual
+    /// times, each reported as [`Event::PathChange`] with its index in `events`. Replaces
+    /// events scheduled before that have not taken effect.
+    pub fn schedule(&mut self, events: &[PathEvent]) -> Result<(), SpecError> {
+        validate_events(&self.spec, events)?;
+        let mut pending: Vec<(Nanos, u32, PathChange)> = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (Nanos(duration_nanos(e.at)), i as u32, e.change))
+            .collect();
+        pending.sort_by_key(|&(at, i, _)| (at, i));
+        self.timeline.pending = pending.into();
+        Ok(())
     }
 
     /// Anchors a trace's time zero at `epoch` instead of `Nanos::ZERO` (no effect on a
@@ -216,11 +248,18 @@ impl<T: Headers, O: Observer> Direction<T, O> {
         self.advance(now);
         let (id, len) = (packet.id, packet.len);
         self.observer.on_event(&Event::Arrival { at: now, id, len });
-        let blackholed = self.spec.ecn_blackhole
+        let ecn_blackholed = self.spec.ecn_blackhole
             && packet.payload.ecn().is_some_and(crate::wire::Ecn::is_capable);
-        let reason = if blackholed {
+        let burst = self.timeline.loss_burst.filter(|&(until, _)| now < until);
+        let reason = if self.timeline.blackhole {
+            Some(DropReason::Blackhole)
+        } else if ecn_blackholed {
             Some(DropReason::EcnBlackhole)
-        } else if self.loss.lose(&mut self.rng) {
+        } else if match burst {
+            // A loss burst replaces the path's loss model while it lasts.
+            Some((_, p)) => p > 0.0 && self.rng.random::<f64>() < p,
+            None => self.loss.lose(&mut self.rng),
+        } {
             Some(DropReason::Loss)
         } else if !self.queue.admits(len, || self.wait_if_admitted(now)) {
             if self.queue.drops_from_fattest_flow() {
@@ -271,6 +310,15 @@ impl<T: Headers, O: Observer> Direction<T, O> {
     /// lower bound when jitter or CoDel can still move the next release later): just poll and
     /// ask again.
     pub fn next_wakeup(&self) -> Option<Nanos> {
+        let release = self.next_release();
+        match (release, self.timeline.pending.front().map(|e| e.0)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The earliest release [`Direction::next_wakeup`] knows of, without path events.
+    fn next_release(&self) -> Option<Nanos> {
         if let Some(release) = self.delay.front_release() {
             return Some(release);
         }
@@ -299,6 +347,49 @@ impl<T: Headers, O: Observer> Direction<T, O> {
     /// the end of a run so that trailing delivery opportunities reach the observer.
     pub fn advance(&mut self, now: Nanos) {
         let now = self.clock(now);
+        while let Some(&(at, index, change)) = self.timeline.pending.front()
+            && at <= now
+        {
+            self.timeline.pending.pop_front();
+            self.advance_link(at);
+            self.apply(at, index, change, now);
+        }
+        self.advance_link(now);
+    }
+
+    /// A path event takes effect at `at` (the link has been advanced to it).
+    fn apply(&mut self, at: Nanos, index: u32, change: PathChange, applied: Nanos) {
+        self.observer.on_event(&Event::PathChange { at, applied, index });
+        match change {
+            PathChange::Blackhole => {
+                self.timeline.blackhole = true;
+                let observer = &mut self.observer;
+                let drop = &mut |q: Queued<T>| report_drop(&q, at, DropReason::Blackhole, observer);
+                if let Some(s) = self.in_service.take() {
+                    drop(s.queued);
+                }
+                self.queue.drain(drop);
+                self.delay.drain_after(at, drop);
+            }
+            PathChange::Restore => self.timeline.blackhole = false,
+            PathChange::Rate(rate) => {
+                if let Link::Constant(link) = &mut self.link {
+                    link.set_rate(rate);
+                }
+            }
+            PathChange::LossBurst { p, duration } => {
+                self.timeline.loss_burst = Some((at + duration, p));
+            }
+            PathChange::DelayBy(ns) => {
+                let d = i128::from(duration_nanos(self.delay.delay())) + i128::from(ns);
+                self.delay.set_delay(Duration::from_nanos(d.max(0) as u64));
+            }
+            PathChange::DelayTo(d) => self.delay.set_delay(d),
+        }
+    }
+
+    /// Processes the link's events due at or before `now`.
+    fn advance_link(&mut self, now: Nanos) {
         let Direction { queue, link, in_service, delay, observer, rng, .. } = self;
         match link {
             Link::Constant(link) => loop {
@@ -458,6 +549,15 @@ impl<T: Headers, O: Observer> Path<T, O> {
     /// Replaces both observers.
     pub fn with_observers<P: Observer>(self, up: P, down: P) -> Path<T, P> {
         Path { up: self.up.with_observer(up), down: self.down.with_observer(down) }
+    }
+
+    /// Schedules the same path events on both directions (see [`Direction::schedule`]).
+    pub fn schedule(&mut self, events: &[PathEvent]) -> Result<(), SpecError> {
+        let prefix = |name: &'static str| {
+            move |e: SpecError| SpecError { field: format!("{name}.{}", e.field), ..e }
+        };
+        self.up.schedule(events).map_err(prefix("up"))?;
+        self.down.schedule(events).map_err(prefix("down"))
     }
 
     /// The earliest wakeup either direction needs.

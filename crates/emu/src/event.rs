@@ -28,20 +28,29 @@ pub enum DropReason {
     Codel,
     /// An ECN blackhole dropped it on arrival for carrying ECT or CE.
     EcnBlackhole,
+    /// A blackhole event ([`crate::PathChange::Blackhole`]) dropped it: on arrival, or held in
+    /// the direction when the outage began.
+    Blackhole,
 }
 
 impl DropReason {
     /// All reasons, in a fixed order (used for per-reason counters).
-    pub const ALL: [DropReason; 4] =
-        [DropReason::Loss, DropReason::QueueFull, DropReason::Codel, DropReason::EcnBlackhole];
+    pub const ALL: [DropReason; 5] = [
+        DropReason::Loss,
+        DropReason::QueueFull,
+        DropReason::Codel,
+        DropReason::EcnBlackhole,
+        DropReason::Blackhole,
+    ];
 
-    /// Short name: `loss`, `queue_full`, `codel`, `ecn_blackhole`.
+    /// Short name: `loss`, `queue_full`, `codel`, `ecn_blackhole`, `blackhole`.
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::Loss => "loss",
             DropReason::QueueFull => "queue_full",
             DropReason::Codel => "codel",
             DropReason::EcnBlackhole => "ecn_blackhole",
+            DropReason::Blackhole => "blackhole",
         }
     }
 
@@ -88,6 +97,15 @@ pub enum Event {
         /// When it arrived.
         arrival: Nanos,
     },
+    /// A scheduled [`crate::PathEvent`] took effect.
+    PathChange {
+        /// Its virtual time: when it took effect in the schedule.
+        at: Nanos,
+        /// The `now` of the call that applied it (how late the adapter noticed it).
+        applied: Nanos,
+        /// Its position in the list given to [`crate::Direction::schedule`].
+        index: u32,
+    },
     /// A packet finished serialisation on the bottleneck link (it now enters the delay line).
     Departure {
         /// When its last bit left the link.
@@ -120,6 +138,7 @@ impl Event {
             Event::Arrival { at, .. }
             | Event::Drop { at, .. }
             | Event::Mark { at, .. }
+            | Event::PathChange { at, .. }
             | Event::Departure { at, .. }
             | Event::Opportunity { at, .. } => at,
         }

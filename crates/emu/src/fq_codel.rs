@@ -199,6 +199,18 @@ impl<T: Headers> FqCodel<T> {
         }
     }
 
+    /// Takes every packet out; the flows stay listed and leave their lists when next found
+    /// empty, as after CoDel drops.
+    pub(crate) fn drain(&mut self, drop: &mut impl FnMut(Queued<T>)) {
+        for flow in &mut self.flows {
+            while let Some(q) = flow.fifo.pop() {
+                drop(q);
+            }
+        }
+        self.bytes = 0;
+        self.packets = 0;
+    }
+
     /// The head of the first flow with packets, in service order.
     pub(crate) fn head(&self) -> Option<&Queued<T>> {
         self.new_flows

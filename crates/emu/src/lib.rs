@@ -93,6 +93,7 @@ mod spec;
 mod stats;
 mod syntax;
 mod time;
+mod timeline;
 mod trace;
 pub mod wire;
 
@@ -107,8 +108,10 @@ pub use spec::{
     MIN_BDP_QUEUE_BYTES, PathSpec, QueueLimit, QueueSpec, Rate, Reorder, SpecError,
 };
 pub use stats::{
-    Count, DelaySummary, DropCounts, MAX_BINS, Opportunities, Stats, StatsSummary, Throughput,
+    AppliedChange, Count, DelaySummary, DropCounts, MAX_BINS, Opportunities, Stats, StatsSummary,
+    Throughput,
 };
 pub use syntax::{BufferSize, SyntaxError};
 pub use time::Nanos;
+pub use timeline::{PathChange, PathEvent, validate_events};
 pub use trace::{DeliveryTrace, MAX_TIMESTAMP_MS, OPPORTUNITY_BYTES, TraceError};

@@ -36,6 +36,12 @@ impl ConstantLink {
         }
     }
 
+    /// A new rate for packets that start from now on (the one in service keeps its end).
+    pub(crate) fn set_rate(&mut self, rate: BitRate) {
+        self.bits_per_second = rate.bits_per_second().max(1);
+        self.remainder = 0;
+    }
+
     /// When the link is free for the next packet.
     pub(crate) fn free_at(&self) -> Nanos {
         self.free_at

@@ -140,7 +140,7 @@ impl<W: Write> MahimahiLog<W> {
                 writeln!(self.out, "{} d 1 {len}", self.ms(at))
             }
             // Mahimahi's format has no drop reasons (without drop lines) and no marks.
-            Event::Drop { .. } | Event::Mark { .. } => Ok(()),
+            Event::Drop { .. } | Event::Mark { .. } | Event::PathChange { .. } => Ok(()),
         }
     }
 }

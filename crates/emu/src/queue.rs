@@ -107,6 +107,21 @@ impl<T: Headers> BottleneckQueue<T> {
         }
     }
 
+    /// Takes every packet out (an outage), in no particular order.
+    pub(crate) fn drain(&mut self, drop: &mut impl FnMut(Queued<T>)) {
+        match &mut self.kind {
+            Kind::Single { fifo, codel } => {
+                while let Some(q) = fifo.pop() {
+                    drop(q);
+                }
+                if let Some(codel) = codel {
+                    codel.found_empty();
+                }
+            }
+            Kind::Flows(fq) => fq.drain(drop),
+        }
+    }
+
     /// The link asked for a packet and the queue was empty: CoDel leaves its dropping state,
     /// as Linux's does on a dequeue that finds nothing (fq_codel's flows do so themselves).
     pub(crate) fn found_empty(&mut self) {

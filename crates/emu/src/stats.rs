@@ -50,7 +50,8 @@ pub struct Stats {
     origin: Nanos,
     arrivals: Count,
     departures: Count,
-    drops: [Count; 4],
+    drops: [Count; 5],
+    changes: Vec<AppliedChange>,
     marks: Count,
     opportunities: u64,
     unused_opportunities: u64,
@@ -78,7 +79,8 @@ impl Stats {
             origin,
             arrivals: Count::default(),
             departures: Count::default(),
-            drops: [Count::default(); 4],
+            drops: [Count::default(); 5],
+            changes: Vec::new(),
             marks: Count::default(),
             opportunities: 0,
             unused_opportunities: 0,
@@ -153,7 +155,9 @@ impl Stats {
                 queue_full: self.drops(DropReason::QueueFull),
                 codel: self.drops(DropReason::Codel),
                 ecn_blackhole: self.drops(DropReason::EcnBlackhole),
+                blackhole: self.drops(DropReason::Blackhole),
             },
+            path_changes: self.changes.clone(),
             ecn_marks: self.marks,
             opportunities: trace.then_some(Opportunities {
                 total: self.opportunities,
@@ -198,6 +202,11 @@ impl Observer for Stats {
             }
             Event::Drop { len, reason, .. } => self.drops[reason.index()].add(len),
             Event::Mark { len, .. } => self.marks.add(len),
+            Event::PathChange { at, applied, index } => self.changes.push(AppliedChange {
+                index,
+                at_s: at.as_nanos() as f64 / 1e9,
+                applied_s: applied.as_nanos() as f64 / 1e9,
+            }),
             Event::Departure { len, arrival, start, .. } => {
                 self.departures.add(len);
                 let ns = duration_nanos(start - arrival);
@@ -241,6 +250,8 @@ pub struct StatsSummary {
     pub drops: DropCounts,
     /// Packets marked CE by the queue (ECN) instead of dropped.
     pub ecn_marks: Count,
+    /// Scheduled path events as they took effect, in time order.
+    pub path_changes: Vec<AppliedChange>,
     /// Trace mode only: delivery opportunities.
     pub opportunities: Option<Opportunities>,
     /// Queueing delay (`start - arrival`) of departed packets, in milliseconds.
@@ -266,6 +277,19 @@ pub struct DropCounts {
     pub codel: Count,
     /// Dropped by an ECN blackhole for carrying ECT or CE.
     pub ecn_blackhole: Count,
+    /// Dropped by a blackhole event (an outage).
+    pub blackhole: Count,
+}
+
+/// A path event that took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AppliedChange {
+    /// Its position in the scheduled list.
+    pub index: u32,
+    /// When it took effect in the virtual schedule, seconds from the emulator's start.
+    pub at_s: f64,
+    /// When the adapter's call applied it (its clock), seconds from the emulator's start.
+    pub applied_s: f64,
 }
 
 /// Delivery opportunities (trace mode).

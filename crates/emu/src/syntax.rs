@@ -23,6 +23,12 @@ use crate::{Discipline, Jitter, LossModel, QueueLimit, Reorder};
 #[error("{0}")]
 pub struct SyntaxError(String);
 
+impl SyntaxError {
+    pub(crate) fn new(msg: impl Into<String>) -> SyntaxError {
+        SyntaxError(msg.into())
+    }
+}
+
 fn arg_err(msg: impl Into<String>) -> SyntaxError {
     SyntaxError(msg.into())
 }

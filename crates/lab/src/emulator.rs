@@ -175,6 +175,10 @@ pub struct EmulatorOptions {
     pub report_path: Option<PathBuf>,
     /// The command line recorded in the Mahimahi log headers.
     pub command_line: Option<String>,
+    /// Path events (outage, rate step, loss burst, delay change) applied to both directions on
+    /// the model's virtual clock, times from the emulator's start; each direction's report
+    /// lists when they took effect (`stats.path_changes`).
+    pub events: Vec<tcptail_emu::PathEvent>,
 }
 
 impl Default for EmulatorOptions {
@@ -197,6 +201,7 @@ impl Default for EmulatorOptions {
             mahimahi_log_dir: None,
             report_path: None,
             command_line: None,
+            events: Vec::new(),
         }
     }
 }
@@ -310,7 +315,8 @@ impl Emulator {
             );
             return Err(EmulatorError::Option { field: "devices", problem });
         }
-        let path = Path::<Segment>::try_new(spec.clone(), options.seed)?;
+        let mut path = Path::<Segment>::try_new(spec.clone(), options.seed)?;
+        path.schedule(&options.events)?;
         let report_file = match &options.report_path {
             Some(p) => Some((p.clone(), File::create(p).map_err(|e| file_error(p, e))?)),
             None => None,

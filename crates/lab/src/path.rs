@@ -107,6 +107,7 @@ pub struct ServerSpec {
 #[derive(Debug, Clone)]
 pub struct LabSpec {
     pub(crate) path: Option<PathSpec>,
+    pub(crate) events: Vec<tcptail_emu::PathEvent>,
     pub(crate) emulator: EmulatorKind,
     pub(crate) out_dir: Option<PathBuf>,
     pub(crate) force: bool,

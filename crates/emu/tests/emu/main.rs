@@ -8,5 +8,6 @@ mod loss;
 mod props;
 mod queue_limits;
 mod reorder;
+mod timeline;
 mod trace_mode;
 mod util;

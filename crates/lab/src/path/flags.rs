@@ -60,6 +60,8 @@ pub struct PathFlags {
     pub reorder_down: Option<Reorder>,
     /// Drop ECT and CE packets in both directions.
     pub ecn_blackhole: bool,
+    /// Path events on the emulator's clock (`5s:blackhole`), both directions.
+    pub events: Vec<tcptail_emu::PathEvent>,
     pub emulator: EmulatorKind,
     pub out: Option<PathBuf>,
     pub force: bool,
@@ -129,6 +131,7 @@ impl PathFlags {
         }
         Ok(LabSpec {
             path,
+            events: self.events.clone(),
             emulator: self.emulator,
             out_dir: self.out.clone(),
             force: self.force,
@@ -185,6 +188,7 @@ impl PathFlags {
             ("--reorder-up", self.reorder_up.is_some()),
             ("--reorder-down", self.reorder_down.is_some()),
             ("--ecn-blackhole", self.ecn_blackhole),
+            ("--event", !self.events.is_empty()),
         ];
         match set.iter().find(|(_, given)| *given) {
             Some((flag, _)) => Err(LabError::flag(
@@ -230,6 +234,18 @@ impl PathFlags {
                 source,
             });
         }
+        for (name, dir) in [("up", &spec.up), ("down", &spec.down)] {
+            if let Err(source) = tcptail_emu::validate_events(dir, &self.events) {
+                let index = source.field.trim_start_matches("event[").trim_end_matches(']');
+                let event = index.parse::<usize>().ok().and_then(|i| self.events.get(i));
+                let event = event.map_or_else(String::new, |e| format!("{e}: "));
+                return Err(LabError::Spec {
+                    flag: "--event".to_owned(),
+                    problem: format!("{event}{name} direction: {}", source.problem),
+                    source,
+                });
+            }
+        }
         if kind == EmulatorKind::Netem {
             if let Some(flag) =
                 [up.2.flag, down.2.flag].into_iter().find(|f| f.starts_with("--trace"))
@@ -250,6 +266,7 @@ impl PathFlags {
                 ("--reorder-up", self.reorder_up.is_some()),
                 ("--reorder-down", self.reorder_down.is_some()),
                 ("--ecn-blackhole", self.ecn_blackhole),
+                ("--event", !self.events.is_empty()),
             ]
             .into_iter()
             .find_map(|(flag, given)| given.then_some(flag))
@@ -257,7 +274,8 @@ impl PathFlags {
                 return Err(LabError::flag(
                     flag,
                     "is only available with --emulator builtin (netem's reorder sends the chosen \
-                     packets early rather than holding them back, and it has no ECN blackhole)",
+                     packets early rather than holding them back; it has no ECN blackhole and \
+                     no timeline)",
                 ));
             }
         }

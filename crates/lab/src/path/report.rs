@@ -121,6 +121,9 @@ pub struct LabReport {
     pub tcp_buffers: Option<TcpBuffers>,
     /// Per side, the lab's sysctls as read back from the namespace after setting them.
     pub sysctls: BTreeMap<&'static str, BTreeMap<String, String>>,
+    /// The path events (`5s:blackhole`), in the order given; when each took effect is in the
+    /// emulator report's `stats.path_changes` (by index) for each direction.
+    pub events: Vec<String>,
     /// `--emulator netem`: the `tc` command lines that installed the qdiscs.
     pub netem_qdiscs: Vec<String>,
     /// The server command, if there was one.

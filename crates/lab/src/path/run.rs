@@ -149,6 +149,7 @@ impl LabRun {
             tcp_buffers: None,
             sysctls: BTreeMap::new(),
             netem_qdiscs: Vec::new(),
+            events: spec.events.iter().map(ToString::to_string).collect(),
             server: None,
             client: None,
             emulator_report: None,
@@ -161,6 +162,7 @@ impl LabRun {
             lateness_bound: spec.lateness_bound,
             mahimahi_log_dir: Some(out_dir.clone()),
             command_line: Some(spec.client.join(" ")),
+            events: spec.events.clone(),
             ..EmulatorOptions::default()
         };
         let live = LivePath::builder(shape)

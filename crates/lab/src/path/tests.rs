@@ -337,3 +337,19 @@ fn aqm_reorder_and_ecn_blackhole_flags() {
         assert!(err(&none).starts_with(flag), "{}", err(&none));
     }
 }
+
+#[test]
+fn events_are_checked_against_both_directions() {
+    let ev = |s: &str| s.parse::<tcptail_emu::PathEvent>().unwrap();
+    let ok = PathFlags {
+        events: vec![ev("1s:blackhole"), ev("2s:restore"), ev("3s:delay=+50ms")],
+        ..flags("50mbit", "20ms")
+    };
+    let spec = ok.check().unwrap();
+    assert_eq!(spec.events.len(), 3);
+    let below = PathFlags { events: vec![ev("1s:delay=-15ms")], ..flags("50mbit", "20ms") };
+    let msg = err(&below);
+    assert!(msg.starts_with("--event: 1s:delay=-15ms: up direction: takes the delay"), "{msg}");
+    let netem = PathFlags { emulator: EmulatorKind::Netem, ..ok };
+    assert!(err(&netem).starts_with("--event"), "{}", err(&netem));
+}
