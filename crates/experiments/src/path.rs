@@ -3,8 +3,13 @@
 //! | `path =` | what is built | keys |
 //! |---|---|---|
 //! | `"veth"` (default) | client ─veth─ server, no shaping: a datacenter path | `sysctl` |
-//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `buffer` (default `1bdp`), `queue` (`fifo`, `codel`), `sysctl` |
+//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `event`, `sysctl` |
 //! | `"tbf"` | client ─veth─ router ─veth─ server, kernel `tbf` on the router's egress towards the server, never on the sender | `rate` (required), `buffer` (bytes, default 1 ms at `rate`, at least 64 KB), `sysctl` |
+//!
+//! `event` schedules path events on the emulator's clock, both directions, as `tcptail lab path
+//! --event` does: `event = ["5s:blackhole", "6s:restore"]`, or as tables,
+//! `[[params.event]]` / `[[variant.event]]` with `at = "5s"` and `change = "blackhole"`
+//! (changes: `blackhole`, `restore`, `rate=1gbit`, `loss=20%,for=200ms`, `delay=+50ms`).
 //!
 //! `sysctl = { "net.ipv4.tcp_slow_start_after_idle" = "0" }` is written inside the client and
 //! server namespaces (never the host's). On emulated paths the namespaces' `tcp_rmem` and
@@ -14,7 +19,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tcptail_emu::{BufferSize, DirectionSpec, Discipline, LossModel, PathSpec, QueueSpec};
+use tcptail_emu::{
+    BufferSize, DirectionSpec, Discipline, LossModel, PathEvent, PathSpec, QueueSpec,
+};
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
 use tcptail_lab::path::LabError;
 pub use tcptail_lab::{LivePath, PathShape};
@@ -34,10 +41,12 @@ pub struct PathPlan {
     pub kind: PathShape,
     /// Sysctls for the client and server namespaces.
     pub sysctls: BTreeMap<String, String>,
+    /// Path events on the emulator's clock (emulated paths only).
+    pub events: Vec<PathEvent>,
 }
 
 impl PathPlan {
-    /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue` and `sysctl`.
+    /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue`, `event` and `sysctl`.
     pub fn from_params(params: &Params) -> Result<PathPlan, ParamError> {
         let kind =
             params.choice("path", &["veth", "emulated", "tbf"])?.unwrap_or_else(|| "veth".into());
@@ -52,7 +61,7 @@ impl PathPlan {
         }
         let kind = match kind.as_str() {
             "veth" => {
-                for key in ["rate", "rtt", "loss", "buffer", "queue"] {
+                for key in ["rate", "rtt", "loss", "buffer", "queue", "event"] {
                     if params.has(key) {
                         return Err(ParamError::new(
                             key,
@@ -64,7 +73,7 @@ impl PathPlan {
             }
             "tbf" => {
                 let rate = required("rate", params.rate("rate")?)?;
-                for key in ["rtt", "loss", "queue"] {
+                for key in ["rtt", "loss", "queue", "event"] {
                     if params.has(key) {
                         return Err(ParamError::new(
                             key,
@@ -114,7 +123,18 @@ impl PathPlan {
                 PathShape::Emulated(spec)
             }
         };
-        Ok(PathPlan { kind, sysctls })
+        let events = events(params)?;
+        if let PathShape::Emulated(spec) = &kind {
+            for dir in [&spec.up, &spec.down] {
+                tcptail_emu::validate_events(dir, &events).map_err(|e| {
+                    let i = e.field.trim_start_matches("event[").trim_end_matches(']');
+                    let which = i.parse::<usize>().ok().and_then(|i| events.get(i));
+                    let which = which.map_or_else(String::new, |w| format!("{w}: "));
+                    ParamError::new("event", format!("{which}{}", e.problem))
+                })?;
+            }
+        }
+        Ok(PathPlan { kind, sysctls, events })
     }
 
     /// Base round-trip time of the path (zero for veth and tbf).
@@ -176,8 +196,12 @@ impl PathPlan {
     /// Builds the path for one round; `seed` drives the emulator's loss draws.
     pub fn build(&self, seed: u64) -> Result<LivePath, RunError> {
         tcptail_netns::ensure_root()?;
-        let options =
-            EmulatorOptions { seed, lateness_bound: LATENESS_BOUND, ..EmulatorOptions::default() };
+        let options = EmulatorOptions {
+            seed,
+            lateness_bound: LATENESS_BOUND,
+            events: self.events.clone(),
+            ..EmulatorOptions::default()
+        };
         LivePath::builder(self.kind.clone())
             .roles("xc", "xr", "xs")
             .emulator(options)
@@ -191,6 +215,49 @@ impl PathPlan {
                 e => RunError::failed("build the path", e),
             })
     }
+}
+
+/// The `event` key: strings (`"5s:blackhole"`) or tables (`{ at = "5s", change = "blackhole" }`).
+fn events(params: &Params) -> Result<Vec<PathEvent>, ParamError> {
+    let items = match params.raw("event") {
+        None => return Ok(Vec::new()),
+        Some(toml::Value::Array(items)) => items.clone(),
+        Some(one @ (toml::Value::String(_) | toml::Value::Table(_))) => vec![one.clone()],
+        Some(other) => {
+            return Err(ParamError::new(
+                "event",
+                format!("expected a list of events, found {}", other.type_str()),
+            ));
+        }
+    };
+    let text = |v: &toml::Value| -> Result<String, ParamError> {
+        match v {
+            toml::Value::String(s) => Ok(s.clone()),
+            toml::Value::Table(t) => match (t.get("at"), t.get("change")) {
+                (Some(toml::Value::String(at)), Some(toml::Value::String(change)))
+                    if t.len() == 2 =>
+                {
+                    Ok(format!("{at}:{change}"))
+                }
+                _ => Err(ParamError::new(
+                    "event",
+                    "an [[event]] table has exactly `at` and `change`, both strings \
+                     (at = \"5s\", change = \"blackhole\")",
+                )),
+            },
+            other => Err(ParamError::new(
+                "event",
+                format!("expected \"TIME:CHANGE\" or a table, found {}", other.type_str()),
+            )),
+        }
+    };
+    items
+        .iter()
+        .map(|v| {
+            let t = text(v)?;
+            t.parse::<PathEvent>().map_err(|e| ParamError::new("event", format!("'{t}': {e}")))
+        })
+        .collect()
 }
 
 /// A round's view of the emulator's lateness against [`LATENESS_BOUND`].
@@ -222,6 +289,46 @@ mod tests {
         let PathShape::Emulated(spec) = &plan.kind else { panic!("{plan:?}") };
         assert!(spec.up.loss.is_some() && spec.down.loss.is_none());
         assert!(p.unread().is_empty());
+    }
+
+    #[test]
+    fn events_as_strings_or_tables() {
+        let strings = Params::from_pairs([
+            ("path", toml::Value::String("emulated".into())),
+            ("rate", toml::Value::String("100mbit".into())),
+            ("rtt", toml::Value::String("10ms".into())),
+            (
+                "event",
+                toml::Value::Array(vec![
+                    toml::Value::String("5s:blackhole".into()),
+                    toml::Value::String("6s:restore".into()),
+                ]),
+            ),
+        ]);
+        let plan = PathPlan::from_params(&strings).unwrap();
+        let text: Vec<String> = plan.events.iter().map(ToString::to_string).collect();
+        assert_eq!(text, ["5s:blackhole", "6s:restore"]);
+        let table: toml::Value = toml::from_str(
+            "event = [{ at = \"2s\", change = \"delay=+50ms\" }]\npath = \"emulated\"\n\
+             rate = \"10mbit\"\nrtt = \"10ms\"",
+        )
+        .unwrap();
+        let toml::Value::Table(t) = table else { unreachable!() };
+        let params = Params::from_pairs(t.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        let plan = PathPlan::from_params(&params).unwrap();
+        assert_eq!(plan.events[0].to_string(), "2s:delay=+50ms");
+        // Checked against the path: 5 ms of one-way delay cannot lose 10 ms.
+        let bad = Params::from_pairs([
+            ("path", toml::Value::String("emulated".into())),
+            ("rate", toml::Value::String("10mbit".into())),
+            ("rtt", toml::Value::String("10ms".into())),
+            ("event", toml::Value::String("1s:delay=-10ms".into())),
+        ]);
+        let e = PathPlan::from_params(&bad).unwrap_err();
+        assert_eq!(e.key, "event");
+        assert!(e.to_string().contains("1s:delay=-10ms: takes the delay"), "{e}");
+        let veth = Params::from_pairs([("event", toml::Value::String("1s:blackhole".into()))]);
+        assert_eq!(PathPlan::from_params(&veth).unwrap_err().key, "event");
     }
 
     #[test]
