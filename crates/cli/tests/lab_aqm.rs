@@ -210,3 +210,39 @@ fn a_blackhole_event_stops_delivery_within_1ms_and_restore_resumes_it() {
     assert!(during.is_empty(), "departures during the outage: {during:?}");
     assert!(departures.iter().any(|&t| t > 3000), "traffic did not resume after restore");
 }
+
+#[test]
+fn an_ecn_blackhole_stalls_ecn_flows_and_passes_the_rest() {
+    let _lock = lab_lock();
+    // A `tcptail bench` request every 100 ms over 50 Mbit/s x 20 ms through a middlebox that
+    // drops ECT/CE packets. With tcp_ecn=1 the handshake (not ECT) succeeds, then every first
+    // transmission is ECT and dropped; only retransmissions (never ECT, RFC 3168) get through,
+    // after a timeout: the seed's "ECN without downstream support". Without ECN, nothing
+    // changes.
+    let tcptail = bin();
+    let tcptail = tcptail.to_str().expect("utf-8 path");
+    let server = format!("exec {tcptail} bench server --listen 0.0.0.0:7878");
+    let measure = |ecn: u8| {
+        let client = format!(
+            "sysctl -qw net.ipv4.tcp_ecn={ecn} && {tcptail} bench client \
+             $TCPTAIL_SERVER_ADDR:7878 --rate 10/s --duration 3s --warmup 2 --json"
+        );
+        let path = ["--rate", "50mbit", "--rtt", "20ms", "--ecn-blackhole"];
+        let (stdout, report) = lab(&path, &server, "7878", &client);
+        let bench: Value = serde_json::from_str(&stdout).expect("bench JSON");
+        let p50_ms = f64_at(&bench, "/latency_us/p50") / 1e3;
+        let dropped: f64 = ["up", "down"]
+            .iter()
+            .map(|d| {
+                f64_at(&report, &format!("/emulator_report/{d}/stats/drops/ecn_blackhole/packets"))
+            })
+            .sum();
+        eprintln!("tcp_ecn={ecn}: request p50 {p50_ms:.1} ms, {dropped} packets blackholed");
+        (p50_ms, dropped)
+    };
+    let (ecn_p50, ecn_dropped) = measure(1);
+    assert!(ecn_dropped > 0.0 && ecn_p50 > 200.0, "ECN flow: p50 {ecn_p50:.1} ms");
+    let (plain_p50, plain_dropped) = measure(0);
+    assert_eq!(plain_dropped, 0.0);
+    assert!(plain_p50 < 25.0, "non-ECN flow: p50 {plain_p50:.1} ms");
+}
