@@ -409,6 +409,8 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                         format!("`{cmp}` {holds} ({})", t.test)
                     })
                     .collect();
+                // Rules above the final one often repeat a comparison: quote each once.
+                let evidence = dedup(evidence);
                 let evidence = if evidence.is_empty() {
                     String::new()
                 } else {

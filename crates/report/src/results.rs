@@ -340,8 +340,8 @@ impl VariantResult {
 }
 
 impl VariantResult {
-    /// A metric's median over rounds.
-    pub fn median(&self, metric: &str) -> Option<f64> {
+    /// A metric's median over rounds (the value [`Metric::median`] holds; nothing computed).
+    pub fn metric_median(&self, metric: &str) -> Option<f64> {
         self.metrics.get(metric).map(|m| m.median)
     }
 
@@ -389,7 +389,7 @@ impl Metric {
         let median = stats::median(&values)?;
         let min = values.iter().copied().fold(f64::INFINITY, f64::min);
         let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let (ci, confidence) = match stats::median_interval(&values, CONFIDENCE) {
+        let (ci, confidence) = match stats::interval_of_median(&values, CONFIDENCE) {
             Some(i) => (Some([i.low, i.high]), Some(i.confidence)),
             None if values.len() >= 2 => {
                 (Some([min, max]), Some(stats::spread_confidence(values.len())))

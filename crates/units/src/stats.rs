@@ -197,7 +197,7 @@ pub fn quantile_interval(xs: &[f64], q: f64, confidence: f64) -> Option<Interval
 }
 
 /// The interval of the median of `xs` at `confidence` ([`quantile_interval`] at 0.5).
-pub fn median_interval(xs: &[f64], confidence: f64) -> Option<Interval> {
+pub fn interval_of_median(xs: &[f64], confidence: f64) -> Option<Interval> {
     quantile_interval(xs, 0.5, confidence)
 }
 

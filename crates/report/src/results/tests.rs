@@ -11,6 +11,25 @@ fn metric_median_and_spread() {
 }
 
 #[test]
+fn metric_intervals_state_their_confidence() {
+    // Six rounds: the exact 95 % order-statistic interval of the median, [min, max] at 96.9 %.
+    let m = Metric::from_rounds("p99_us", &[5.0, 1.0, 3.0, 4.0, 2.0, 6.0]).unwrap();
+    assert_eq!(m.ci, Some([1.0, 6.0]));
+    assert!((m.confidence.unwrap() - (1.0 - 2.0 / 64.0)).abs() < 1e-12);
+    // Three rounds cannot support 95 %: their range, with the 75 % it has.
+    let m = Metric::from_rounds("p99_us", &[3.0, 1.0, 2.0]).unwrap();
+    assert_eq!((m.ci, m.confidence), (Some([1.0, 3.0]), Some(0.75)));
+    // Nine rounds: a narrower interval than the range.
+    let nine: Vec<f64> = (1..=9).map(f64::from).collect();
+    let m = Metric::from_rounds("x", &nine).unwrap();
+    assert_eq!(m.ci, Some([2.0, 8.0]));
+    assert!(m.confidence.unwrap() >= 0.95);
+    // One round: no interval.
+    let m = Metric::from_rounds("x", &[1.0]).unwrap();
+    assert_eq!((m.ci, m.confidence), (None, None));
+}
+
+#[test]
 fn units_from_suffixes() {
     assert_eq!(unit_of("goodput_mbps"), "Mbit/s");
     assert_eq!(unit_of("burst_ms"), "ms");

@@ -342,7 +342,7 @@ pub fn plots_with_data_per_experiment(results: &Results) -> Vec<usize> {
                     PlotSpec::Bars { metrics, log_y, .. } => exp.variants.iter().any(|v| {
                         metrics
                             .iter()
-                            .filter_map(|m| v.median(m))
+                            .filter_map(|m| v.metric_median(m))
                             .any(|m| m.is_finite() && (!log_y || m > 0.0))
                     }),
                 })

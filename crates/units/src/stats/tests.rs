@@ -32,7 +32,7 @@ fn a_median_needs_six_values_for_95_percent() {
     assert_eq!((l, u), (1, 6));
     assert!((coverage - (1.0 - 2.0 / 64.0)).abs() < 1e-12, "{coverage}");
     let xs = [5.0, 1.0, 3.0, 4.0, 2.0, 6.0];
-    let i = median_interval(&xs, 0.95).unwrap();
+    let i = interval_of_median(&xs, 0.95).unwrap();
     assert_eq!((i.low, i.high), (1.0, 6.0));
     assert!(i.contains(3.5));
 }
@@ -120,7 +120,7 @@ fn bootstrap_is_deterministic_and_brackets_the_statistic() {
 /// The order-statistic interval covers the true median at least as often as it claims:
 /// 4,000 samples of 10 uniform values (true median 0.5).
 #[test]
-fn median_interval_covers_as_claimed() {
+fn the_interval_of_a_median_covers_as_claimed() {
     let mut rng = SplitMix(42);
     let mut covered = 0;
     let trials = 4000;
@@ -128,7 +128,7 @@ fn median_interval_covers_as_claimed() {
     for _ in 0..trials {
         let xs: Vec<f64> =
             (0..10).map(|_| (rng.next() >> 11) as f64 / (1u64 << 53) as f64).collect();
-        let i = median_interval(&xs, 0.95).unwrap();
+        let i = interval_of_median(&xs, 0.95).unwrap();
         claimed = i.confidence;
         covered += usize::from(i.contains(0.5));
     }
