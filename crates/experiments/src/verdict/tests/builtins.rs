@@ -455,15 +455,17 @@ fn every_builtin_reason_quotes_the_values_its_condition_reads() {
     );
 }
 
-/// nagle-delack's findings (its single write and failure modes 2 and 3 are judged by them)
-/// quote in both texts each value their condition reads, like the verdict reasons above.
+/// nagle-delack's and sendq's findings (nagle-delack's single write and failure modes 2 and
+/// 3, sendq's poster run at 50 chunks are judged by them) quote in both texts each value
+/// their condition reads, like the verdict reasons above.
 /// Other built-ins' findings do not all do so yet (trading-cc, tuning-ladder, bloat, wan,
 /// rwin-limited); they join this list when they do.
 #[test]
 fn findings_quote_the_values_their_conditions_read() {
     let mut unquoted = Vec::new();
-    for e in
-        Experiment::builtins().into_iter().filter(|e| ["nagle-delack"].contains(&e.name.as_str()))
+    for e in Experiment::builtins()
+        .into_iter()
+        .filter(|e| ["nagle-delack", "sendq"].contains(&e.name.as_str()))
     {
         let variants: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
         for f in &e.findings {
