@@ -277,9 +277,29 @@ pub fn rank_test_greater(a: &[f64], b: &[f64]) -> Option<f64> {
     if n == 0 || m == 0 {
         return None;
     }
+    let u = twice_u(&a, &b) / 2;
+    let counts = u_distribution(n, m);
+    let total: f64 = counts.iter().sum();
+    Some(counts[u..].iter().sum::<f64>() / total)
+}
+
+/// The share of pairs (a value of `a`, one of `b`) in which `a`'s is the greater, ties
+/// counting half, NaN left out: the rank test's U over n·m, its effect size. `None` when
+/// either sample is empty.
+pub fn share_greater(a: &[f64], b: &[f64]) -> Option<f64> {
+    let (a, b) = (sorted_numbers(a), sorted_numbers(b));
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    Some(twice_u(&a, &b) as f64 / (2 * a.len() * b.len()) as f64)
+}
+
+/// Twice the Mann-Whitney U statistic of `a` against `b` (a pair counts 2 when `a`'s value
+/// is greater, 1 when equal): an integer even with ties.
+fn twice_u(a: &[f64], b: &[f64]) -> usize {
     let mut twice_u = 0usize;
-    for x in &a {
-        for y in &b {
+    for x in a {
+        for y in b {
             twice_u += match x.total_cmp(y) {
                 std::cmp::Ordering::Greater => 2,
                 std::cmp::Ordering::Equal => 1,
@@ -287,10 +307,7 @@ pub fn rank_test_greater(a: &[f64], b: &[f64]) -> Option<f64> {
             };
         }
     }
-    let u = twice_u / 2;
-    let counts = u_distribution(n, m);
-    let total: f64 = counts.iter().sum();
-    Some(counts[u..].iter().sum::<f64>() / total)
+    twice_u
 }
 
 /// Number of arrangements of `n` and `m` values (no ties) giving each U = 0..=n*m.

@@ -96,24 +96,6 @@ fn side(n: &Num, values: &dyn Values) -> Option<Side> {
     }
 }
 
-/// The share of pairs in which a value of `a` beats one of `b` (ties half): the rank test's
-/// effect size.
-fn share_greater(a: &[f64], b: &[f64]) -> f64 {
-    let mut wins = 0.0;
-    for x in a {
-        for y in b {
-            wins += if x > y {
-                1.0
-            } else if x == y {
-                0.5
-            } else {
-                0.0
-            };
-        }
-    }
-    wins / (a.len() * b.len()).max(1) as f64
-}
-
 fn p(x: f64) -> String {
     if x < 0.001 {
         "< 0.001".into()
@@ -136,7 +118,7 @@ pub(super) fn test(op: &str, a: &Num, b: &Num, values: &dyn Values) -> Option<Te
         (Side::Rounds(x), Side::Rounds(y)) => {
             let yes = stats::rank_test_greater(x, y)?;
             let no = stats::rank_test_greater(y, x)?;
-            let share = share_greater(x, y);
+            let share = stats::share_greater(x, y)?;
             let needs = stats::rounds_needed_rank(share.max(1.0 - share), ALPHA);
             let test = format!("rank test over {} and {} rounds", x.len(), y.len());
             (yes, no, test, needs.map(|n| (n, format!("{} and {}", x.len(), y.len()))))

@@ -234,3 +234,14 @@ proptest! {
         prop_assert!(loose <= strict + 1e-12, "counting ties for can only lower p");
     }
 }
+
+#[test]
+fn share_greater_is_the_rank_tests_u_over_the_pairs() {
+    assert_eq!(share_greater(&[3.0, 4.0], &[1.0, 2.0]), Some(1.0));
+    assert_eq!(share_greater(&[1.0, 2.0], &[3.0, 4.0]), Some(0.0));
+    // Ties count half: 1 win, 2 ties, 1 loss of 4 pairs.
+    assert_eq!(share_greater(&[1.0, 2.0], &[1.0, 2.0]), Some(0.5));
+    assert_eq!(share_greater(&[2.0, f64::NAN], &[1.0]), Some(1.0));
+    assert_eq!(share_greater(&[], &[1.0]), None);
+    assert_eq!(share_greater(&[f64::NAN], &[1.0]), None);
+}
