@@ -65,8 +65,10 @@ Values:
   --ecn-blackhole                        drop every ECT/CE packet (ECN-hostile middlebox)
   --event    TIME:CHANGE, repeatable, on the emulator's clock from its start, both directions:
              5s:blackhole (drop everything) | 30s:restore | 10s:rate=1gbit |
-             3s:loss=20%,for=200ms | 8s:delay=+50ms (or -5ms, or 80ms); the times they took
-             effect are in lab-report.json (emulator_report.*.stats.path_changes)
+             3s:loss=20%,for=200ms | 8s:delay=+50ms (or -5ms, or 80ms); on a --trace
+             direction rate=R scales the trace to mean R (opportunities keep their times,
+             evenly thinned or repeated); the times they took effect are in
+             lab-report.json (emulator_report.*.stats.path_changes)
   --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN;
              --trace-up/--trace-down FILE for one direction, e.g. --trace-down lte.trace
              --rate-up 5mbit (a trace one way, a constant rate the other)

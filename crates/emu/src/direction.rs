@@ -372,11 +372,10 @@ impl<T: Headers, O: Observer> Direction<T, O> {
                 self.delay.drain_after(at, drop);
             }
             PathChange::Restore => self.timeline.blackhole = false,
-            PathChange::Rate(rate) => {
-                if let Link::Constant(link) = &mut self.link {
-                    link.set_rate(rate);
-                }
-            }
+            PathChange::Rate(rate) => match &mut self.link {
+                Link::Constant(link) => link.set_rate(rate),
+                Link::Trace(link) => link.scale_to(rate),
+            },
             PathChange::LossBurst { p, duration } => {
                 self.timeline.loss_burst = Some((at + duration, p));
             }

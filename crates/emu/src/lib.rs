@@ -113,5 +113,5 @@ pub use stats::{
 };
 pub use syntax::{BufferSize, SyntaxError};
 pub use time::Nanos;
-pub use timeline::{PathChange, PathEvent, validate_events};
+pub use timeline::{MAX_TRACE_SCALE, PathChange, PathEvent, validate_events};
 pub use trace::{DeliveryTrace, MAX_TIMESTAMP_MS, OPPORTUNITY_BYTES, TraceError};

@@ -84,21 +84,46 @@ impl ConstantLink {
 }
 
 /// A trace-driven link: a cursor over delivery opportunities.
+///
+/// A rate event ([`TraceLink::scale_to`]) scales the trace instead of replacing it: from the
+/// next unspent opportunity on, recorded opportunity `k` (counted from there) carries
+/// `floor((k+1)·s) - floor(k·s)` opportunities, `s` being the new mean rate over the trace's
+/// own. Below 1 that keeps an evenly spread `s` of the opportunities, above 1 it repeats them
+/// (several opportunities in one millisecond, as trace files allow); each still carries 1504
+/// bytes at its recorded time, so the trace's shape (its fades and bursts, and when they
+/// happen) is kept and its long-run mean becomes the new rate exactly.
 #[derive(Debug, Clone)]
 pub(crate) struct TraceLink {
     trace: DeliveryTrace,
     epoch: Nanos,
-    /// Index (counting across loops) of the first opportunity not yet spent.
+    /// Index (counting across loops) of the recorded opportunity where the current scale
+    /// began.
+    base: u64,
+    /// The scale `num / den` (both non-zero, in lowest terms; `1 / 1` as recorded).
+    num: u128,
+    den: u128,
+    /// Index, from `base`, of the first scaled opportunity not yet spent.
     next: u64,
 }
 
 impl TraceLink {
     pub(crate) fn new(trace: DeliveryTrace, epoch: Nanos) -> TraceLink {
-        TraceLink { trace, epoch, next: 0 }
+        TraceLink { trace, epoch, base: 0, num: 1, den: 1, next: 0 }
     }
 
-    /// Time of opportunity `k` (absolute index).
-    fn time_of(&self, k: u64) -> Nanos {
+    /// The recorded opportunity (offset from `base`) that carries scaled opportunity `j`:
+    /// `ceil((j + 1) / s) - 1`.
+    fn recorded(&self, j: u64) -> u64 {
+        if self.num == self.den {
+            return j;
+        }
+        let k = (u128::from(j) + 1) * self.den;
+        (k.div_ceil(self.num) - 1).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Time of scaled opportunity `j` (from `base`).
+    fn time_of(&self, j: u64) -> Nanos {
+        let k = self.base.saturating_add(self.recorded(j));
         self.epoch + self.trace.opportunity_offset(k)
     }
 
@@ -122,6 +147,34 @@ impl TraceLink {
     pub(crate) fn set_epoch(&mut self, epoch: Nanos) {
         self.epoch = epoch;
     }
+
+    /// From the next unspent opportunity on, scales the trace so that its long-run mean is
+    /// `rate` (relative to the trace as recorded, whatever earlier steps did). The new scale
+    /// starts at the recorded opportunity after the last one spent: one a thinned trace
+    /// skipped but whose time has not come is used, one whose repeats were partly spent is
+    /// not reused.
+    pub(crate) fn scale_to(&mut self, rate: BitRate) {
+        if self.next > 0 {
+            self.base = self.base.saturating_add(self.recorded(self.next - 1) + 1);
+        }
+        self.next = 0;
+        // s = rate / mean = rate x period / (opportunities x 1504 x 8 x 1000 ms/s).
+        let period_ms = self.trace.timestamps_ms().last().copied().unwrap_or(1);
+        let num = u128::from(rate.bits_per_second().max(1)) * u128::from(period_ms);
+        let den = self.trace.opportunities_per_period() as u128
+            * u128::from(OPPORTUNITY_BYTES)
+            * 8
+            * 1000;
+        let g = gcd(num, den);
+        (self.num, self.den) = (num / g, den / g);
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
 }
 
 /// The link of one direction.
@@ -153,6 +206,49 @@ mod tests {
         assert_eq!(link.serve(Nanos(1_000_000), 1500), Nanos(1_400_000));
         assert_eq!(link.predicted_start(Nanos(1_100_000), 1500), Nanos(1_800_000));
         assert_eq!(link.predicted_start(Nanos(5_000_000), 0), Nanos(5_000_000));
+    }
+
+    /// Opportunity times (ms from the epoch) of the next `n` opportunities, spending them.
+    fn spend(link: &mut TraceLink, n: usize) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                let t = link.next_time().as_nanos() / 1_000_000;
+                link.step();
+                t
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_scaled_trace_keeps_its_times_and_reaches_the_new_mean() {
+        // One opportunity per ms: 12.032 Mbit/s.
+        let trace = DeliveryTrace::from_timestamps(vec![1], "one").unwrap();
+        let mut link = TraceLink::new(trace.clone(), Nanos::ZERO);
+        assert_eq!(spend(&mut link, 3), [1, 2, 3]);
+        // Half the mean: every second recorded opportunity, from the next one on.
+        link.scale_to(BitRate(6_016_000));
+        assert_eq!(spend(&mut link, 4), [5, 7, 9, 11]);
+        // Twice the mean, relative to the trace as recorded: each millisecond twice.
+        link.scale_to(BitRate(24_064_000));
+        assert_eq!(spend(&mut link, 5), [12, 12, 13, 13, 14]);
+        // Back to the recorded mean; the half-spent 14 ms is not reused.
+        link.scale_to(trace.mean_rate());
+        assert_eq!(spend(&mut link, 3), [15, 16, 17]);
+        // A quarter over 4000 ms: exactly 1000 opportunities, evenly spread.
+        let mut quarter = TraceLink::new(trace.clone(), Nanos::ZERO);
+        quarter.scale_to(BitRate(12_032_000 / 4));
+        let times = spend(&mut quarter, 1000);
+        assert_eq!(times[..3], [4, 8, 12]);
+        assert_eq!(*times.last().unwrap(), 4000);
+        // Byte positions follow the scaled opportunities.
+        assert_eq!(quarter.time_of_byte(0), Nanos::from_millis(4004));
+        assert_eq!(quarter.time_of_byte(1504), Nanos::from_millis(4008));
+        // A rate that is not a whole fraction of the mean still averages to it.
+        let mut third = TraceLink::new(trace, Nanos::ZERO);
+        third.scale_to(BitRate(12_032_000 / 3));
+        let times = spend(&mut third, 10_000);
+        let last = *times.last().unwrap() as f64;
+        assert!((last / 30_000.0 - 1.0).abs() < 1e-4, "{last}");
     }
 
     #[test]

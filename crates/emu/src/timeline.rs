@@ -10,9 +10,17 @@
 //! |---|---|
 //! | `5s:blackhole` | from 5 s, drop everything: arrivals, the queue, packets in flight |
 //! | `30s:restore` | end a blackhole |
-//! | `10s:rate=1gbit` | constant rate from then on (not on a trace link) |
+//! | `10s:rate=1gbit` | constant rate from then on; on a trace link, the trace scaled to that mean |
 //! | `3s:loss=20%,for=200ms` | independent loss at 20 % for 200 ms, instead of the path's loss |
 //! | `8s:delay=+50ms`, `delay=-5ms`, `delay=80ms` | one-way delay changes by, or to, a value |
+//!
+//! A rate step on a trace-driven direction keeps the trace: replacing a recorded cellular link
+//! by a constant rate would throw away the very variability it was chosen for, and refusing
+//! the step would leave no way to emulate a downgrade on it. So `rate=R` scales the trace
+//! until its long-run mean is `R` (relative to the trace as recorded, so `rate=` the trace's
+//! own mean restores it): delivery opportunities keep their recorded times and their 1504
+//! bytes, an evenly spread share of them is kept (below the mean) or each is repeated within
+//! its millisecond (above it). The Mahimahi log then shows the scaled opportunities.
 
 use std::fmt;
 use std::str::FromStr;
@@ -22,6 +30,10 @@ use tcptail_units::{BitRate, HumanDuration, Percent, parse_duration};
 
 use crate::spec::{DirectionSpec, Rate, SpecError};
 use crate::syntax::SyntaxError;
+
+/// The largest factor a rate step may scale a trace by (its opportunities repeated this many
+/// times per recorded one): beyond it the step is a different link, not the trace.
+pub const MAX_TRACE_SCALE: f64 = 1000.0;
 
 /// A change at a time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,7 +52,8 @@ pub enum PathChange {
     Blackhole,
     /// End a blackhole.
     Restore,
-    /// A new constant rate.
+    /// A new constant rate; on a trace-driven direction, the trace scaled to this mean (see
+    /// the [module docs](self)).
     Rate(BitRate),
     /// Independent loss with probability `p` for `duration`, replacing the path's loss model.
     LossBurst {
@@ -135,7 +148,7 @@ impl fmt::Display for PathEvent {
 }
 
 /// Checks a timeline against the direction it will change: times in range, probabilities,
-/// no rate step on a trace link, and no delay (after every change, in time order) that the
+/// rates (on a trace link, at most [`MAX_TRACE_SCALE`] times its mean), and no delay (after every change, in time order) that the
 /// jitter could push below zero or beyond the spec's bounds. The error's field is
 /// `event[i]` (the i-th event as given).
 pub fn validate_events(spec: &DirectionSpec, events: &[PathEvent]) -> Result<(), SpecError> {
@@ -152,8 +165,22 @@ pub fn validate_events(spec: &DirectionSpec, events: &[PathEvent]) -> Result<(),
             PathChange::Rate(r) if r.bits_per_second() == 0 => {
                 return Err(bad(i, "a zero rate; use blackhole for an outage".to_owned()));
             }
-            PathChange::Rate(_) if matches!(spec.rate, Rate::Trace(_)) => {
-                return Err(bad(i, "a rate step on a direction driven by a trace".to_owned()));
+            PathChange::Rate(r) => {
+                if let Rate::Trace(trace) = &spec.rate {
+                    let mean = trace.mean_rate();
+                    if r.bits_per_second() as f64 > MAX_TRACE_SCALE * mean.bits_per_second() as f64
+                    {
+                        return Err(bad(
+                            i,
+                            format!(
+                                "{r} is more than {MAX_TRACE_SCALE}x the mean of trace {} \
+                                 ({mean}); a rate step scales a trace (each delivery \
+                                 opportunity repeated) rather than replacing it",
+                                trace.source()
+                            ),
+                        ));
+                    }
+                }
             }
             PathChange::LossBurst { p, duration } => {
                 if !(p.is_finite() && (0.0..=1.0).contains(&p)) {

@@ -114,3 +114,42 @@ fn invalid_timelines_are_refused() {
     let e = dir.schedule(&events(&["1s:delay=-1ms"])).unwrap_err();
     assert_eq!(e.field, "event[0]");
 }
+
+#[test]
+fn a_rate_step_on_a_trace_scales_it_from_its_time() {
+    // A 10 ms trace with a fade: opportunities at 1-5 ms, none at 6-9 ms, one at 10 ms
+    // (6 x 1504 B per 10 ms: 7.2192 Mbit/s).
+    let trace = tcptail_emu::DeliveryTrace::parse("1\n2\n3\n4\n5\n10\n", "fade.trace").unwrap();
+    let mut spec = constant(1);
+    spec.rate = tcptail_emu::Rate::Trace(trace.clone());
+    let mean = trace.mean_rate().bits_per_second();
+    let mut dir = Direction::<u64>::new(spec.clone(), 1).with_observer(Vec::new());
+    let half = format!("1s:rate={}bit", mean / 2);
+    let restore = format!("2s:rate={mean}bit");
+    dir.schedule(&events(&[&half, &restore])).unwrap();
+    dir.advance(Nanos::from_millis(3000));
+    let times: Vec<u64> = dir
+        .observer()
+        .iter()
+        .filter_map(|e| match *e {
+            Event::Opportunity { at, .. } => Some(at.as_millis()),
+            _ => None,
+        })
+        .collect();
+    let count = |from: u64, to: u64| times.iter().filter(|&&t| t > from && t <= to).count();
+    // As recorded, at half the mean, as recorded again: 600, 300 and 600 opportunities.
+    assert_eq!((count(0, 1000), count(1000, 2000), count(2000, 3000)), (600, 300, 600));
+    // The fade stays where it was: no opportunity at 6-9 ms of any period.
+    assert!(times.iter().all(|t| !(6..=9).contains(&(t % 10))), "{times:?}");
+
+    // Above the mean each opportunity repeats within its millisecond.
+    let mut dir = Direction::<u64>::new(spec.clone(), 1).with_observer(Vec::new());
+    dir.schedule(&events(&[&format!("0s:rate={}bit", mean * 3)])).unwrap();
+    dir.advance(Nanos::from_millis(10));
+    let n = dir.observer().iter().filter(|e| matches!(e, Event::Opportunity { .. })).count();
+    assert_eq!(n, 18);
+
+    // Far beyond the trace is refused, naming the trace.
+    let e = tcptail_emu::validate_events(&spec, &events(&["1s:rate=100gbit"])).unwrap_err();
+    assert!(e.problem.contains("fade.trace") && e.problem.contains("scales a trace"), "{e}");
+}
