@@ -7,9 +7,13 @@
 //! | `"tbf"` | client ─veth─ router ─veth─ server, kernel `tbf` on the router's egress towards the server, never on the sender | `rate` (required), `buffer` (bytes, default 1 ms at `rate`, at least 64 KB), `sysctl` |
 //!
 //! `event` schedules path events on the emulator's clock, both directions, as `tcptail lab path
-//! --event` does: `event = ["5s:blackhole", "6s:restore"]`, or as tables,
-//! `[[params.event]]` / `[[variant.event]]` with `at = "5s"` and `change = "blackhole"`
-//! (changes: `blackhole`, `restore`, `rate=1gbit`, `loss=20%,for=200ms`, `delay=+50ms`).
+//! --event` does. The usual form is the experiment file's top-level `[[event]]` tables
+//! (`at = "5s"`, `change = "blackhole"`, optional `variants = [...]`; see
+//! `crate::spec::EventSpec`), which reach this reader as the `event` key; the parameter form
+//! works too: `event = ["5s:blackhole", "6s:restore"]`, or `[[params.event]]` /
+//! `[[variant.event]]` tables with `at` and `change` (changes: `blackhole`, `restore`,
+//! `rate=1gbit`, `loss=20%,for=200ms`, `delay=+50ms`). When each event took effect is
+//! recorded per round in `results.json` (`rounds[].path_events`).
 //!
 //! `sysctl = { "net.ipv4.tcp_slow_start_after_idle" = "0" }` is written inside the client and
 //! server namespaces (never the host's). On emulated paths the namespaces' `tcp_rmem` and
@@ -25,7 +29,7 @@ use tcptail_emu::{
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
 use tcptail_lab::path::LabError;
 pub use tcptail_lab::{LivePath, PathShape};
-use tcptail_report::Lateness;
+use tcptail_report::{Lateness, PathEventRecord};
 use tcptail_units::{Bdp, BitRate};
 
 use crate::params::{ParamError, Params, required};
@@ -189,8 +193,14 @@ impl PathPlan {
         }
         let live = self.build(ctx.seed)?;
         let outcome = measure(&live);
-        let lateness = live.stop().emulator.as_ref().map(lateness);
-        Ok((outcome?, lateness))
+        let stopped = live.stop();
+        if let Some(report) = &stopped.emulator
+            && !self.events.is_empty()
+        {
+            let mut log = ctx.path_events.lock().unwrap_or_else(|p| p.into_inner());
+            log.extend(applied_events(&self.events, report));
+        }
+        Ok((outcome?, stopped.emulator.as_ref().map(lateness)))
     }
 
     /// Builds the path for one round; `seed` drives the emulator's loss draws.
@@ -256,6 +266,28 @@ fn events(params: &Params) -> Result<Vec<PathEvent>, ParamError> {
         .map(|v| {
             let t = text(v)?;
             t.parse::<PathEvent>().map_err(|e| ParamError::new("event", format!("'{t}': {e}")))
+        })
+        .collect()
+}
+
+/// Each scheduled event with its time and when it had taken effect in both directions.
+fn applied_events(events: &[PathEvent], report: &EmulatorReport) -> Vec<PathEventRecord> {
+    let applied = |index: usize| {
+        let mut latest: Option<f64> = None;
+        for dir in [&report.up, &report.down] {
+            let change = dir.stats.path_changes.iter().find(|c| c.index as usize == index);
+            // Not applied in one direction: not in effect on the path.
+            latest = Some(latest.unwrap_or(0.0).max(change?.applied_s));
+        }
+        latest
+    };
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| PathEventRecord {
+            event: e.to_string(),
+            at_s: e.at.as_secs_f64(),
+            applied_s: applied(i),
         })
         .collect()
 }
@@ -329,6 +361,47 @@ mod tests {
         assert!(e.to_string().contains("1s:delay=-10ms: takes the delay"), "{e}");
         let veth = Params::from_pairs([("event", toml::Value::String("1s:blackhole".into()))]);
         assert_eq!(PathPlan::from_params(&veth).unwrap_err().key, "event");
+    }
+
+    /// Through real namespaces (root): a round on an emulated path with events records when
+    /// each took effect, and an event after the round's end as not applied.
+    #[test]
+    fn a_round_records_when_its_path_events_took_effect() {
+        let plan = PathPlan::from_params(&Params::from_pairs([
+            ("path", toml::Value::String("emulated".into())),
+            ("rate", toml::Value::String("10mbit".into())),
+            ("rtt", toml::Value::String("2ms".into())),
+            (
+                "event",
+                toml::Value::Array(vec![
+                    toml::Value::String("50ms:blackhole".into()),
+                    toml::Value::String("1h:restore".into()),
+                ]),
+            ),
+        ]))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::sync::Mutex::default();
+        let ctx = RoundContext {
+            round: 0,
+            seed: 1,
+            scratch: dir.path(),
+            stop_requested: &|| false,
+            progress: &|_| {},
+            path_events: &log,
+        };
+        let ((), lateness) = plan
+            .round(&ctx, |_| {
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(())
+            })
+            .expect("a real round needs root, namespaces and TUN");
+        assert!(lateness.is_some());
+        let log = log.into_inner().unwrap();
+        assert_eq!(log.len(), 2, "{log:?}");
+        assert_eq!((log[0].event.as_str(), log[0].at_s), ("50ms:blackhole", 0.05));
+        assert!(log[0].applied_s.is_some_and(|t| t >= 0.05), "{log:?}");
+        assert_eq!((log[1].event.as_str(), log[1].applied_s), ("3600s:restore", None));
     }
 
     #[test]

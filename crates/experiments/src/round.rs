@@ -68,6 +68,9 @@ pub struct RoundContext<'a> {
     pub stop_requested: &'a (dyn Fn() -> bool + Sync),
     /// Reports progress within the round, 0.0..=1.0 (for the progress bar).
     pub progress: &'a (dyn Fn(f64) + Sync),
+    /// When the path events of the round's emulated path(s) took effect: filled by
+    /// [`crate::path::PathPlan::round`], read by the runner into `results.json`.
+    pub path_events: &'a std::sync::Mutex<Vec<tcptail_report::PathEventRecord>>,
 }
 
 /// A round that could not complete.

@@ -282,6 +282,7 @@ fn run_experiment(
                 .join(&experiment.name)
                 .join(format!("{}-r{round}", variant.spec.name));
             observer.step_started(&variant.spec.name, round, prepared.rounds);
+            let path_events = std::sync::Mutex::default();
             let outcome = std::fs::create_dir_all(&scratch)
                 .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
                 .and_then(|()| {
@@ -291,6 +292,7 @@ fn run_experiment(
                         scratch: &scratch,
                         stop_requested,
                         progress: &|f| observer.step_progress(f),
+                        path_events: &path_events,
                     };
                     run_isolated(variant.plan.as_ref(), &ctx)
                 })
@@ -299,6 +301,7 @@ fn run_experiment(
             let _ = std::fs::remove_dir(&scratch);
             observer.step_finished(&variant.spec.name, round, outcome.as_ref().err());
             let r = &mut rounds[index];
+            let recorded = r.records.len();
             match outcome {
                 Ok(m) => match unfaithful_path(&m, experiment.lateness_tolerance) {
                     None => {
@@ -319,6 +322,9 @@ fn run_experiment(
                     r.records.push(excluded(round, format!("the workload failed: {e}")));
                     r.errors.push(format!("round {}: {e}", round + 1));
                 }
+            }
+            if let Some(record) = r.records.get_mut(recorded) {
+                record.path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
             }
         }
         completed_rounds = round + 1;
@@ -453,11 +459,16 @@ fn unfaithful_only(variants: &[VariantResult], missing: &[String]) -> Option<Vec
 }
 
 fn faithful(round: usize) -> RoundRecord {
-    RoundRecord { index: round + 1, faithful: true, excluded_reason: None }
+    RoundRecord { index: round + 1, faithful: true, excluded_reason: None, path_events: Vec::new() }
 }
 
 fn excluded(round: usize, why: String) -> RoundRecord {
-    RoundRecord { index: round + 1, faithful: false, excluded_reason: Some(why) }
+    RoundRecord {
+        index: round + 1,
+        faithful: false,
+        excluded_reason: Some(why),
+        path_events: Vec::new(),
+    }
 }
 
 /// Why a completed round's path was not the one the experiment meant, if it was not: the

@@ -38,6 +38,10 @@
 //! verdict = "not-reproduced"
 //! reason = "..."
 //!
+//! [[event]]                     # optional: path events on the emulator's clock
+//! at = "5s"                     # (every variant, or `variants = [...]`; see spec::events)
+//! change = "blackhole"
+//!
 //! [[finding]]                   # optional: an observation decided from the data
 //! title = "QUICKACK on the client"
 //! when = "on_rearm.p50_us.max < off_off.p50_us.min"
@@ -178,6 +182,8 @@ pub struct Experiment {
     pub lateness_tolerance: std::time::Duration,
     /// `[[condition]]`: the seed's conditions beside the ones this file runs.
     pub conditions: Vec<tcptail_report::SeedCondition>,
+    /// `[[event]]`: path events for every variant or the ones each names.
+    pub events: Vec<EventSpec>,
 }
 
 /// A problem in an experiment file: where, which key, what.
@@ -210,6 +216,7 @@ const TOP_KEYS: &[&str] = &[
     "finding",
     "condition",
     "lateness_tolerance",
+    "event",
 ];
 
 /// The experiment files built into the binary, in the order `lab run` runs them.
@@ -418,6 +425,7 @@ impl Experiment {
                 None => crate::path::LATENESS_BOUND,
             },
             conditions: Vec::new(),
+            events: Vec::new(),
         };
         if let Some(v) = get("params") {
             exp.params = src.params(src.table("params", v)?, &[])?;
@@ -436,6 +444,7 @@ impl Experiment {
         exp.parse_rules(&src, get("verdict"))?;
         exp.parse_findings(&src, get("finding"))?;
         exp.parse_conditions(&src, get("condition"))?;
+        exp.parse_events(&src, get("event"))?;
         Ok(exp)
     }
 
@@ -566,9 +575,18 @@ impl Experiment {
         }
     }
 
-    /// A variant's parameters in a mode: `[params]`, then the variant's, then the mode's.
+    /// A variant's parameters in a mode: `[params]`, then the variant's, then the mode's;
+    /// `event` also holds the `[[event]]` tables that apply to the variant, before its own.
     pub fn params_for(&self, variant: &VariantSpec, mode: RunMode) -> Params {
-        Params::from_layers([&self.params, &variant.params, &self.mode(mode).params])
+        let layers = [&self.params, &variant.params, &self.mode(mode).params];
+        let own = layers.iter().rev().find_map(|layer| layer.get("event"));
+        match self.merged_event_param(&variant.name, own) {
+            None => Params::from_layers(layers),
+            Some(events) => {
+                let merged = BTreeMap::from([("event".to_owned(), events)]);
+                Params::from_layers(layers.into_iter().chain([&merged]))
+            }
+        }
     }
 
     /// An error about a parameter of `variant` in `mode`, located at the line that set it.
@@ -579,8 +597,10 @@ impl Experiment {
         key: &str,
         problem: &str,
     ) -> SpecError {
-        let line =
-            self.params_for(variant, mode).line(key).filter(|&l| l > 0).or(Some(variant.line));
+        let table = if key == "event" { self.event_line(&variant.name, problem) } else { None };
+        let line = table
+            .or_else(|| self.params_for(variant, mode).line(key).filter(|&l| l > 0))
+            .or(Some(variant.line));
         SpecError {
             file: self.file.clone(),
             line,
@@ -590,6 +610,8 @@ impl Experiment {
     }
 }
 
+mod events;
 mod rules;
+pub use events::EventSpec;
 #[cfg(test)]
 mod tests;

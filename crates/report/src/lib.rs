@@ -22,6 +22,6 @@ pub mod svg;
 
 pub use results::{
     CONFIDENCE, Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric,
-    Outcome, PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition, Series,
-    SeriesKind, VariantResult, Verdict,
+    Outcome, PathEventRecord, PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition,
+    Series, SeriesKind, VariantResult, Verdict,
 };

@@ -320,7 +320,7 @@ pub struct VariantResult {
 }
 
 /// One round of a variant: whether its numbers count, and why not when they do not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
     /// 1-based round number.
     pub index: usize,
@@ -330,6 +330,22 @@ pub struct RoundRecord {
     /// Why the round was excluded (emulator lateness over the experiment's tolerance, a
     /// failed workload, ...); `None` for a faithful round.
     pub excluded_reason: Option<String>,
+    /// The path events of the round's emulated path (`5s:blackhole`) and when each took
+    /// effect; empty without events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_events: Vec<PathEventRecord>,
+}
+
+/// A scheduled path event of one round and when it took effect on the emulator's clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathEventRecord {
+    /// The event as written (`5s:blackhole`).
+    pub event: String,
+    /// Its scheduled time, seconds from the emulator's start.
+    pub at_s: f64,
+    /// When it had taken effect in both directions (the later of the two), seconds from the
+    /// emulator's start; `None` when the round ended before its time.
+    pub applied_s: Option<f64>,
 }
 
 impl VariantResult {

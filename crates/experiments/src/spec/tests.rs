@@ -145,3 +145,66 @@ fn findings_are_read_with_their_lines_and_checked_for_keys() {
     assert_eq!(e.key.as_deref(), Some("colour"), "{e}");
     assert!(e.problem.contains("unknown key in [[finding]] (title, when, then, otherwise)"), "{e}");
 }
+
+/// `GOOD` on an emulated path, with two `[[event]]` tables (one for `on_rearm` only).
+fn with_events() -> String {
+    let text =
+        GOOD.replace("path = \"veth\"", "path = \"emulated\"\nrate = \"10mbit\"\nrtt = \"20ms\"");
+    format!(
+        "{text}\n[[event]]\nat = \"1s\"\nchange = \"blackhole\"\n\n[[event]]\nat = \"2s\"\n\
+         change = \"delay=+5ms\"\nvariants = [\"on_rearm\"]\n"
+    )
+}
+
+fn line_of(text: &str, needle: &str) -> usize {
+    text[..text.find(needle).expect("in the text")].matches('\n').count() + 1
+}
+
+#[test]
+fn event_tables_apply_to_their_variants_before_the_event_param() {
+    let text = with_events().replace("nodelay = true", "nodelay = true\nevent = \"3s:restore\"");
+    let e = Experiment::parse(&text, "x.toml").unwrap();
+    assert_eq!(e.events.len(), 2);
+    assert_eq!(e.events[0].line, line_of(&text, "[[event]]"));
+    let texts = |v: usize| {
+        let params = e.params_for(&e.variants[v], RunMode::Full);
+        let plan = crate::path::PathPlan::from_params(&params).unwrap();
+        plan.events.iter().map(ToString::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(texts(0), ["1s:blackhole"]);
+    assert_eq!(texts(1), ["1s:blackhole", "2s:delay=+5ms", "3s:restore"]);
+    // Without tables the parameter is untouched (line and value).
+    let plain = Experiment::parse(GOOD, "x.toml").unwrap();
+    assert!(plain.events.is_empty());
+    assert_eq!(plain.params_for(&plain.variants[0], RunMode::Full).line("event"), None);
+}
+
+#[test]
+fn event_table_errors_name_their_line_and_key() {
+    let text = with_events();
+    let second = text.rfind("[[event]]").unwrap();
+    let line = text[..second].matches('\n').count() + 1;
+    let e = err(&format!("{}change = \"delay=+5ms\"\ncolour = 1\n", &text[..second + 10]));
+    assert_eq!(e.key.as_deref(), Some("event.colour"), "{e}");
+    let e = err(&text.replace("change = \"blackhole\"", "change = \"outage\""));
+    assert_eq!((e.line, e.key.as_deref()), (Some(line_of(&text, "[[event]]")), Some("event")));
+    assert!(e.problem.contains("unknown change 'outage'"), "{e}");
+    let e = err(&text.replace("change = \"blackhole\"", ""));
+    assert_eq!(e.key.as_deref(), Some("event.change"), "{e}");
+    let e = err(&text.replace("variants = [\"on_rearm\"]", "variants = [\"nope\"]"));
+    assert_eq!(e.key.as_deref(), Some("event.variants"), "{e}");
+    assert!(e.problem.contains("no variant named `nope` (known: off_off, on_rearm)"), "{e}");
+    let e = err(&text.replace("variants = [\"on_rearm\"]", "variants = []"));
+    assert!(e.problem.contains("empty list"), "{e}");
+
+    // A change that does not fit the variant's path fails at planning, at the table's line.
+    let text = text.replace("delay=+5ms", "delay=-15ms");
+    let exp = Experiment::parse(&text, "x.toml").unwrap();
+    let v = &exp.variants[1];
+    let p = crate::path::PathPlan::from_params(&exp.params_for(v, RunMode::Full)).unwrap_err();
+    let e = exp.param_error(v, RunMode::Full, &p.key, &p.problem);
+    assert_eq!((e.line, e.key.as_deref()), (Some(line), Some("event")), "{e}");
+    assert!(e.problem.contains("2s:delay=-15ms: takes the delay (10ms) below zero"), "{e}");
+    // The variant the table does not name plans fine.
+    crate::path::PathPlan::from_params(&exp.params_for(&exp.variants[0], RunMode::Full)).unwrap();
+}

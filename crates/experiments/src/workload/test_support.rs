@@ -29,6 +29,7 @@ pub(crate) fn run_round(plan: &dyn VariantPlan, seed: u64) -> Result<Measurement
         scratch: dir.path(),
         stop_requested: &|| false,
         progress: &|_| {},
+        path_events: &std::sync::Mutex::default(),
     };
     plan.run(&ctx)
 }

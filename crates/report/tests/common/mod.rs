@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use tcptail_report::{
     Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric, Outcome,
-    PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition, Series, VariantResult,
-    Verdict,
+    PathEventRecord, PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition, Series,
+    VariantResult, Verdict,
 };
 
 /// Markup that runs a script if any field is not escaped.
@@ -71,7 +71,12 @@ fn variant(name: &str, scale: f64, seed: u64, notes: Vec<String>) -> VariantResu
         not_applicable: None,
         expected_metrics: vec![],
         rounds: (1..=5)
-            .map(|index| RoundRecord { index, faithful: true, excluded_reason: None })
+            .map(|index| RoundRecord {
+                index,
+                faithful: true,
+                excluded_reason: None,
+                path_events: Vec::new(),
+            })
             .collect(),
     }
 }
@@ -168,6 +173,11 @@ pub fn sample() -> Results {
         excluded_reason: Some(
             "emulator lateness p99 350 µs, over the experiment tolerance of 200 µs".into(),
         ),
+        path_events: vec![PathEventRecord {
+            event: "5s:blackhole".into(),
+            at_s: 5.0,
+            applied_s: Some(5.000_04),
+        }],
     });
     cc.conditions = vec![
         SeedCondition {
@@ -271,6 +281,7 @@ pub fn sample() -> Results {
             index: 3,
             faithful: false,
             excluded_reason: Some("round 3: the workload failed: bench client timed out".into()),
+            path_events: Vec::new(),
         };
     }
 
