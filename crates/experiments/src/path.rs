@@ -3,8 +3,11 @@
 //! | `path =` | what is built | keys |
 //! |---|---|---|
 //! | `"veth"` (default) | client ─veth─ server, no shaping: a datacenter path | `sysctl` |
-//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `event`, `sysctl` |
+//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (`true`: drop every ECT/CE packet, both directions), `event`, `sysctl` |
 //! | `"tbf"` | client ─veth─ router ─veth─ server, kernel `tbf` on the router's egress towards the server, never on the sender | `rate` (required), `buffer` (bytes, default 1 ms at `rate`, at least 64 KB), `sysctl` |
+//!
+//! `loss` and `reorder` apply to the data direction only (client to server): losing or
+//! reordering ACKs is a different experiment.
 //!
 //! `event` schedules path events on the emulator's clock, both directions, as `tcptail lab path
 //! --event` does. The usual form is the experiment file's top-level `[[event]]` tables
@@ -24,7 +27,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tcptail_emu::{
-    BufferSize, DirectionSpec, Discipline, LossModel, PathEvent, PathSpec, QueueSpec,
+    BufferSize, DirectionSpec, Discipline, LossModel, PathEvent, PathSpec, QueueSpec, Reorder,
 };
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
 use tcptail_lab::path::LabError;
@@ -65,7 +68,9 @@ impl PathPlan {
         }
         let kind = match kind.as_str() {
             "veth" => {
-                for key in ["rate", "rtt", "loss", "buffer", "queue", "event"] {
+                for key in
+                    ["rate", "rtt", "loss", "reorder", "buffer", "queue", "ecn_blackhole", "event"]
+                {
                     if params.has(key) {
                         return Err(ParamError::new(
                             key,
@@ -77,7 +82,7 @@ impl PathPlan {
             }
             "tbf" => {
                 let rate = required("rate", params.rate("rate")?)?;
-                for key in ["rtt", "loss", "queue", "event"] {
+                for key in ["rtt", "loss", "reorder", "queue", "ecn_blackhole", "event"] {
                     if params.has(key) {
                         return Err(ParamError::new(
                             key,
@@ -115,13 +120,20 @@ impl PathPlan {
                     .parsed("buffer", |s| s.parse::<BufferSize>().map_err(|e| e.to_string()))?
                     .unwrap_or(BufferSize::Bdp(1.0))
                     .limit(bdp);
+                let reorder = params
+                    .parsed("reorder", |s| s.parse::<Reorder>().map_err(|e| e.to_string()))?;
+                let ecn_blackhole = params.bool("ecn_blackhole")?.unwrap_or(false);
                 let mut dir =
                     DirectionSpec::constant(rate, rtt / 2, QueueSpec { limit, discipline });
                 dir.loss = loss;
-                // Loss only on the data direction (client to server): losing ACKs is a
-                // different experiment.
+                dir.reorder = reorder;
+                dir.ecn_blackhole = ecn_blackhole;
+                // Loss and reordering only on the data direction (client to server): losing
+                // or reordering ACKs is a different experiment. A middlebox that drops ECN
+                // traffic does so both ways.
                 let mut down = dir.clone();
                 down.loss = None;
+                down.reorder = None;
                 let spec = PathSpec { up: dir, down };
                 spec.validate().map_err(|e| ParamError::new("path", e.to_string()))?;
                 PathShape::Emulated(spec)
@@ -201,6 +213,23 @@ impl PathPlan {
             log.extend(applied_events(&self.events, report));
         }
         Ok((outcome?, stopped.emulator.as_ref().map(lateness)))
+    }
+
+    /// Like [`PathPlan::round`], also giving back the emulator's whole self-measurement (its
+    /// per-direction drops by reason, ECN marks, queueing delay and applied path events) for
+    /// emulated paths.
+    pub fn round_with_report<T>(
+        &self,
+        ctx: &RoundContext<'_>,
+        measure: impl FnOnce(&LivePath) -> Result<T, RunError>,
+    ) -> Result<(T, Option<Lateness>, Option<EmulatorReport>), RunError> {
+        if (ctx.stop_requested)() {
+            return Err(RunError::Interrupted);
+        }
+        let live = self.build(ctx.seed)?;
+        let outcome = measure(&live);
+        let report = live.stop().emulator;
+        Ok((outcome?, report.as_ref().map(lateness), report))
     }
 
     /// Builds the path for one round; `seed` drives the emulator's loss draws.
@@ -402,6 +431,31 @@ mod tests {
         assert_eq!((log[0].event.as_str(), log[0].at_s), ("50ms:blackhole", 0.05));
         assert!(log[0].applied_s.is_some_and(|t| t >= 0.05), "{log:?}");
         assert_eq!((log[1].event.as_str(), log[1].applied_s), ("3600s:restore", None));
+    }
+
+    #[test]
+    fn reorder_and_ecn_blackhole() {
+        let p = Params::from_pairs([
+            ("path", toml::Value::String("emulated".into())),
+            ("rate", toml::Value::String("100mbit".into())),
+            ("rtt", toml::Value::String("10ms".into())),
+            ("reorder", toml::Value::String("1%,gap=3ms".into())),
+            ("ecn_blackhole", toml::Value::Boolean(true)),
+        ]);
+        let plan = PathPlan::from_params(&p).unwrap();
+        let PathShape::Emulated(spec) = &plan.kind else { panic!("{plan:?}") };
+        let gap = spec.up.reorder.map(|r| r.gap);
+        assert_eq!(gap, Some(Duration::from_millis(3)));
+        assert!(spec.down.reorder.is_none());
+        assert!(spec.up.ecn_blackhole && spec.down.ecn_blackhole);
+        let bad = Params::from_pairs([
+            ("path", toml::Value::String("emulated".into())),
+            ("rate", toml::Value::String("100mbit".into())),
+            ("reorder", toml::Value::String("1%".into())),
+        ]);
+        assert_eq!(PathPlan::from_params(&bad).unwrap_err().key, "reorder");
+        let veth = Params::from_pairs([("ecn_blackhole", toml::Value::Boolean(true))]);
+        assert_eq!(PathPlan::from_params(&veth).unwrap_err().key, "ecn_blackhole");
     }
 
     #[test]

@@ -230,6 +230,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("bloat", include_str!("../../../experiments/bloat.toml")),
     ("wan", include_str!("../../../experiments/wan.toml")),
     ("rwin-limited", include_str!("../../../experiments/rwin-limited.toml")),
+    ("ecn", include_str!("../../../experiments/ecn.toml")),
 ];
 
 struct Source<'a> {

@@ -16,6 +16,7 @@ use crate::round::{Measurement, RoundContext, RunError};
 
 pub mod bloat;
 pub mod bulk;
+pub mod ecn;
 pub mod flows;
 pub mod idle;
 pub mod ladder;
@@ -52,7 +53,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 7] {
+pub fn all() -> [&'static dyn Workload; 8] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -61,6 +62,7 @@ pub fn all() -> [&'static dyn Workload; 7] {
         &sendq::SendQueue,
         &bulk::Bulk,
         &bloat::Bloat,
+        &ecn::Ecn,
     ]
 }
 

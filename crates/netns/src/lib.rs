@@ -6,7 +6,8 @@
 //!
 //! - [`Netns`]: a uniquely named namespace (`tcptail-<pid>-<role>-<n>`, [`PREFIX`]) with
 //!   closures run inside it on scratch threads ([`Netns::run`]), `ip`/commands inside it, and
-//!   per-namespace sysctls written and read back ([`Netns::set_sysctl`], [`NetSysctl`]).
+//!   per-namespace sysctls written and read back ([`Netns::set_sysctl`], [`NetSysctl`]), and
+//!   its statistics counters as `nstat` names them ([`Netns::nstat`]).
 //! - [`Topology`]: `veth_pair`, `tun_pair` (the emulator's two TUN descriptors) and `routed`
 //!   (client ─ router ─ server, forwarding on in the router only). The client is always
 //!   [`addr::CLIENT_ADDR`] 10.77.0.1 and the server [`addr::SERVER_ADDR`] 10.77.0.2.
@@ -62,6 +63,7 @@ pub mod addr;
 pub mod cleanup;
 mod error;
 pub mod netns;
+pub mod nstat;
 pub mod privilege;
 pub mod process;
 pub mod signal;

@@ -138,3 +138,16 @@ fn tuning_helpers_report_instead_of_failing() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn nstat_reads_the_namespace_not_the_host() {
+    require_root();
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "t-nstat").unwrap();
+    // A fresh namespace has opened nothing, whatever the host's counters say; the parser
+    // reading the host's `/proc/self/net` instead would see the host's connections.
+    let counters = ns.nstat().unwrap();
+    assert_eq!(counters.get("TcpActiveOpens"), Some(0), "{counters:?}");
+    assert_eq!(counters.get("TcpExtTCPTimeouts"), Some(0), "{counters:?}");
+    assert!(counters.get("TcpExtTCPSackFailures").is_some());
+}

@@ -151,6 +151,12 @@ impl BulkFlows {
         Ok(flows)
     }
 
+    /// The sending ends, flow 0 first (for engines that read more of their state than
+    /// [`BulkFlows::sample`] does).
+    pub fn senders(&self) -> &[TcpStream] {
+        &self.senders
+    }
+
     /// Bytes read by all receivers so far.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
@@ -273,6 +279,21 @@ pub fn sample_for(
     stop_requested: &(dyn Fn() -> bool + Sync),
     progress: &(dyn Fn(f64) + Sync),
 ) -> Result<Vec<Sample>, RunError> {
+    let samples = sample_with(flows, duration, every, stop_requested, progress, |_| Ok(()))?;
+    Ok(samples.into_iter().map(|(s, ())| s).collect())
+}
+
+/// [`sample_for`], also calling `extra` right after each sample (for state an engine reads
+/// beyond [`Sample`], such as the pacing rate or BBR's bandwidth estimate) and keeping what it
+/// returns beside the sample.
+pub fn sample_with<X>(
+    flows: &BulkFlows,
+    duration: Duration,
+    every: Duration,
+    stop_requested: &(dyn Fn() -> bool + Sync),
+    progress: &(dyn Fn(f64) + Sync),
+    mut extra: impl FnMut(&BulkFlows) -> Result<X, RunError>,
+) -> Result<Vec<(Sample, X)>, RunError> {
     let mut samples =
         Vec::with_capacity((duration.as_millis() / every.as_millis().max(1)) as usize);
     let mut next = Duration::ZERO;
@@ -284,7 +305,8 @@ pub fn sample_for(
         if stop_requested() {
             return Err(RunError::Interrupted);
         }
-        samples.push(flows.sample()?);
+        let sample = flows.sample()?;
+        samples.push((sample, extra(flows)?));
         progress((next.as_secs_f64() / duration.as_secs_f64()).min(1.0));
         if next >= duration {
             return Ok(samples);

@@ -342,7 +342,7 @@ type Case = (&'static str, &'static [(&'static str, &'static str, f64, f64, f64)
 
 /// Per built-in experiment: data that shows its claim (median, min, max over three rounds of
 /// the variants that differ; every other value is 100).
-const DIFFERENCES: [Case; 6] = [
+const DIFFERENCES: [Case; 7] = [
     (
         "trading-cc",
         &[("bbr_dc", "p99_us", 200.0, 190.0, 210.0), ("cubic_dc", "p99_us", 100.0, 95.0, 105.0)],
@@ -392,6 +392,17 @@ const DIFFERENCES: [Case; 6] = [
             ("rmem_64mb", "goodput_mbps", 300.0, 295.0, 305.0),
             ("rmem_8mb", "rwnd_limited_pct", 45.0, 40.0, 50.0),
             ("rmem_64mb", "rwnd_limited_pct", 0.0, 0.0, 0.0),
+        ],
+    ),
+    (
+        "ecn",
+        &[
+            ("bbr_ecn", "retrans_pct", 0.05, 0.0, 0.1),
+            ("bbr_plain", "retrans_pct", 1.7, 1.6, 1.8),
+            ("bbr_ecn", "rtt_p95_ms", 30.0, 29.0, 31.0),
+            ("bbr_plain", "rtt_p95_ms", 60.0, 58.0, 62.0),
+            ("bbr_ecn_blackhole", "goodput_mbps", 1.7, 1.6, 1.8),
+            ("bbr_plain_blackhole", "goodput_mbps", 48.0, 47.5, 48.5),
         ],
     ),
 ];
@@ -528,4 +539,32 @@ fn every_builtin_is_inconclusive_on_a_noisy_small_sample() {
         assert!(d.reason.contains("cannot be decided at 95 % confidence"), "{name}: {}", d.reason);
         assert!(d.reason.contains("rounds per variant (has 2"), "{name}: {}", d.reason);
     }
+}
+
+/// `ecn`: what Linux's BBR does (marks replace its CoDel drops, its RTT stays) with the
+/// blackhole collapsing the ECN flow is `partly`, by the rule that says BBR ignores the marks;
+/// a blackhole that does not hurt and marks that change nothing is `not-reproduced`.
+#[test]
+fn ecn_marks_without_a_response_are_partly() {
+    let (_, rules) = builtin("ecn");
+    let run = |bbr_ecn_retrans: f64, blackholed: f64| {
+        results(&[
+            ("cubic_plain", &[("retrans_pct", 0.17), ("rtt_p95_ms", 29.0)]),
+            ("cubic_ecn", &[("retrans_pct", 0.0), ("rtt_p95_ms", 28.0)]),
+            ("bbr_plain", &[("retrans_pct", 1.7), ("rtt_p95_ms", 60.0)]),
+            ("bbr_ecn", &[("retrans_pct", bbr_ecn_retrans), ("rtt_p95_ms", 61.0)]),
+            ("bbr_ecn_blackhole", &[("goodput_mbps", blackholed)]),
+            ("bbr_plain_blackhole", &[("goodput_mbps", 47.8)]),
+        ])
+    };
+    let d = decide(&rules, &run(0.01, 1.7));
+    assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
+    assert!(
+        d.rule.starts_with("when: bbr_ecn.retrans_pct < bbr_plain.retrans_pct and"),
+        "{}",
+        d.rule
+    );
+    assert!(d.reason.contains("BBR does not act on them"), "{}", d.reason);
+    let d = decide(&rules, &run(1.7, 47.5));
+    assert_eq!(d.verdict, Verdict::NotReproduced, "{}", d.reason);
 }
