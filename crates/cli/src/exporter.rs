@@ -2,8 +2,11 @@
 //! header) computed at scrape time from one sock_diag dump; the collector lives in
 //! `tcptail_diag::metrics`.
 //!
-//! Exit codes: 1 when the selector file, the namespace or the listen address is unusable; 2 for
-//! a bad command line. A failed dump during a scrape answers 500 and counts in
+//! HTTP is `tcptail_diag::http` (hyper): bounded connections, read/write timeouts, a header size
+//! limit, optional TLS and basic auth from `--web-config` (node_exporter's format), gzip.
+//!
+//! Exit codes: 1 when the selector file, the web config, the namespace or the listen address is
+//! unusable; 2 for a bad command line. A failed dump during a scrape answers 500 and counts in
 //! `tcptail_scrape_errors_total`; the exporter keeps serving.
 
 use std::path::PathBuf;
@@ -13,10 +16,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use clap::builder::TypedValueParser;
 use tcptail_diag::closed::{CloseWatcher, DestroyListener};
+use tcptail_diag::http::{Handler, Limits, Request, Response, Server, WebConfig};
 use tcptail_diag::metrics::closed::ClosedMetrics;
 use tcptail_diag::metrics::{self, Format, Scrape, State};
-use tcptail_diag::{Dumper, Selectors};
+use tcptail_diag::{DumpRequest, Dumper, Selectors};
+use tcptail_units::HumanDuration;
 
 const AFTER_HELP: &str = "\
 Selector file (TOML):
@@ -32,7 +38,15 @@ another socket); the cap admits the oldest matched sockets. All others are aggre
 group (counts per state and congestion control, RTT and send-queue-delay histograms).
 Closed connections (the kernel's destroy notifications; needs CAP_NET_ADMIN) feed
 tcptail_closed_* histograms per congestion control: lifetime, bytes, retransmissions, min
-and max RTT, rwnd/sndbuf-limited fractions (--no-closed turns them off).";
+and max RTT, rwnd/sndbuf-limited fractions (--no-closed turns them off).
+
+Web config (--web-config, node_exporter's --web.config.file format; paths relative to it):
+  tls_server_config:
+    cert_file: server.crt
+    key_file: server.key
+  basic_auth_users:
+    prometheus: $2y$10$...         # bcrypt hash: htpasswd -nBC 10 prometheus
+Responses are gzipped when the client asks (Accept-Encoding: gzip).";
 
 /// Flags of `tcptail exporter`.
 #[derive(Debug, Args)]
@@ -57,6 +71,25 @@ pub struct ExporterArgs {
     /// Do not listen for closes (the tcptail_closed_* histograms).
     #[arg(long)]
     no_closed: bool,
+    /// TLS and basic-auth users, node_exporter's format (YAML: tls_server_config: {cert_file,
+    /// key_file}, basic_auth_users: {NAME: BCRYPT-HASH}).
+    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    web_config: Option<PathBuf>,
+    /// Open HTTP connections at most; at the limit the oldest one not being answered is
+    /// closed to make room.
+    #[arg(long, default_value_t = Limits::default().max_connections,
+          value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    web_max_connections: usize,
+    /// Requests answered at once at most; more get 503.
+    #[arg(long, default_value_t = Limits::default().max_requests,
+          value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
+    web_max_requests: usize,
+    /// Time a client has to send a request's headers (also closes idle connections).
+    #[arg(long, default_value = "10s")]
+    web_read_timeout: HumanDuration,
+    /// Time a client has to read a response.
+    #[arg(long, default_value = "10s")]
+    web_write_timeout: HumanDuration,
 }
 
 /// How often the close watcher learns which connections exist (their lifetimes' resolution).
@@ -127,60 +160,80 @@ pub fn open_dumper(netns: Option<&str>) -> Result<Dumper> {
     })
 }
 
+/// The scrape-time state behind `/metrics`: one sock_diag client, the counters that live
+/// across scrapes. Scrapes take turns (the HTTP server answers on at most two threads).
+struct Exporter {
+    selectors: Selectors,
+    request: DumpRequest,
+    scraping: Mutex<(Dumper, State)>,
+}
+
+impl Handler for Exporter {
+    fn handle(&self, request: &Request) -> Response {
+        match request.path.as_str() {
+            "/metrics" => self.scrape(Format::from_accept(request.accept.as_deref())),
+            "/" => Response::text(200, "tcptail exporter: see /metrics\n"),
+            _ => Response::text(404, "not found\n"),
+        }
+    }
+}
+
+impl Exporter {
+    fn scrape(&self, format: Format) -> Response {
+        let mut guard = self.scraping.lock().unwrap_or_else(PoisonError::into_inner);
+        let (dumper, state) = &mut *guard;
+        let start = Instant::now();
+        let mut scrape = Scrape::new(&self.selectors);
+        match dumper.dump(&self.request, |s| scrape.add(s)) {
+            Ok(stats) => {
+                if stats.interrupted {
+                    state.totals.incomplete += 1;
+                    eprintln!(
+                        "tcptail exporter: warning: the kernel flagged a dump as interrupted \
+                         (NLM_F_DUMP_INTR); sockets may be missing or repeated in this scrape \
+                         (tcptail_scrapes_incomplete_total)"
+                    );
+                }
+                let body = scrape.render(state, format, start.elapsed());
+                Response {
+                    status: 200,
+                    content_type: format.content_type(),
+                    body: body.into_bytes(),
+                }
+            }
+            Err(e) => {
+                state.totals.errors += 1;
+                Response::text(500, format!("sock_diag dump failed: {e}\n"))
+            }
+        }
+    }
+}
+
 /// Runs the exporter until killed.
 pub fn run(args: ExporterArgs) -> Result<ExitCode> {
     let selectors = load_selectors(args.selectors.as_ref(), args.max_connections)?;
-    let mut dumper = open_dumper(args.netns.as_deref())?;
+    let dumper = open_dumper(args.netns.as_deref())?;
     let request = metrics::dump_request(&selectors, !args.no_aggregates);
-    let server = tiny_http::Server::http(&args.listen)
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    let web = match &args.web_config {
+        Some(path) => WebConfig::load(path)?,
+        None => WebConfig::default(),
+    };
+    let limits = Limits {
+        max_connections: args.web_max_connections,
+        max_requests: args.web_max_requests,
+        read_timeout: args.web_read_timeout.0,
+        write_timeout: args.web_write_timeout.0,
+        ..Limits::default()
+    };
+    let server = Server::bind(&args.listen, web, limits)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = server.server_addr().to_ip().map_or(args.listen.clone(), |a| a.to_string());
-    eprintln!("tcptail exporter: serving http://{addr}/metrics");
+    let addr = server.local_addr().map_or(args.listen.clone(), |a| a.to_string());
+    eprintln!("tcptail exporter: serving {}://{addr}/metrics", server.scheme());
     let mut state = State::default();
     if !args.no_closed {
         state.closed = watch_closes(&args, &selectors);
     }
-    for req in server.incoming_requests() {
-        let path = req.url().split('?').next().unwrap_or("").to_owned();
-        let response = match path.as_str() {
-            "/metrics" => {
-                let accept = req
-                    .headers()
-                    .iter()
-                    .find(|h| h.field.equiv("Accept"))
-                    .map(|h| h.value.as_str().to_owned());
-                let format = Format::from_accept(accept.as_deref());
-                let start = Instant::now();
-                let mut scrape = Scrape::new(&selectors);
-                match dumper.dump(&request, |s| scrape.add(s)) {
-                    Ok(stats) => {
-                        if stats.interrupted {
-                            state.totals.incomplete += 1;
-                            eprintln!(
-                                "tcptail exporter: warning: the kernel flagged a dump as \
-                                 interrupted (NLM_F_DUMP_INTR); sockets may be missing or \
-                                 repeated in this scrape (tcptail_scrapes_incomplete_total)"
-                            );
-                        }
-                        let body = scrape.render(&mut state, format, start.elapsed());
-                        let ct =
-                            tiny_http::Header::from_bytes("Content-Type", format.content_type())
-                                .map_err(|()| anyhow::anyhow!("bad header"))?;
-                        tiny_http::Response::from_string(body).with_header(ct).with_status_code(200)
-                    }
-                    Err(e) => {
-                        state.totals.errors += 1;
-                        tiny_http::Response::from_string(format!("sock_diag dump failed: {e}\n"))
-                            .with_status_code(500)
-                    }
-                }
-            }
-            "/" => tiny_http::Response::from_string("tcptail exporter: see /metrics\n"),
-            _ => tiny_http::Response::from_string("not found\n").with_status_code(404),
-        };
-        // A client that went away is not our error.
-        let _ = req.respond(response);
-    }
+    let exporter = Exporter { selectors, request, scraping: Mutex::new((dumper, state)) };
+    server.serve(exporter).context("the HTTP server stopped")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -13,13 +13,15 @@
 //!   compressed, rotating files) and its replay.
 //! - [`metrics`]: the scrape-time collector: per-connection series for selected connections
 //!   under a hard cap, per-group aggregates for everything else, text exposition.
+//! - [`http`]: the exporter's HTTP endpoint (hyper on a small tokio runtime): bounded
+//!   connections, read/write timeouts, header size, TLS and basic auth from a node_exporter-style
+//!   web config, gzip.
 //! - [`Connection`]: an owned view of one socket with derived values (BBR phase, estimated
 //!   send-queue delay, limited-time fractions), serialisable for `tcptail top --json`.
 //!
-//! Invariants: parsing never panics on any input; everything except [`dump`], [`sys`] and the
-//! recorder's files is
-//! pure (no clock, no sockets), so it is tested on captured replies. All `libc` calls are in
-//! [`sys`]. A field the kernel does not report is absent, never zero.
+//! Invariants: parsing never panics on any input; everything except [`dump`], [`sys`], [`http`]
+//! and the recorder's files is pure (no clock, no sockets), so it is tested on captured replies.
+//! All `libc` calls are in [`sys`]. A field the kernel does not report is absent, never zero.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -29,6 +31,7 @@ pub mod dump;
 pub mod filter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod http;
 pub mod metrics;
 pub mod record;
 pub mod selector;
