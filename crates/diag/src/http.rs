@@ -12,7 +12,7 @@
 //!   TLS handshake has the same budget. Headers above `max_header_bytes` are answered
 //!   `431 Request Header Fields Too Large` and the connection closed.
 //! - **Writing**: a response must be written within `write_timeout` from its first byte
-//!   ([`timed_io`]), so a slow reader holds its response for at most that long.
+//!   (`timed_io`), so a slow reader holds its response for at most that long.
 //! - **Work**: at most `max_requests` requests are being answered at once (the handler,
 //!   basic-auth checks, compression); more get `503` at once. The handler runs on a blocking
 //!   thread (at most two), never on the thread that moves bytes, so one slow scrape does not
