@@ -419,6 +419,7 @@ fn report_rerenders_from_results_json_alone() {
             lateness: None,
             duration_s: 1.0,
             conditions: Vec::new(),
+            decidability: None,
         }],
     };
     results.write(&dir.path().join("results.json")).expect("write");

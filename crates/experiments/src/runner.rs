@@ -439,6 +439,7 @@ fn run_experiment(
         lateness,
         duration_s: started.elapsed().as_secs_f64(),
         conditions: experiment.conditions.clone(),
+        decidability: experiment.decidability.clone(),
     };
     (result, interrupted)
 }

@@ -47,6 +47,16 @@
 //! when = "on_rearm.p50_us.max < off_off.p50_us.min"
 //! then = "helps: {on_rearm.p50_us} µs"
 //! otherwise = "does not help: {on_rearm.p50_us} µs"
+//!
+//! [[condition]]                 # the seed's condition beside this file's
+//! name = "RTT"
+//! seed = "40 ms"
+//! run = "10 ms"
+//! reason = "..."                # required when `run` differs from `seed`
+//!
+//! [decidability]                # can quick mode decide at the seed's effect size?
+//! quick = "yes"                 # yes | partly | no
+//! reason = "..."
 //! ```
 //!
 //! Parameter layers, later winning: `[params]`, the variant's keys, the mode's keys. Errors
@@ -184,6 +194,9 @@ pub struct Experiment {
     pub conditions: Vec<tcptail_report::SeedCondition>,
     /// `[[event]]`: path events for every variant or the ones each names.
     pub events: Vec<EventSpec>,
+    /// `[decidability]`: whether quick mode can decide the verdict where the effect is as large
+    /// as the seed says (`quick = "yes" | "partly" | "no"`, `reason`).
+    pub decidability: Option<tcptail_report::Decidability>,
 }
 
 /// A problem in an experiment file: where, which key, what.
@@ -215,6 +228,7 @@ const TOP_KEYS: &[&str] = &[
     "verdict",
     "finding",
     "condition",
+    "decidability",
     "lateness_tolerance",
     "event",
 ];
@@ -427,6 +441,7 @@ impl Experiment {
             },
             conditions: Vec::new(),
             events: Vec::new(),
+            decidability: None,
         };
         if let Some(v) = get("params") {
             exp.params = src.params(src.table("params", v)?, &[])?;
@@ -446,6 +461,7 @@ impl Experiment {
         exp.parse_findings(&src, get("finding"))?;
         exp.parse_conditions(&src, get("condition"))?;
         exp.parse_events(&src, get("event"))?;
+        exp.parse_decidability(&src, get("decidability"))?;
         Ok(exp)
     }
 

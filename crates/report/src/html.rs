@@ -117,6 +117,7 @@ table.rules tr.fired td{background:#eef6ee;font-weight:600}table.rules tr.fired 
 .outcome-holds{color:#1a7f37}.outcome-fails{color:#777}.outcome-unknown{color:#a03000}.outcome-undecided{color:#5b5fc7}\
 .ci{color:#555;font-size:.85em}.excluded li{color:#a03000}\
 table.conditions td,table.conditions th{white-space:normal;text-align:left}tr.deviates td{background:#fff6dc}\
+p.decidability{margin:.6em 0}p.decides-partly,p.decides-no{background:#fff6dc;padding:.3em .5em}\
 td.na{text-align:left;color:#555;font-style:italic;white-space:normal}\
 .page-footer{color:#777;font-size:.85em;margin-top:2em}";
 

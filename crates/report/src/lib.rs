@@ -21,7 +21,7 @@ pub mod results;
 pub mod svg;
 
 pub use results::{
-    CONFIDENCE, Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric,
-    Outcome, PathEventRecord, PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition,
-    Series, SeriesKind, VariantResult, Verdict,
+    CONFIDENCE, Decidability, Environment, ExperimentResult, FindingResult, LATENESS_METRIC,
+    Lateness, Metric, Outcome, PathEventRecord, PlotSpec, QuickDecides, Results, RoundRecord,
+    RuleResult, RunInfo, SeedCondition, Series, SeriesKind, VariantResult, Verdict,
 };

@@ -13,10 +13,11 @@
 //! (`ci`, with its `confidence`), because a single run of a latency experiment on a shared
 //! 2-core machine says little. Each variant lists its rounds (`rounds`: which were faithful,
 //! and why the others were excluded from its numbers), and each experiment the seed's
-//! conditions beside the ones it ran (`conditions`).
+//! conditions beside the ones it ran (`conditions`) and whether its quick mode can decide its
+//! verdict at the seed's effect size (`decidability`).
 //!
-//! Files written before `ci`, `confidence`, `rounds` and `conditions` existed still read: the
-//! fields are then empty and the report says nothing about them.
+//! Files written before `ci`, `confidence`, `rounds`, `conditions` and `decidability` existed
+//! still read: the fields are then empty and the report says nothing about them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -208,6 +209,10 @@ pub struct ExperimentResult {
     /// experiment file states them; empty when it states none.
     #[serde(default)]
     pub conditions: Vec<SeedCondition>,
+    /// Whether the quick mode can decide the verdict where the effect is as large as the seed
+    /// says, and why; `None` in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decidability: Option<Decidability>,
     /// Set when the experiment failed or was interrupted; the variants hold what finished.
     pub error: Option<String>,
     /// The emulator's lateness on this experiment's emulated paths, if any.
@@ -230,6 +235,40 @@ pub struct SeedCondition {
     /// Why they differ, when they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// Whether an experiment's quick mode can decide its verdict where the effect is as large as
+/// the seed says (its rounds and durations against the effect's size and the noise).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decidability {
+    /// `yes`, `partly` or `no`.
+    pub quick: QuickDecides,
+    /// Why: the effect's size against the rounds' spread, what only full mode runs, what no
+    /// mode of this machine can run.
+    pub reason: String,
+}
+
+/// Whether quick mode can decide an experiment at the seed's effect size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuickDecides {
+    /// Every part of the verdict.
+    Yes,
+    /// Some parts; the reason names the others.
+    Partly,
+    /// No part: only full mode (or a machine that can build the condition) decides.
+    No,
+}
+
+impl QuickDecides {
+    /// The name used in files and on screen.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuickDecides::Yes => "yes",
+            QuickDecides::Partly => "partly",
+            QuickDecides::No => "no",
+        }
+    }
 }
 
 /// What a condition came to on a run's values.

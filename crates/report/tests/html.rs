@@ -372,6 +372,14 @@ fn seed_conditions_stand_beside_the_runs_with_deviations_marked() {
         ),
         "{cc}"
     );
+    assert!(
+        cc.contains(
+            "<p class=\"decidability decides-partly\"><strong>Can quick mode decide this at the \
+             seed's effect size? partly.</strong> the seed&#39;s 30-minute average needs full mode \
+             &amp; more</p>"
+        ),
+        "{cc}"
+    );
 }
 
 /// A results.json written before intervals, rounds and conditions existed reads and renders:
@@ -389,5 +397,6 @@ fn results_from_before_intervals_still_render() {
     assert_nested(&html);
     assert!(html.contains("<span class=\"spread\">[39800–40100]</span>"), "{html}");
     assert!(!html.contains("Excluded rounds") && !html.contains("Conditions: the seed"));
+    assert!(exp.decidability.is_none() && !html.contains("Can quick mode decide"));
     assert!(html.contains(r#"<span class="badge v-reproduced">reproduced</span>"#));
 }

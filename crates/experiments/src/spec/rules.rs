@@ -1,4 +1,5 @@
-//! `[[verdict]]`, `[[finding]]` and `[[condition]]` tables: read and checked for their keys;
+//! `[[verdict]]`, `[[finding]]` and `[[condition]]` tables and the `[decidability]` table:
+//! read and checked for their keys;
 //! the conditions and templates themselves are compiled by [`crate::verdict`] once the
 //! variants are known.
 
@@ -6,7 +7,7 @@ use toml::Spanned;
 use toml::de::DeValue;
 
 use super::{Experiment, FindingSpec, RuleSpec, Source, SpecError};
-use tcptail_report::Verdict;
+use tcptail_report::{Decidability, QuickDecides, Verdict};
 
 /// Rejects a key of a `[[name]]` table that is not in `known`.
 fn check_keys(
@@ -123,6 +124,35 @@ impl Experiment {
                 reason,
             });
         }
+        Ok(())
+    }
+
+    /// `[decidability]`: `quick` (`yes`, `partly`, `no`) and the `reason`, both required.
+    pub(super) fn parse_decidability(
+        &mut self,
+        src: &Source<'_>,
+        v: Option<&Spanned<DeValue<'_>>>,
+    ) -> Result<(), SpecError> {
+        let Some(v) = v else {
+            return Ok(());
+        };
+        let t = src.table("decidability", v)?;
+        check_keys(src, "decidability", t, &["quick", "reason"])?;
+        let quick = src.required_string(v, t, "decidability", "quick")?;
+        let quick = match quick.as_str() {
+            "yes" => QuickDecides::Yes,
+            "partly" => QuickDecides::Partly,
+            "no" => QuickDecides::No,
+            other => {
+                return Err(src.at(
+                    t.get("quick").unwrap_or(v),
+                    "decidability.quick",
+                    format!("`{other}`: expected `yes`, `partly` or `no`"),
+                ));
+            }
+        };
+        let reason = src.required_string(v, t, "decidability", "reason")?;
+        self.decidability = Some(Decidability { quick, reason });
         Ok(())
     }
 }

@@ -208,3 +208,36 @@ fn event_table_errors_name_their_line_and_key() {
     // The variant the table does not name plans fine.
     crate::path::PathPlan::from_params(&exp.params_for(&exp.variants[0], RunMode::Full)).unwrap();
 }
+
+#[test]
+fn decidability_is_read_and_checked() {
+    let table =
+        "\n[decidability]\nquick = \"partly\"\nreason = \"only full mode runs the seed's rate\"\n";
+    let e = Experiment::parse(&format!("{GOOD}{table}"), "x.toml").unwrap();
+    let d = e.decidability.expect("read");
+    assert_eq!(d.quick, tcptail_report::QuickDecides::Partly);
+    assert_eq!(d.reason, "only full mode runs the seed's rate");
+    assert!(Experiment::parse(GOOD, "x.toml").unwrap().decidability.is_none());
+
+    let e = err(&format!("{GOOD}{}", table.replace("\"partly\"", "\"maybe\"")));
+    assert_eq!(e.key.as_deref(), Some("decidability.quick"), "{e}");
+    assert!(e.problem.contains("`maybe`: expected `yes`, `partly` or `no`"), "{e}");
+    let line = GOOD.matches('\n').count() + 3;
+    assert_eq!(e.line, Some(line), "{e}");
+    let e = err(&format!("{GOOD}{}", table.replace("reason = ", "why = ")));
+    assert_eq!(e.key.as_deref(), Some("why"), "{e}");
+    let e = err(&format!("{GOOD}\n[decidability]\nquick = \"yes\"\n"));
+    assert_eq!(e.key.as_deref(), Some("decidability.reason"), "{e}");
+}
+
+/// Issue 14 §2: every built-in experiment states the seed's conditions beside its own and
+/// whether its quick mode can decide the verdict at the seed's effect size.
+#[test]
+fn every_builtin_states_its_conditions_and_decidability() {
+    for (name, text) in BUILTIN {
+        let e = Experiment::parse(text, &format!("{name}.toml")).unwrap();
+        assert!(!e.conditions.is_empty(), "{name}: no [[condition]]");
+        let d = e.decidability.unwrap_or_else(|| panic!("{name}: no [decidability]"));
+        assert!(d.reason.len() > 40, "{name}: say why in [decidability] reason");
+    }
+}

@@ -95,8 +95,10 @@ pub(super) fn excluded_rounds(h: &mut String, exp: &ExperimentResult) {
     }
 }
 
-/// The seed's conditions beside this run's, deviations highlighted with their reason.
+/// The seed's conditions beside this run's, deviations highlighted with their reason, then
+/// whether quick mode can decide the verdict at the seed's effect size.
 pub(super) fn conditions(h: &mut String, exp: &ExperimentResult) {
+    decidability(h, exp);
     if exp.conditions.is_empty() {
         return;
     }
@@ -126,6 +128,20 @@ pub(super) fn conditions(h: &mut String, exp: &ExperimentResult) {
         );
     }
     h.push_str("</tbody></table></div>\n");
+}
+
+/// The experiment's statement of what its quick mode can decide.
+fn decidability(h: &mut String, exp: &ExperimentResult) {
+    let Some(d) = &exp.decidability else {
+        return;
+    };
+    let _ = writeln!(
+        h,
+        "<p class=\"decidability decides-{q}\"><strong>Can quick mode decide this at the seed's \
+         effect size? {q}.</strong> {}</p>",
+        escape(&d.reason),
+        q = d.quick.as_str(),
+    );
 }
 
 /// The name cell: swatch, name, the file's label under it, and a `late` mark.

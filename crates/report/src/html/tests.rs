@@ -48,6 +48,7 @@ fn anchors_are_safe_and_unique() {
         lateness: None,
         duration_s: 0.0,
         conditions: vec![],
+        decidability: None,
     };
     assert_eq!(anchor(0, &exp("a\"b <c>")), "exp-1-a-b--c-");
     assert_ne!(anchor(0, &exp("x")), anchor(1, &exp("x")));

@@ -108,6 +108,10 @@ fn results_round_trip_through_the_file() {
                 matches: false,
                 reason: Some("the emulator holds 300 Mbit/s here".into()),
             }],
+            decidability: Some(Decidability {
+                quick: QuickDecides::Partly,
+                reason: "the seed's rate runs in full mode only".into(),
+            }),
         }],
     };
     let path = dir.path().join(RESULTS_FILE);
@@ -116,6 +120,7 @@ fn results_round_trip_through_the_file() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"verdict\": \"partly\""), "{text}");
     assert!(text.contains("\"kind\": \"bars\""), "{text}");
+    assert!(text.contains("\"quick\": \"partly\""), "{text}");
 }
 
 #[test]

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use tcptail_report::{
-    Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric, Outcome,
-    PathEventRecord, PlotSpec, Results, RoundRecord, RuleResult, RunInfo, SeedCondition, Series,
-    VariantResult, Verdict,
+    Decidability, Environment, ExperimentResult, FindingResult, LATENESS_METRIC, Lateness, Metric,
+    Outcome, PathEventRecord, PlotSpec, QuickDecides, Results, RoundRecord, RuleResult, RunInfo,
+    SeedCondition, Series, VariantResult, Verdict,
 };
 
 /// Markup that runs a script if any field is not escaped.
@@ -119,6 +119,7 @@ fn experiment(name: &str, verdict: Verdict) -> ExperimentResult {
         lateness: None,
         duration_s: 75.5,
         conditions: vec![],
+        decidability: None,
     }
 }
 
@@ -195,6 +196,10 @@ pub fn sample() -> Results {
             reason: Some("quick mode; the full mode runs 60 s rounds".into()),
         },
     ];
+    cc.decidability = Some(Decidability {
+        quick: QuickDecides::Partly,
+        reason: "the seed's 30-minute average needs full mode & more".into(),
+    });
     cc.lateness = Some(Lateness {
         worst_p99_us: 350.0,
         max_us: 900.0,
