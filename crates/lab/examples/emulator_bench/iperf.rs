@@ -10,8 +10,14 @@ const PORT: &str = "5201";
 
 /// What one iperf3 flow measured.
 pub struct Flow {
-    /// Goodput: payload bits per second, as received.
+    /// Goodput: payload bits per second, as received (iperf3's `end.sum_received`: bytes
+    /// received after the omitted seconds over the sender's test time; the receiver's last
+    /// bytes, queued on the path when the sender stops, still count).
     pub bps: f64,
+    /// Goodput over the receiver's own whole intervals (1 s, timed by the server, omitted
+    /// and last partial intervals left out): what the receiver saw per second in steady
+    /// state, free of where the test's end falls.
+    pub steady_bps: f64,
     /// CPU use of the sending and the receiving iperf3 process, percent of one CPU
     /// (iperf3's `cpu_utilization_percent` `host_total` and `remote_total`).
     pub cpu_percent: (f64, f64),
@@ -28,13 +34,13 @@ pub fn goodput(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<f6
 /// be BBR, whose PROBE_RTT costs about 2 % of goodput every 10 s.)
 pub fn flow(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<Flow, String> {
     let mut server = topo.server_command("iperf3");
-    server.args(["-s", "-1", "-p", PORT]).stdout(Stdio::null()).stderr(Stdio::null());
+    server.args(["-s", "-1", "-J", "-p", PORT]).stdout(Stdio::null()).stderr(Stdio::null());
     topo.processes().spawn("iperf3-server", server, Group::Own).map_err(|e| e.to_string())?;
     wait_listening(topo)?;
     let mut client = topo.client_command("iperf3");
     let (secs, omit) = (secs.to_string(), omit.to_string());
     client.args(["-c", &tcptail_netns::addr::SERVER_ADDR.to_string(), "-p", PORT]);
-    client.args(["-t", &secs, "-O", &omit, "-C", cc, "-J"]);
+    client.args(["-t", &secs, "-O", &omit, "-C", cc, "-J", "--get-server-output"]);
     let out = client.output().map_err(|e| format!("iperf3 client: {e}"))?;
     let json: serde_json::Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("iperf3 JSON: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
@@ -44,9 +50,25 @@ pub fn flow(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<Flow,
     let bps = json["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .ok_or_else(|| "iperf3 JSON has no end.sum_received.bits_per_second".to_owned())?;
+    let steady_bps = steady(&json["server_output_json"]["intervals"]);
     let cpu = &json["end"]["cpu_utilization_percent"];
     let percent = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
-    Ok(Flow { bps, cpu_percent: (percent("host_total"), percent("remote_total")) })
+    Ok(Flow { bps, steady_bps, cpu_percent: (percent("host_total"), percent("remote_total")) })
+}
+
+/// Bits per second over the receiver's whole, non-omitted intervals but the last; NaN when
+/// there are none.
+fn steady(intervals: &serde_json::Value) -> f64 {
+    let Some(list) = intervals.as_array() else { return f64::NAN };
+    let whole: Vec<(f64, f64)> = list
+        .iter()
+        .map(|i| &i["sum"])
+        .filter(|s| !s["omitted"].as_bool().unwrap_or(false))
+        .filter_map(|s| Some((s["bytes"].as_f64()?, s["seconds"].as_f64()?)))
+        .collect();
+    let whole = &whole[..whole.len().saturating_sub(1)];
+    let (bytes, secs) = whole.iter().fold((0.0, 0.0), |(b, t), (bi, ti)| (b + bi, t + ti));
+    if secs > 0.0 { bytes * 8.0 / secs } else { f64::NAN }
 }
 
 fn wait_listening(topo: &Topology) -> Result<(), String> {

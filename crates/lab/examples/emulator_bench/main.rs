@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! emulator_bench delay      [--delays 1,5,25,100] [--secs 5] [--interval-us 1000] [--no-veth]
+//!                           [--probe-fifo]
 //! emulator_bench throughput [--delays-ms 0,25] [--secs 10] [--cc cubic] [--no-veth]
 //! emulator_bench longfat    [--rate-mbit 10000] [--rtt-ms 120] [--queue-mb 150] [--secs 20]
 //!                           [--cc bbr]
@@ -14,7 +15,11 @@
 //! ```
 //!
 //! - `delay`: open-loop 64-byte TCP echo through the emulator with `d` ms each way; prints
-//!   RTT − 2d (p50/p99/max) beside the plain RTT over a veth pair, and the emulator's lateness.
+//!   RTT − 2d (p50/p99/max) and each leg's error (client to server, server to client) beside
+//!   the same over a veth pair, and the emulator's lateness. `--probe-fifo` runs the probe's
+//!   threads `SCHED_FIFO` (below the emulator), which takes the machine's other work out of
+//!   their wake-ups: the difference between the two runs is the endpoints' scheduling, not
+//!   the path's.
 //! - `throughput`: one iperf3 flow through an unshaped (10 Gbit/s) path with `d` ms each way,
 //!   `tcp_rmem`/`tcp_wmem` sized for 10 Gbit/s over the round trip, beside the same flow over
 //!   a plain veth pair (ratio); system calls per GB and segments per write from the report.
@@ -53,6 +58,7 @@ struct Args {
     interval_us: u64,
     json: bool,
     veth: bool,
+    probe_fifo: bool,
     cc: String,
     options: EmulatorOptions,
 }
@@ -80,6 +86,7 @@ fn parse() -> Res<Args> {
         interval_us: 1000,
         json: false,
         veth: true,
+        probe_fifo: false,
         cc: if cmd == "longfat" { "bbr" } else { "cubic" }.to_owned(),
         options: EmulatorOptions::default(),
         cmd,
@@ -119,6 +126,7 @@ fn parse() -> Res<Args> {
             "--rest-us" => a.options.rest = Duration::from_micros(num(val()?)?),
             "--json" => a.json = true,
             "--no-veth" => a.veth = false,
+            "--probe-fifo" => a.probe_fifo = true,
             "--cc" => a.cc = val()?,
             "--log-dir" => a.options.mahimahi_log_dir = Some(val()?.into()),
             "--wake" => {
@@ -230,46 +238,67 @@ fn mark(ok: bool) -> &'static str {
     if ok { "ok" } else { "MISS" }
 }
 
-/// p50, p99, max of round trips in milliseconds, each minus `minus_ms`.
-fn quantiles(rtts: &[Duration], minus_ms: f64) -> [f64; 3] {
-    let mut v: Vec<f64> = rtts.iter().map(|r| r.as_secs_f64() * 1e3 - minus_ms).collect();
+/// p50, p99, max of durations in milliseconds, each minus `minus_ms`.
+fn quantiles(durations: impl Iterator<Item = Duration>, minus_ms: f64) -> [f64; 3] {
+    let mut v: Vec<f64> = durations.map(|r| r.as_secs_f64() * 1e3 - minus_ms).collect();
     [0.5, 0.99, 1.0].map(|q| probe::quantile_ms(&mut v, q))
+}
+
+/// `p50 / p99` of each leg, minus `one_way_ms`: "up | down".
+fn legs(trips: &[probe::Trip], one_way_ms: f64) -> String {
+    let [up50, up99, _] = quantiles(trips.iter().map(|t| t.up), one_way_ms);
+    let [down50, down99, _] = quantiles(trips.iter().map(|t| t.down), one_way_ms);
+    format!("{up50:.3} / {up99:.3} | {down50:.3} / {down99:.3}")
 }
 
 fn delay(a: &Args) -> Res<()> {
     let secs = Duration::from_secs(a.secs.into());
     let interval = Duration::from_micros(a.interval_us);
     let warmup = Duration::from_millis(500);
+    let fifo = a.probe_fifo;
     let veth = if a.veth {
         let cleanup = Cleanup::new();
         let veth =
             Topology::veth_pair("client", "server").build(&cleanup).map_err(|e| e.to_string())?;
-        let base = probe::round_trips(veth.client(), veth.server(), interval, secs, warmup)?;
-        Some(quantiles(&base, 0.0))
+        let base = probe::round_trips(veth.client(), veth.server(), interval, secs, warmup, fifo)?;
+        Some(base)
     } else {
         None
     };
     println!(
-        "64-byte TCP echo every {} µs for {} s; error = RTT - 2 x one-way delay (ms); \
-         target p50 <= 0.100, p99 <= 0.300",
-        a.interval_us, a.secs
+        "64-byte TCP echo every {} µs for {} s, probe threads {}; error = RTT - 2 x one-way \
+         delay (ms), each leg's error = its time - the one-way delay; target p50 <= 0.100, \
+         p99 <= 0.300",
+        a.interval_us,
+        a.secs,
+        if fifo { "SCHED_FIFO 5 (--probe-fifo)" } else { "ordinary (SCHED_OTHER)" }
     );
-    if let Some([p50, p99, max]) = veth {
-        println!("plain veth pair, RTT (ms): p50 {p50:.3}  p99 {p99:.3}  max {max:.3}");
+    if let Some(trips) = &veth {
+        let [p50, p99, max] = quantiles(trips.iter().map(|t| t.rtt), 0.0);
+        println!(
+            "plain veth pair, RTT (ms): p50 {p50:.3}  p99 {p99:.3}  max {max:.3}; legs p50 / p99 \
+             up | down: {}",
+            legs(trips, 0.0)
+        );
     }
-    println!("one-way | error p50 | error p99 | error max | target | lateness p50/p99/max (ms)");
+    println!(
+        "one-way | error p50 | error p99 | error max | target | up leg p50 / p99 | down leg p50 \
+         / p99 | lateness p50/p99/max (ms)"
+    );
     for &d in &a.list {
         let one_way = Duration::from_secs_f64(d / 1e3);
         let spec = path(BitRate(10_000_000_000), one_way, 10_000_000);
-        let (rtts, report) = through_emulator(spec, a, 16 << 20, |topo| {
+        let (trips, report) = through_emulator(spec, a, 16 << 20, |topo| {
             // Slow start needs a few round trips to open the window for the probe's rate.
             let warmup = warmup.max(one_way * 20);
-            probe::round_trips(topo.client(), topo.server(), interval, secs, warmup)
+            probe::round_trips(topo.client(), topo.server(), interval, secs, warmup, fifo)
         })?;
-        let [p50, p99, max] = quantiles(&rtts, 2.0 * one_way.as_secs_f64() * 1e3);
+        let one_way_ms = one_way.as_secs_f64() * 1e3;
+        let [p50, p99, max] = quantiles(trips.iter().map(|t| t.rtt), 2.0 * one_way_ms);
         println!(
-            "{d:4} ms | {p50:9.3} | {p99:9.3} | {max:9.3} | {:6} | {} | RSS {:.0} MB",
+            "{d:4} ms | {p50:9.3} | {p99:9.3} | {max:9.3} | {:6} | {} | {} | RSS {:.0} MB",
             mark(p50 <= 0.100 && p99 <= 0.300),
+            legs(&trips, one_way_ms),
             lateness(&report),
             peak_rss_mb()
         );
@@ -363,17 +392,39 @@ fn longfat(a: &Args) -> Res<()> {
     Ok(())
 }
 
+/// The link's own departure rate (the emulator's throughput bins, wire bytes) over the
+/// saturated middle of the run: from `skip_s` after the first departure to 1 s before the
+/// last, in bits per second.
+fn link_rate(report: &EmulatorReport, skip_s: f64) -> f64 {
+    let t = &report.up.stats.throughput;
+    let bin_s = t.bin_ms / 1e3;
+    let first = t.out_mbps.iter().position(|&m| m > 0.0).unwrap_or(0);
+    let last = t.out_mbps.iter().rposition(|&m| m > 0.0).unwrap_or(0);
+    let from = first + (skip_s / bin_s).ceil() as usize;
+    let to = last.saturating_sub((1.0 / bin_s).ceil() as usize);
+    if to <= from {
+        return f64::NAN;
+    }
+    let bins = &t.out_mbps[from..to];
+    bins.iter().sum::<f64>() / bins.len() as f64 * 1e6
+}
+
 fn rate(a: &Args) -> Res<()> {
     let one_way = Duration::from_millis(a.delay_ms);
     println!(
         "one iperf3 flow ({}), {} ms each way, drop-tail 2 x BDP (>= 100 packets or 1 s), {} s \
-         (30 s below 1 Mbit/s) after 2 s omitted; ratio = goodput / (rate x 1448/1500); \
-         target within 1 %",
+         (30 s below 1 Mbit/s) after 2 s omitted; target within 1 %",
         a.cc, a.delay_ms, a.secs
     );
     println!(
-        "rate (Mbit/s) | goodput (Mbit/s) | ratio            | queue p50/p99 (ms) | drops | \
-         lateness p50/p99/max (ms) | peak RSS"
+        "# link = the emulator's own departure counters (wire bytes, saturated middle of the \
+         run) / rate; steady = receiver's whole 1 s intervals / (rate x 1448/1500); iperf3 = \
+         end.sum_received / (rate x 1448/1500), which also counts the bytes still queued when \
+         the sender stops (at 128 kbit/s the queue holds ~1 s: ~+3 % over 30 s)"
+    );
+    println!(
+        "rate (Mbit/s) | link ratio       | steady  | iperf3  | queue p50/p99 (ms) | drops | \
+         lateness p50/p99/max (ms) | emulator CPU | peak RSS"
     );
     for &r in &a.list {
         let rate = BitRate((r * 1e6) as u64);
@@ -386,19 +437,23 @@ fn rate(a: &Args) -> Res<()> {
         // is well under 1 % of the total.
         let secs = if rate.0 < 1_000_000 { a.secs.max(30) } else { a.secs };
         let buffers = (8 * bdp).max(6 << 20);
-        let (bps, report) =
-            through_emulator(spec, a, buffers, |topo| iperf::goodput(topo, secs, 2, &a.cc))?;
-        let ratio = bps / (rate.0 as f64 * 1448.0 / 1500.0);
+        let (flow, report) =
+            through_emulator(spec, a, buffers, |topo| iperf::flow(topo, secs, 2, &a.cc))?;
+        let payload = rate.0 as f64 * 1448.0 / 1500.0;
+        let link = link_rate(&report, 3.0) / rate.0 as f64;
         let up = &report.up.stats;
         println!(
-            "{r:13} | {:16.3} | {ratio:.4} {:+.2} % {:4} | {:7.2} / {:7.2} | {:5} | {} | {:.0} MB",
-            bps / 1e6,
-            (ratio - 1.0) * 100.0,
-            mark((ratio - 1.0).abs() <= 0.01),
+            "{r:13} | {link:.4} {:+.2} % {:4} | {:.4}  | {:.4}  | {:7.2} / {:7.2} | {:5} | {} | \
+             {:.0} % | {:.0} MB",
+            (link - 1.0) * 100.0,
+            mark((link - 1.0).abs() <= 0.01),
+            flow.steady_bps / payload,
+            flow.bps / payload,
             up.queue_delay_ms.p50,
             up.queue_delay_ms.p99,
             up.drops.queue_full.packets,
             lateness(&report),
+            100.0 * report.cpu_s / report.duration_s.max(1e-9),
             peak_rss_mb()
         );
     }
