@@ -203,20 +203,30 @@ fn peak_rss_mb() -> f64 {
     kb.map_or(f64::NAN, |kb| kb / 1e3)
 }
 
-/// Where the time goes, per GB forwarded in the up direction: system calls (successful reads
-/// and writes of both directions), segments per write, the emulator threads' CPU (seconds per
+/// Where the time goes, per GB forwarded in the up direction: system calls (reads and writes
+/// of both directions, waits, timer arms and rests), segments per write, the emulator threads' CPU (seconds per
 /// GB and share of one CPU) and the endpoints' CPU (iperf3 sender / receiver, % of one CPU).
 fn costs(r: &EmulatorReport, flow: &iperf::Flow) -> String {
-    let calls = (r.up.reads + r.up.writes + r.down.reads + r.down.writes) as f64;
     let gb = (r.up.forwarded.bytes as f64 / 1e9).max(1e-9);
+    let (reads, writes) =
+        ((r.up.reads + r.down.reads) as f64, (r.up.writes + r.down.writes) as f64);
+    // Every ppoll (a sleep), timerfd_settime and rest (nanosleep) is a system call too.
+    let (polls, arms, rests) = (r.sleeps as f64, r.timer_arms as f64, r.rests as f64);
+    let calls = reads + writes + polls + arms + rests;
     let per_write = r.up.forwarded.packets as f64 / r.up.writes.max(1) as f64;
     // The kernel copies each byte into the emulator (read) and out of it (write).
     let copied = (r.up.copied_bytes + r.down.copied_bytes) as f64;
     let copies = 2.0 + copied / (r.up.forwarded.bytes + r.down.forwarded.bytes).max(1) as f64;
     format!(
-        "{:.0} calls/GB, {per_write:.1} seg/write, {copies:.3} copies/byte, emulator {:.2} \
-         CPU-s/GB ({:.0} % of a CPU), iperf3 {:.0} / {:.0} %",
+        "{:.0} calls/GB (read {:.0}, write {:.0}, ppoll {:.0}, timerfd_settime {:.0}, rest \
+         {:.0}), {per_write:.1} seg/write, {copies:.3} copies/byte, emulator {:.2} CPU-s/GB \
+         ({:.0} % of a CPU), iperf3 {:.0} / {:.0} %",
         calls / gb,
+        reads / gb,
+        writes / gb,
+        polls / gb,
+        arms / gb,
+        rests / gb,
         r.cpu_s / gb,
         100.0 * r.cpu_s / r.duration_s.max(1e-9),
         flow.cpu_percent.0,

@@ -132,6 +132,7 @@ pub(crate) struct Tunings {
 pub(crate) struct Finished {
     pub(crate) lanes: Vec<Lane>,
     pub(crate) sleeps: u64,
+    pub(crate) timer_arms: u64,
     pub(crate) rests: u64,
     pub(crate) by_signal: bool,
     pub(crate) errors: Vec<String>,
@@ -186,6 +187,8 @@ pub(crate) struct Worker {
     /// When the current busy-wait iteration began.
     spin_mark: Option<Nanos>,
     sleeps: u64,
+    /// Successful `timerfd_settime` calls.
+    timer_arms: u64,
     rests: u64,
     errors: Vec<String>,
 }
@@ -211,6 +214,7 @@ impl Worker {
             governor: SpinGovernor::new(options.adaptive_spin),
             spin_mark: None,
             sleeps: 0,
+            timer_arms: 0,
             rests: 0,
             errors: Vec::new(),
         }
@@ -285,6 +289,7 @@ impl Worker {
             cpu: Duration::new(cpu.tv_sec.max(0) as u64, cpu.tv_nsec.clamp(0, 999_999_999) as u32),
             lanes: self.lanes,
             sleeps: self.sleeps,
+            timer_arms: self.timer_arms,
             rests: self.rests,
             spinless_windows: self.governor.windows_off,
             by_signal,
@@ -375,7 +380,10 @@ impl Worker {
             it_value: self.clock.absolute(Nanos(deadline.as_nanos().max(1))),
         };
         match rustix::time::timerfd_settime(timer.as_fd(), TimerfdTimerFlags::ABSTIME, &spec) {
-            Ok(_) => self.armed = Some(deadline),
+            Ok(_) => {
+                self.armed = Some(deadline);
+                self.timer_arms += 1;
+            }
             Err(e) => {
                 if self.errors.len() < 16 {
                     self.errors.push(format!("timerfd_settime: {e}"));
