@@ -16,7 +16,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Instant;
 
 use crate::attribution;
-use crate::config::{BenchConfig, Load};
+use crate::config::{BenchConfig, Engine, Load};
 use crate::connection::{self, STOP_GRACE};
 use crate::context::{
     ConnectionPlacement, ContextProbe, RunContext, common_value, describe_placement,
@@ -28,6 +28,9 @@ use crate::watchdog::{Closer, Watchdog};
 /// Runs the benchmark and returns its raw measurements.
 pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, BenchError> {
     config.validate()?;
+    if let Engine::IoUring { .. } = config.engine {
+        return crate::engine::uring::client::run_raw(config, control);
+    }
     let n = config.connections;
     let barrier = Arc::new(Barrier::new(n));
     let start: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());

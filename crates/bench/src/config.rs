@@ -30,6 +30,32 @@ pub enum Load {
     },
 }
 
+/// Which I/O engine drives the sockets after the handshake.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "engine", rename_all = "kebab-case")]
+pub enum Engine {
+    /// Blocking (or spinning non-blocking) `send`/`recv` calls, one thread per connection.
+    #[default]
+    Default,
+    /// io_uring: one ring per thread, a multishot receive into provided buffers per
+    /// connection, sends queued on the ring; the send and the wait for the next completion
+    /// are one system call (`crate::engine::uring`).
+    IoUring {
+        /// A kernel thread polls the submission queue (`IORING_SETUP_SQPOLL`).
+        sqpoll: bool,
+    },
+}
+
+impl Engine {
+    /// The engine's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Default => "default",
+            Engine::IoUring { .. } => "io_uring",
+        }
+    }
+}
+
 /// When the measured part of a run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -78,6 +104,9 @@ pub struct BenchConfig {
     /// recorded at the time it waited, and its connection stops.
     #[serde(with = "crate::config::duration_secs")]
     pub response_timeout: Duration,
+    /// The I/O engine of the client (and of `bench local`'s server).
+    #[serde(default)]
+    pub engine: Engine,
 }
 
 /// Default [`BenchConfig::response_timeout`]: longer than several retransmission timeouts
@@ -104,6 +133,7 @@ impl BenchConfig {
             spin_window: Duration::from_micros(200),
             seed: 1,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            engine: Engine::Default,
         }
     }
 
@@ -138,6 +168,16 @@ impl BenchConfig {
         }
         if self.response_timeout.is_zero() {
             return Err(ConfigError::ResponseTimeout);
+        }
+        if let Engine::IoUring { .. } = self.engine {
+            let unsupported = [
+                ("--rate", matches!(self.load, Load::Open { .. })),
+                ("--attribute", self.attribute),
+                ("--samples", self.keep_samples),
+            ];
+            if let Some((flag, _)) = unsupported.into_iter().find(|(_, on)| *on) {
+                return Err(ConfigError::EngineFlag { engine: self.engine.name(), flag });
+            }
         }
         // The server's CPU can be checked here only when it runs on this machine; a remote
         // server reports a failed pin in its Welcome, which the result shows.
@@ -186,6 +226,17 @@ pub enum ConfigError {
     /// A zero response timeout.
     #[error("--response-timeout: must be longer than zero")]
     ResponseTimeout,
+    /// A flag the chosen engine does not implement.
+    #[error(
+        "{flag} is not available with --engine {engine} (it has the closed loop only): run \
+         without {flag}, or with --engine default"
+    )]
+    EngineFlag {
+        /// The engine.
+        engine: &'static str,
+        /// The flag.
+        flag: &'static str,
+    },
     /// A CPU this process may not use.
     #[error("{flag} {cpu}: not one of the CPUs this process may run on ({allowed:?})")]
     Cpu {

@@ -114,6 +114,59 @@ fn prepare(
     if let Some(cpu) = config.client_cpu {
         sys::pin_current_thread(cpu).map_err(|e| connect_err("pinning the client thread", e))?;
     }
+    let (stream, outcome) = connect(config, index)?;
+    let nonblocking = config.spin || matches!(config.load, Load::Open { .. });
+    stream.set_nonblocking(nonblocking).map_err(|e| connect_err("setting non-blocking", e))?;
+    // A blocking receive waits without a timeout (the watchdog keeps its deadline); a blocking
+    // send's timeout costs nothing until the socket is full, and then lets it notice stops.
+    stream.set_read_timeout(None).map_err(|e| connect_err("handshake", e))?;
+    stream.set_write_timeout(Some(POLL_SLICE)).map_err(|e| connect_err("handshake", e))?;
+    let watch = if nonblocking {
+        None
+    } else {
+        let watch = shared.watchdog.watch(&stream, config.response_timeout);
+        Some(watch.map_err(|e| connect_err("watching the socket", e))?)
+    };
+    let is_bbr = outcome.congestion.as_deref() == Some("bbr");
+    let mut conn = Connection {
+        request: vec![0u8; config.request_len as usize],
+        reader: ResponseReader::new(config.reply_len as usize),
+        policy: config.profile.quickack,
+        spin: config.spin,
+        nonblocking,
+        is_bbr,
+        stream,
+        watch,
+        cpus_seen: BTreeSet::new(),
+        snapshot_costs: Vec::new(),
+        m: Partial::default(),
+        outcome,
+    };
+    conn.note_cpu();
+    let warmup = match config.warmup {
+        StopAfter::Duration(d) => Limit::Until(Instant::now() + d),
+        StopAfter::Count(c) => Limit::Count(c.div_ceil(config.connections as u64)),
+    };
+    let warm_start = Instant::now();
+    // The run's own control: Ctrl-C during the warm-up ends it (and then the run) at once.
+    conn.closed_loop(config, control, warm_start, warmup, false, index)
+        .map_err(|e| e.into_bench_error(index))?;
+    conn.m = Partial::default();
+    Ok(conn)
+}
+
+/// Connects connection `index` with the profile applied before `connect`, and performs the
+/// handshake: Hello sent, Welcome read and checked. Shared by every engine.
+pub(crate) fn connect(
+    config: &BenchConfig,
+    index: usize,
+) -> Result<(TcpStream, ConnectionOutcome), BenchError> {
+    let connect_err = |step, source| BenchError::Connect {
+        connection: index,
+        server: config.server,
+        step,
+        source,
+    };
     let socket = Socket::new(Domain::for_address(config.server), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| connect_err("creating the socket", e))?;
     // Buffers and congestion control must be in place before the SYN (window scaling is
@@ -137,49 +190,9 @@ fn prepare(
         .map_err(|e| connect_err("reading the welcome", io::Error::other(e.to_string())))?;
     check_idle_timeout(config, &welcome).map_err(|e| connect_err("handshake", e))?;
     let congestion = tcptail_sock::apply::congestion_control(stream.as_fd()).ok();
-    let nonblocking = config.spin || matches!(config.load, Load::Open { .. });
-    stream.set_nonblocking(nonblocking).map_err(|e| connect_err("setting non-blocking", e))?;
-    // A blocking receive waits without a timeout (the watchdog keeps its deadline); a blocking
-    // send's timeout costs nothing until the socket is full, and then lets it notice stops.
-    stream.set_read_timeout(None).map_err(|e| connect_err("handshake", e))?;
-    stream.set_write_timeout(Some(POLL_SLICE)).map_err(|e| connect_err("handshake", e))?;
-    let watch = if nonblocking {
-        None
-    } else {
-        let watch = shared.watchdog.watch(&stream, config.response_timeout);
-        Some(watch.map_err(|e| connect_err("watching the socket", e))?)
-    };
-    let is_bbr = congestion.as_deref() == Some("bbr");
-    let mut conn = Connection {
-        request: vec![0u8; config.request_len as usize],
-        reader: ResponseReader::new(config.reply_len as usize),
-        policy: config.profile.quickack,
-        spin: config.spin,
-        nonblocking,
-        is_bbr,
-        stream,
-        watch,
-        cpus_seen: BTreeSet::new(),
-        snapshot_costs: Vec::new(),
-        m: Partial::default(),
-        outcome: ConnectionOutcome {
-            client_apply,
-            welcome,
-            congestion,
-            client_cpus_seen: Vec::new(),
-        },
-    };
-    conn.note_cpu();
-    let warmup = match config.warmup {
-        StopAfter::Duration(d) => Limit::Until(Instant::now() + d),
-        StopAfter::Count(c) => Limit::Count(c.div_ceil(config.connections as u64)),
-    };
-    let warm_start = Instant::now();
-    // The run's own control: Ctrl-C during the warm-up ends it (and then the run) at once.
-    conn.closed_loop(config, control, warm_start, warmup, false, index)
-        .map_err(|e| e.into_bench_error(index))?;
-    conn.m = Partial::default();
-    Ok(conn)
+    let outcome =
+        ConnectionOutcome { client_apply, welcome, congestion, client_cpus_seen: Vec::new() };
+    Ok((stream, outcome))
 }
 
 /// Refuses, before measuring, a run whose requests on one connection would be further apart

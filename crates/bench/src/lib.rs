@@ -23,6 +23,7 @@
 //! - [`attribution`]: which kernel state (BBR phase, cwnd, retransmits, ...) sets the slowest
 //!   requests apart from the typical ones.
 //! - [`context`]: CPU placement, steal, competing load, cpuidle driver, kernel version.
+//! - [`engine`]: the engines beside the default blocking one: io_uring (`--engine io_uring`).
 //! - [`matrix`]: several configurations compared in one run, rounds interleaved.
 //! - [`report`]: the result types and their human table, JSON and CSV forms.
 
@@ -34,6 +35,7 @@ pub mod client;
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod engine;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod matrix;

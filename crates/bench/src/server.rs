@@ -47,6 +47,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tcptail_sock::Profile;
 use tcptail_sock::apply::{ApplyReport, apply_profile};
 
+use crate::config::Engine;
 use crate::watchdog::{Closer, Watchdog};
 use crate::wire::{MAX_FRAME_LEN, Welcome, WireError};
 
@@ -86,6 +87,8 @@ pub struct ServerConfig {
     pub max_reply_len: u32,
     /// What clients may change on this host, and how much of the server one peer may hold.
     pub policy: ServerPolicy,
+    /// The I/O engine of the serve loops (the handshake is the same in every engine).
+    pub engine: Engine,
 }
 
 /// Default [`ServerConfig::idle_timeout`]: longer than any gap between requests of a run
@@ -109,6 +112,7 @@ impl ServerConfig {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_reply_len: MAX_FRAME_LEN,
             policy: ServerPolicy::default(),
+            engine: Engine::Default,
         }
     }
 }

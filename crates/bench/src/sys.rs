@@ -1,12 +1,15 @@
 //! Thread placement for the benchmark (pin a thread to one CPU, ask which CPU it is on), a
 //! nanosecond-resolution wait for a readable or writable socket, and the socket's send-queue
-//! size (`SIOCOUTQ`). The only `unsafe` in this crate.
+//! size (`SIOCOUTQ`); its child [`uring`] is the io_uring engine's ring. The only `unsafe` in
+//! this crate.
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
+
+pub mod uring;
 
 /// Pins the calling thread to `cpu`. Fails with the kernel's error if that CPU does not exist
 /// or is not in this process's allowed set (e.g. under a cpuset).

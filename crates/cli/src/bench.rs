@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use tcptail_bench::client;
-use tcptail_bench::config::{BenchConfig, Load, StopAfter};
+use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter};
 use tcptail_bench::matrix::{self, MatrixSpec};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::report;
@@ -72,6 +72,41 @@ pub struct ServerArgs {
     /// and sleeps until its next request.
     #[arg(long, default_value = "1s", value_name = "DURATION")]
     spin_cap: HumanDuration,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// The I/O engine flags, shared by the server and the client.
+#[derive(Debug, Args)]
+struct EngineArgs {
+    /// I/O engine after the handshake: default (blocking send/recv, a thread per
+    /// connection) or io_uring (multishot receive into provided buffers, one ring; the
+    /// client drives all its connections from one thread).
+    #[arg(long, default_value = "default", value_name = "ENGINE")]
+    engine: EngineName,
+    /// With --engine io_uring: a kernel thread polls the submission queue (SQPOLL); it
+    /// keeps a CPU busy while the run lasts.
+    #[arg(long)]
+    sqpoll: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum EngineName {
+    Default,
+    #[value(name = "io_uring", alias = "io-uring")]
+    IoUring,
+}
+
+impl EngineArgs {
+    fn engine(&self) -> Result<Engine> {
+        match self.engine {
+            EngineName::Default => {
+                anyhow::ensure!(!self.sqpoll, "--sqpoll needs --engine io_uring");
+                Ok(Engine::Default)
+            }
+            EngineName::IoUring => Ok(Engine::IoUring { sqpoll: self.sqpoll }),
+        }
+    }
 }
 
 fn parse_allow(list: &str) -> Result<BTreeSet<Privilege>, String> {
@@ -188,6 +223,8 @@ struct MeasureArgs {
     /// percentiles at the time it waited (a lower bound), and its connection stops.
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     response_timeout: HumanDuration,
+    #[command(flatten)]
+    engine: EngineArgs,
 }
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
@@ -282,6 +319,7 @@ impl MeasureArgs {
         config.spin_window = self.spin_window.0;
         config.seed = self.seed;
         config.response_timeout = self.response_timeout.0;
+        config.engine = self.engine.engine()?;
         config.validate()?;
         if let Some(spec) = &self.matrix {
             spec.configs(&config)?;
@@ -327,6 +365,7 @@ fn serve(args: ServerArgs) -> Result<ExitCode> {
         write_timeout: args.write_timeout.0,
         max_reply_len,
         policy,
+        engine: args.engine.engine()?,
         ..ServerConfig::new(args.listen)
     })
     .with_context(|| format!("listening on {}", args.listen))?;
@@ -353,10 +392,12 @@ fn print_event(event: ServerEvent) {
 
 fn local(opts: &MeasureArgs) -> Result<ExitCode> {
     // Bind first to learn the port; the server's CPU comes from each client's hello. Its only
-    // client is this process, so it grants everything the client asks for.
+    // client is this process, so it grants everything the client asks for, and it runs the
+    // client's engine.
     let server = Server::bind(ServerConfig {
         max_connections: 1024,
         policy: ServerPolicy::trusting(),
+        engine: opts.engine.engine()?,
         ..ServerConfig::new("127.0.0.1:0".parse().expect("literal address"))
     })
     .context("starting the loopback server")?;

@@ -33,6 +33,7 @@ use super::{
     HANDSHAKE_TIMEOUT, LINGER, RECV_BUF_LEN, RejectReason, Server, ServerConfig, ServerEvent,
     Shared,
 };
+use crate::config::Engine;
 use crate::sys;
 use crate::watchdog::Watch;
 use crate::wire::{self, FrameError, FrameKind, FrameParser, HEADER_LEN, Header, HelloConfig};
@@ -233,6 +234,9 @@ fn serve(
     config: &ServerConfig,
     requests: &mut u64,
 ) -> Result<(), End> {
+    if let Engine::IoUring { sqpoll } = config.engine {
+        return serve_uring(stream, hello, shared, config, sqpoll, requests);
+    }
     let fd = stream.as_fd();
     let policy = hello.profile.quickack;
     let spin = hello.spin;
@@ -307,6 +311,42 @@ fn serve(
             rbuf.copy_within(start..end, 0);
             (start, end) = (0, end - start);
         }
+    }
+}
+
+/// The request loop on the io_uring engine (`crate::engine::uring::server`), with the same
+/// limits, mapped to the same ends.
+fn serve_uring(
+    stream: &TcpStream,
+    hello: &HelloConfig,
+    shared: &Shared,
+    config: &ServerConfig,
+    sqpoll: bool,
+    requests: &mut u64,
+) -> Result<(), End> {
+    use crate::engine::uring::server::{self as uring, Ended};
+    let watch = shared.watchdog.watch(stream, config.idle_timeout)?;
+    let stopping = || shared.stopping();
+    let serve = uring::Serve {
+        stream,
+        request_len: hello.request_len,
+        reply_len: hello.reply_len,
+        spin: hello.spin,
+        spin_cap: config.policy.spin_cap,
+        sqpoll,
+        write_timeout: config.write_timeout,
+        watch,
+        stopping: &stopping,
+    };
+    match uring::serve(serve, requests) {
+        Ok(()) | Err(Ended::PeerClosed) => Ok(()),
+        Err(Ended::Stopping) => Err(End::Closed),
+        Err(Ended::Idle) => Err(End::Reject(RejectReason::IdleTimeout(config.idle_timeout))),
+        Err(Ended::WriteStalled) => {
+            Err(End::Reject(RejectReason::WriteStalled(config.write_timeout)))
+        }
+        Err(Ended::Wire(e)) => Err(e.into()),
+        Err(Ended::Io(e)) => Err(End::Reject(RejectReason::Io(format!("io_uring: {e}")))),
     }
 }
 

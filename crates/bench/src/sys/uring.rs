@@ -1,0 +1,362 @@
+//! The io_uring engine's platform layer, over the maintained `io-uring` crate: a [`Ring`] that
+//! owns every buffer the kernel may read or write for it, so the engine above submits sends
+//! and multishot receives without `unsafe`.
+//!
+//! - Receives use a **provided-buffer ring** ([`Ring::arm_recv`]): one multishot receive per
+//!   socket stays armed, the kernel picks a buffer from the ring for each completion, and the
+//!   engine gives it back ([`Ring::recycle`]) once it has parsed the bytes.
+//! - Sends come from **send slots** the ring owns ([`Ring::send_slot`]); a slot is not handed
+//!   out for writing again until the kernel completed the send that used it.
+//! - Dropping a ring with operations in flight cancels them and waits for their completions;
+//!   should the kernel not complete them within a second, the buffers are leaked rather than
+//!   freed under it.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+
+/// The provided-buffer group every ring registers (one group per ring).
+const BUF_GROUP: u16 = 0;
+/// Token of the cancel-everything request sent on drop.
+const CANCEL_TOKEN: u64 = u64::MAX;
+
+/// One completion, copied out of the completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The token the operation was submitted with.
+    pub token: u64,
+    /// The kernel's result: bytes moved, or a negative errno.
+    pub result: i32,
+    /// Receives: the provided buffer holding the bytes.
+    pub buffer: Option<u16>,
+    /// Multishot receives: false once the receive is no longer armed (re-arm it).
+    pub more: bool,
+}
+
+/// How to set a ring up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingOptions {
+    /// Submission and completion queue entries.
+    pub entries: u32,
+    /// Provided receive buffers (a power of two) and the size of each.
+    pub recv_buffers: u16,
+    /// Size of each provided receive buffer.
+    pub recv_buffer_len: usize,
+    /// Send slots and the size of each.
+    pub send_slots: usize,
+    /// Size of each send slot.
+    pub send_slot_len: usize,
+    /// A kernel thread polls the submission queue (`IORING_SETUP_SQPOLL`), idling after this
+    /// many milliseconds without work.
+    pub sqpoll_idle_ms: Option<u32>,
+}
+
+/// Anonymous, page-aligned memory the kernel may access through the ring.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize) -> io::Result<Mapping> {
+        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: ptr.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return; // leaked on purpose: the kernel may still use it
+        }
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing refers to it any more
+        // (the ring that lent it to the kernel is gone, or it was leaked instead).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// An io_uring instance with its provided receive buffers and its send slots.
+pub struct Ring {
+    ring: IoUring,
+    /// The buffer ring's entries (16 bytes each; the tail sits in entry 0's last 2 bytes).
+    buf_ring: Mapping,
+    /// The receive buffers, `recv_buffer_len` each.
+    recv_bufs: Mapping,
+    recv_buffer_len: usize,
+    recv_buffers: u16,
+    /// Our copy of the buffer ring's tail (the kernel only reads it).
+    tail: u16,
+    send_slots: Vec<Box<[u8]>>,
+    /// Whether each slot's last send is still with the kernel.
+    slot_busy: Vec<bool>,
+    /// Operations submitted and not yet completed for good (multishot receives count once).
+    in_flight: usize,
+    sqpoll: bool,
+}
+
+// SAFETY: the raw pointers in the mappings are owned by the ring and only reached through
+// `&self`/`&mut self`; nothing is tied to the creating thread.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Sets a ring up, registers its provided buffers and checks that the kernel has the
+    /// operations the engine uses; the error names what is missing.
+    pub fn new(options: RingOptions) -> io::Result<Ring> {
+        let n = options.recv_buffers;
+        if !n.is_power_of_two() || options.recv_buffer_len == 0 || options.send_slots == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad io_uring ring options"));
+        }
+        let mut builder = IoUring::builder();
+        if let Some(idle) = options.sqpoll_idle_ms {
+            builder.setup_sqpoll(idle);
+        } else {
+            // One thread submits and reaps; completions are run when it enters the kernel.
+            builder.setup_single_issuer().setup_coop_taskrun();
+        }
+        let ring = builder.build(options.entries).map_err(|e| {
+            io::Error::new(e.kind(), format!("io_uring_setup: {e} (is io_uring disabled here?)"))
+        })?;
+        let mut probe = io_uring::Probe::new();
+        ring.submitter().register_probe(&mut probe)?;
+        for (code, name) in [
+            (opcode::RecvMulti::CODE, "multishot recv"),
+            (opcode::Send::CODE, "send"),
+            (opcode::AsyncCancel::CODE, "cancel"),
+        ] {
+            if !probe.is_supported(code) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("this kernel's io_uring has no {name} operation"),
+                ));
+            }
+        }
+        let buf_ring = Mapping::new(usize::from(n) * 16)?;
+        let recv_bufs = Mapping::new(usize::from(n) * options.recv_buffer_len)?;
+        // SAFETY: `buf_ring` is page-aligned, holds `n` 16-byte entries and lives as long as
+        // the ring (it is dropped after `ring`, or leaked with it).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(buf_ring.ptr as u64, n, BUF_GROUP, 0)
+        }
+        .map_err(|e| {
+            io::Error::new(e.kind(), format!("registering a provided-buffer ring: {e}"))
+        })?;
+        let mut ring = Ring {
+            ring,
+            buf_ring,
+            recv_bufs,
+            recv_buffer_len: options.recv_buffer_len,
+            recv_buffers: n,
+            tail: 0,
+            send_slots: (0..options.send_slots)
+                .map(|_| vec![0u8; options.send_slot_len].into_boxed_slice())
+                .collect(),
+            slot_busy: vec![false; options.send_slots],
+            in_flight: 0,
+            sqpoll: options.sqpoll_idle_ms.is_some(),
+        };
+        for bid in 0..n {
+            ring.recycle(bid);
+        }
+        Ok(ring)
+    }
+
+    /// Whether a kernel thread polls the submission queue.
+    pub fn sqpoll(&self) -> bool {
+        self.sqpoll
+    }
+
+    /// Arms a multishot receive on `fd` into the provided buffers; its completions carry
+    /// `token` until one says it is no longer armed ([`Completion::more`] false).
+    pub fn arm_recv(&mut self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let entry =
+            opcode::RecvMulti::new(types::Fd(fd.as_raw_fd()), BUF_GROUP).build().user_data(token);
+        // SAFETY: the receive writes only into provided buffers, which the ring owns and keeps
+        // until every operation completed (see Drop).
+        unsafe { self.push(&entry) }
+    }
+
+    /// Send slot `slot` for writing, unless the kernel still has its last send.
+    pub fn send_slot(&mut self, slot: usize) -> Option<&mut [u8]> {
+        if self.slot_busy[slot] { None } else { Some(&mut self.send_slots[slot]) }
+    }
+
+    /// Whether send slot `slot` is free to write.
+    pub fn slot_free(&self, slot: usize) -> bool {
+        !self.slot_busy[slot]
+    }
+
+    /// Sends `range` of slot `slot` on `fd`; the slot is busy until its completion is
+    /// reaped with [`Ring::completions`] (`token`'s completion frees it: pass the slot to
+    /// [`Ring::sent`]).
+    pub fn send(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        slot: usize,
+        range: std::ops::Range<usize>,
+        token: u64,
+    ) -> io::Result<()> {
+        let buf = &self.send_slots[slot][range];
+        let entry = opcode::Send::new(types::Fd(fd.as_raw_fd()), buf.as_ptr(), buf.len() as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(token);
+        // SAFETY: the slot's memory is owned by the ring and not written again until this
+        // send's completion marks it free (`sent`); Drop waits for in-flight sends.
+        unsafe { self.push(&entry) }?;
+        self.slot_busy[slot] = true;
+        Ok(())
+    }
+
+    /// Marks slot `slot` free: its send's completion was reaped.
+    pub fn sent(&mut self, slot: usize) {
+        self.slot_busy[slot] = false;
+    }
+
+    /// Pushes an entry, submitting first if the queue is full.
+    ///
+    /// # Safety
+    /// Every buffer `entry` names must stay valid until its completion.
+    unsafe fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.ring.submission().push(entry) }.is_err() {
+            self.ring.submit()?;
+            // SAFETY: as above.
+            unsafe { self.ring.submission().push(entry) }
+                .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Submits what was pushed and waits until at least one completion is there, or (with
+    /// `timeout`) that long at most.
+    pub fn submit_and_wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let result = match timeout {
+            None => self.ring.submit_and_wait(1),
+            Some(t) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Submits what was pushed without waiting (spinning loops).
+    pub fn submit(&mut self) -> io::Result<()> {
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves every completion waiting in the queue to `out`.
+    pub fn completions(&mut self, out: &mut Vec<Completion>) {
+        let mut cq = self.ring.completion();
+        cq.sync();
+        for cqe in &mut cq {
+            let flags = cqe.flags();
+            let more = cqueue::more(flags);
+            if !more {
+                self.in_flight = self.in_flight.saturating_sub(1);
+            }
+            if cqe.user_data() == CANCEL_TOKEN {
+                continue;
+            }
+            out.push(Completion {
+                token: cqe.user_data(),
+                result: cqe.result(),
+                buffer: cqueue::buffer_select(flags),
+                more,
+            });
+        }
+    }
+
+    /// The `len` bytes a receive completion left in provided buffer `bid`.
+    pub fn received(&self, bid: u16, len: usize) -> &[u8] {
+        assert!(bid < self.recv_buffers && len <= self.recv_buffer_len, "buffer out of range");
+        // SAFETY: the buffer lies inside `recv_bufs`; the kernel is done with it (its
+        // completion was reaped) and gets it back only through `recycle`, which needs
+        // `&mut self` and so cannot run while this borrow lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.recv_bufs.ptr.add(usize::from(bid) * self.recv_buffer_len),
+                len,
+            )
+        }
+    }
+
+    /// Gives provided buffer `bid` back to the kernel.
+    pub fn recycle(&mut self, bid: u16) {
+        let mask = self.recv_buffers - 1;
+        let index = usize::from(self.tail & mask);
+        let addr = self.recv_bufs.ptr as u64 + u64::from(bid) * self.recv_buffer_len as u64;
+        // SAFETY: `index` < recv_buffers, so the entry lies inside `buf_ring`; the kernel only
+        // reads entries between its head and our tail, and this one is past the tail.
+        unsafe {
+            let entry = self.buf_ring.ptr.add(index * 16).cast::<types::BufRingEntry>();
+            (*entry).set_addr(addr);
+            (*entry).set_len(self.recv_buffer_len as u32);
+            (*entry).set_bid(bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail is entry 0's last u16 (io_uring_buf_ring); a release store
+        // publishes the entry written above before the kernel can see the new tail.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.buf_ring.ptr.cast()).cast_mut();
+            std::sync::atomic::AtomicU16::from_ptr(tail)
+                .store(self.tail, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.in_flight > 0 {
+            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+                .build()
+                .user_data(CANCEL_TOKEN);
+            // SAFETY: a cancel names no buffer.
+            let pushed = unsafe { self.ring.submission().push(&cancel) }.is_ok();
+            // Its own completion is counted down like any other.
+            self.in_flight += usize::from(pushed);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut sink = Vec::new();
+            while pushed && self.in_flight > 0 && Instant::now() < deadline {
+                if self.submit_and_wait(Some(Duration::from_millis(50))).is_err() {
+                    break;
+                }
+                self.completions(&mut sink);
+                sink.clear();
+            }
+        }
+        if self.in_flight > 0 {
+            // The kernel may still write into these: never free them under it.
+            std::mem::forget(std::mem::take(&mut self.send_slots));
+            self.recv_bufs.len = 0;
+            self.buf_ring.len = 0;
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The io_uring engine end to end on 127.0.0.1: every pairing of engines at both ends, long
+//! frames that need several sends and receives, spinning, a server that stops answering
+//! (the unanswered request is counted, not dropped), a hostile client, and the flags the
+//! engine refuses. Where the kernel has no io_uring the tests say so and pass.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use tcptail_bench::client;
+use tcptail_bench::config::{BenchConfig, ConfigError, Engine, Load, StopAfter};
+use tcptail_bench::pacer::Spacing;
+use tcptail_bench::run::{RawRun, RunControl};
+use tcptail_bench::server::{RejectReason, Server, ServerConfig, ServerEvent, ServerPolicy};
+use tcptail_bench::sys::uring::{Ring, RingOptions};
+use tcptail_bench::wire::{self, FrameKind, Header, Welcome};
+use tcptail_sock::Profile;
+
+const URING: Engine = Engine::IoUring { sqpoll: false };
+
+/// Whether this kernel lets us set up a ring with provided buffers; prints why not.
+fn uring_available(test: &str) -> bool {
+    let options = RingOptions {
+        entries: 8,
+        recv_buffers: 8,
+        recv_buffer_len: 4096,
+        send_slots: 1,
+        send_slot_len: 64,
+        sqpoll_idle_ms: None,
+    };
+    match Ring::new(options) {
+        Ok(_) => true,
+        Err(e) => {
+            let code = e.raw_os_error();
+            // ENOSYS: no io_uring; EPERM: io_uring_disabled=2. Anything else is a failure.
+            assert!(
+                matches!(code, Some(libc::ENOSYS | libc::EPERM))
+                    || e.kind() == std::io::ErrorKind::Unsupported,
+                "io_uring setup failed unexpectedly: {e}"
+            );
+            eprintln!("SKIPPED {test}: this kernel has no usable io_uring ({e})");
+            false
+        }
+    }
+}
+
+fn server(engine: Engine) -> tcptail_bench::server::RunningServer {
+    let config = ServerConfig {
+        policy: ServerPolicy::trusting(),
+        engine,
+        ..ServerConfig::new("127.0.0.1:0".parse().unwrap())
+    };
+    Server::bind(config).expect("bind 127.0.0.1:0").spawn()
+}
+
+fn bench(addr: SocketAddr, engine: Engine, connections: usize, count: u64) -> BenchConfig {
+    let mut config = BenchConfig::new(addr, Profile::default());
+    config.engine = engine;
+    config.connections = connections;
+    config.stop = StopAfter::Count(count);
+    config.warmup = StopAfter::Count(50);
+    config
+}
+
+fn run(config: &BenchConfig) -> RawRun {
+    client::run_raw(config, &RunControl::new()).expect("the run succeeds")
+}
+
+fn assert_clean(raw: &RawRun, count: u64) {
+    assert_eq!((raw.requests, raw.sent, raw.unanswered), (count, count, 0));
+    assert_eq!(raw.latency.len(), count);
+    assert!(raw.warnings.is_empty(), "{:?}", raw.warnings);
+    assert!(raw.elapsed > Duration::ZERO);
+}
+
+#[test]
+fn every_pairing_of_engines_answers_every_request() {
+    if !uring_available("every_pairing_of_engines_answers_every_request") {
+        return;
+    }
+    for (client_engine, server_engine) in
+        [(URING, URING), (URING, Engine::Default), (Engine::Default, URING)]
+    {
+        let running = server(server_engine);
+        for connections in [1, 4] {
+            let raw = run(&bench(running.addr(), client_engine, connections, 2000));
+            assert_clean(&raw, 2000);
+            assert_eq!(raw.connections.len(), connections);
+            assert!(raw.connections.iter().all(|c| !c.client_cpus_seen.is_empty()));
+        }
+        running.stop();
+    }
+}
+
+#[test]
+fn long_frames_go_out_in_several_sends_and_arrive_whole() {
+    if !uring_available("long_frames_go_out_in_several_sends_and_arrive_whole") {
+        return;
+    }
+    let running = server(URING);
+    let mut config = bench(running.addr(), URING, 2, 40);
+    // Longer than a send slot (64 KiB) and than a provided buffer (16 KiB).
+    config.request_len = 150_000;
+    config.reply_len = 300_000;
+    assert_clean(&run(&config), 40);
+    running.stop();
+}
+
+#[test]
+fn spinning_and_sqpoll_answer_every_request() {
+    if !uring_available("spinning_and_sqpoll_answer_every_request") {
+        return;
+    }
+    for engine in [URING, Engine::IoUring { sqpoll: true }] {
+        let running = server(engine);
+        let mut config = bench(running.addr(), engine, 2, 1000);
+        config.spin = true;
+        assert_clean(&run(&config), 1000);
+        running.stop();
+    }
+}
+
+#[test]
+fn a_server_that_stops_answering_leaves_the_request_unanswered_not_dropped() {
+    if !uring_available("a_server_that_stops_answering_leaves_the_request_unanswered") {
+        return;
+    }
+    // Answers the warm-up's and the first 9 measured requests, then reads without answering.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let silent = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello = wire::read_hello(&mut s).unwrap();
+        let welcome: Welcome = serde_json::from_value(serde_json::json!({
+            "apply": {"profile": "test", "options": []},
+            "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
+            "spin": false, "kernel": "test", "version": "test"
+        }))
+        .unwrap();
+        wire::write_welcome(&mut s, &welcome).unwrap();
+        let mut frame = vec![0u8; hello.request_len as usize];
+        let mut answered = 0;
+        while s.read_exact(&mut frame).is_ok() {
+            if answered < 59 {
+                let h = Header::decode(frame[..24].try_into().unwrap()).unwrap();
+                assert_eq!(h.kind, FrameKind::Request);
+                let mut resp = vec![0u8; h.reply_len as usize];
+                wire::encode_response(&mut resp, h.seq);
+                s.write_all(&resp).unwrap();
+                answered += 1;
+            }
+        }
+    });
+    let mut config = bench(addr, URING, 1, 100);
+    config.response_timeout = Duration::from_millis(300);
+    let raw = run(&config);
+    assert_eq!((raw.requests, raw.unanswered, raw.sent), (9, 1, 10));
+    assert_eq!(raw.latency.len(), 10, "the unanswered request is in the histogram");
+    assert!(raw.latency.quantile_nanos(1.0) >= 300_000_000, "kept at the time it waited");
+    assert!(
+        raw.warnings[0].contains("request 9 got no response within 300ms"),
+        "{:?}",
+        raw.warnings
+    );
+    silent.join().unwrap();
+}
+
+#[test]
+fn a_hostile_client_loses_its_connection_on_the_uring_server() {
+    if !uring_available("a_hostile_client_loses_its_connection_on_the_uring_server") {
+        return;
+    }
+    let (tx, rx) = mpsc::channel();
+    let config =
+        ServerConfig { engine: URING, ..ServerConfig::new("127.0.0.1:0".parse().unwrap()) };
+    let running = Server::bind(config).unwrap().spawn_with_events(move |e| {
+        let _ = tx.send(e);
+    });
+    let mut s = TcpStream::connect(running.addr()).unwrap();
+    let hello = wire::HelloConfig {
+        profile: Profile::default(),
+        server_cpu: None,
+        spin: false,
+        request_len: 64,
+        reply_len: 64,
+    };
+    wire::write_hello(&mut s, &hello).unwrap();
+    wire::read_welcome(&mut s).unwrap();
+    // A request asking for more than the Hello negotiated.
+    let mut frame = vec![0u8; 64];
+    wire::encode_request(&mut frame, 0, 1000);
+    s.write_all(&frame).unwrap();
+    let reason = loop {
+        match rx.recv_timeout(Duration::from_secs(10)).expect("the server reports the reject") {
+            ServerEvent::Rejected { reason, .. } => break reason,
+            _ => continue,
+        }
+    };
+    assert!(matches!(reason, RejectReason::Wire(_)), "{reason}");
+    running.stop();
+}
+
+#[test]
+fn flags_the_engine_does_not_have_are_refused_by_name() {
+    let mut config = bench("127.0.0.1:9".parse().unwrap(), URING, 1, 10);
+    config.load = Load::Open { rate: 1000.0, spacing: Spacing::Constant };
+    let err = config.validate().unwrap_err();
+    assert_eq!(err, ConfigError::EngineFlag { engine: "io_uring", flag: "--rate" });
+    assert!(err.to_string().contains("--engine default"), "{err}");
+    config.load = Load::Closed;
+    config.attribute = true;
+    assert!(config.validate().unwrap_err().to_string().starts_with("--attribute"));
+}
