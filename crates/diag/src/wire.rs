@@ -126,6 +126,9 @@ pub struct Socket<'a> {
     pub retrans: u8,
     /// Addresses and ports.
     pub id: SockId,
+    /// Milliseconds until the pending timer fires (`idiag_expires`; for a TIME_WAIT socket,
+    /// until it is removed and its port is free again); 0 without a timer.
+    pub expires_ms: u32,
     /// Bytes in the receive queue (unread).
     pub rqueue: u32,
     /// Bytes in the send queue (unacked + unsent).
@@ -436,6 +439,7 @@ pub fn parse_socket(p: &[u8]) -> Result<Socket<'_>, ParseError> {
         timer: p[2],
         retrans: p[3],
         id,
+        expires_ms: u32_at(p, 52),
         rqueue: u32_at(p, 56),
         wqueue: u32_at(p, 60),
         uid: u32_at(p, 64),

@@ -98,6 +98,13 @@ fn short_tcp_info_attribute_is_absent_not_zero() {
     p.extend_from_slice(&[0u8; 100]);
     let s = wire::parse_socket(&p).unwrap();
     assert!(s.info.is_none());
+    assert_eq!(s.expires_ms, 0);
+    // idiag_expires sits between the socket id and the queues (offset 52).
+    let mut timed = p.clone();
+    timed[52..56].copy_from_slice(&59_000u32.to_ne_bytes());
+    timed[56..60].copy_from_slice(&7u32.to_ne_bytes());
+    let s = wire::parse_socket(&timed).unwrap();
+    assert_eq!((s.expires_ms, s.rqueue), (59_000, 7));
     // A 6.2-sized struct: fields after 240 are absent.
     let mut p = vec![0u8; 72];
     p[0] = libc_af_inet();

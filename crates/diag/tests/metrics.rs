@@ -36,6 +36,7 @@ fn sock(dport: u16, dst: [u8; 4], cookie: u64, notsent: u32) -> Socket<'static> 
             ifindex: 0,
             cookie,
         },
+        expires_ms: 0,
         rqueue: 0,
         wqueue: notsent,
         uid: 0,

@@ -55,6 +55,7 @@ impl Conn {
                 ifindex: 0,
                 cookie: c,
             },
+            expires_ms: 0,
             rqueue: 0,
             wqueue: self.wqueue,
             uid: 0,

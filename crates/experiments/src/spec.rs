@@ -245,6 +245,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("wan", include_str!("../../../experiments/wan.toml")),
     ("rwin-limited", include_str!("../../../experiments/rwin-limited.toml")),
     ("ecn", include_str!("../../../experiments/ecn.toml")),
+    ("reconnect-storm", include_str!("../../../experiments/reconnect-storm.toml")),
 ];
 
 struct Source<'a> {

@@ -23,6 +23,7 @@ pub mod ladder;
 pub mod rr;
 pub mod sendq;
 pub mod split_write;
+pub mod storm;
 #[cfg(test)]
 mod test_support;
 
@@ -53,7 +54,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 8] {
+pub fn all() -> [&'static dyn Workload; 9] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -63,6 +64,7 @@ pub fn all() -> [&'static dyn Workload; 8] {
         &bulk::Bulk,
         &bloat::Bloat,
         &ecn::Ecn,
+        &storm::ReconnectStorm,
     ]
 }
 

@@ -503,6 +503,7 @@ mod tests {
                     ifindex: 0,
                     cookie: 9,
                 },
+                expires_ms: 0,
                 rqueue: 5,
                 wqueue: 6,
                 uid: 0,

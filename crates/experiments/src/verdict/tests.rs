@@ -431,6 +431,7 @@ proptest! {
 }
 
 mod builtins;
+mod reconnect_storm;
 
 #[test]
 fn conditions_explain_themselves_with_the_values() {
