@@ -41,8 +41,8 @@
 //! (most sockets holding a local port in the range, as a share of its size), `ports_count`,
 //! `recover_s` (from the first failed attempt until attempts succeed again: 0 without a
 //! failure; measured when a success came within the run, otherwise projected from the
-//! kernel's TIME_WAIT timers, which the notes say) and, when an attempt failed, `exhaust_s`
-//! (storm start to the first failure). Series: `time_wait` and `failures` (cumulative) over
+//! kernel's TIME_WAIT timers, which the notes say) and `exhaust_s` (storm start to the first
+//! failure; "not measurable" in a round where nothing failed). Series: `time_wait` and `failures` (cumulative) over
 //! time.
 
 use std::io::{Read, Write};
@@ -265,6 +265,7 @@ impl VariantPlan for Plan {
             "port_use_peak_pct",
             "ports_count",
             "recover_s",
+            "exhaust_s",
         ]
         .map(str::to_owned)
         .to_vec()
@@ -526,8 +527,17 @@ impl Plan {
         let in_range_peak = samples.iter().map(|p| p.in_range).max().unwrap_or(0);
         m.metric("tw_peak_count", f64::from(tw_peak))
             .metric("port_use_peak_pct", 100.0 * f64::from(in_range_peak) / f64::from(ports));
-        if let Some(t) = s.exhaust_s {
-            m.metric("exhaust_s", t);
+        match s.exhaust_s {
+            Some(t) => {
+                m.metric("exhaust_s", t);
+            }
+            None => {
+                m.not_measurable.insert(
+                    "exhaust_s".into(),
+                    "not measurable: no attempt failed, the range was not exhausted in this round"
+                        .into(),
+                );
+            }
         }
         let first_failure = storm.iter().chain(after).find(|a| a.outcome != Outcome::Ok);
         let recover = match (first_failure, s.recovered_s) {

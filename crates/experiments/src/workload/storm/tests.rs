@@ -109,8 +109,9 @@ fn a_run_that_never_recovers_projects_recovery_from_the_time_wait_timers() {
     let m = plan.measurement(&storm[..1], &[], &samples, Vec::new(), Duration::from_secs(1));
     assert_eq!(m.metrics["recover_s"], 0.0);
     assert!(!m.metrics.contains_key("exhaust_s"));
+    assert!(m.not_measurable["exhaust_s"].starts_with("not measurable: no attempt failed"));
     for name in plan.metrics() {
-        assert!(m.metrics.contains_key(&name), "{name}");
+        assert!(m.metrics.contains_key(&name) || m.not_measurable.contains_key(&name), "{name}");
     }
 }
 
