@@ -341,7 +341,7 @@ pub struct Decision {
 
 /// Applies `rules` in order: the first whose condition holds gives the verdict. A condition
 /// that is unknown stops there with [`Verdict::NotApplicable`] and a reason naming what this
-/// run did not measure.
+/// run did not measure and quoting the values the condition did have.
 pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
     let (mut decision, fired) = first_applicable(rules, values);
     decision.rules =
@@ -439,7 +439,14 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                 } else {
                     format!("needs {} which this run did not measure", join_and(&missing))
                 };
-                let reason = format!("the rule at line {} (`{text}`) {why}", rule.line);
+                // The values it did have, so the reader sees how far the rule got.
+                let read = rule.values_read(values);
+                let read = if read.is_empty() {
+                    String::new()
+                } else {
+                    format!(". Values read: {}", read.join(", "))
+                };
+                let reason = format!("the rule at line {} (`{text}`) {why}{read}", rule.line);
                 let decision = Decision {
                     verdict: Verdict::NotApplicable,
                     reason,

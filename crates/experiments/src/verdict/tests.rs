@@ -365,13 +365,15 @@ fn decide_in_order_with_unknown_stopping() {
     assert_eq!(
         d.reason,
         "the rule at line 20 (`gone.x > a.x or gone.y.max > 1`) needs gone.x and gone.y.max \
-         which this run did not measure"
+         which this run did not measure. Values read: a.x 1"
     );
     assert_eq!(d.missing, ["gone.x", "gone.y.max"]);
     let d = decide(&rules(&[Some("a.x / c.zero > 1"), None]), &v);
     assert_eq!(d.verdict, Verdict::NotApplicable);
     assert!(
-        d.reason.ends_with("cannot be decided: it divides by zero or overflows"),
+        d.reason.ends_with(
+            "cannot be decided: it divides by zero or overflows. Values read: a.x 1, c.zero 0"
+        ),
         "{}",
         d.reason
     );
