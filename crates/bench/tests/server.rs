@@ -402,8 +402,11 @@ fn shutdown_returns_promptly_with_clients_connected() {
     let addr = server.local_addr();
     let handle = server.shutdown_handle();
     let (done_tx, done_rx) = mpsc::channel();
+    let (event_tx, events) = mpsc::channel();
     let runner = thread::spawn(move || {
-        server.run(&|_| {});
+        server.run(&|event| {
+            let _ = event_tx.send(event);
+        });
         done_tx.send(()).unwrap();
     });
     let (mut blocking, _) = Client::handshake(addr, &hello(profile()));
@@ -415,7 +418,10 @@ fn shutdown_returns_promptly_with_clients_connected() {
     mid_hello.stream.write_all(&raw_header(1, 1, 100, 0)).unwrap();
     let mut mid_request = Client::handshake(addr, &hello(profile())).0;
     mid_request.stream.write_all(&raw_header(1, 3, 64, 64)).unwrap();
-    thread::sleep(Duration::from_millis(100));
+    // All four are connected (the server accepted each), not just queued in the backlog.
+    for _ in 0..4 {
+        wait_for(&events, |e| matches!(e, ServerEvent::Accepted { .. }).then_some(()));
+    }
 
     let asked = Instant::now();
     handle.shutdown();
