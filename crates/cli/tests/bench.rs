@@ -24,6 +24,34 @@ fn tcptail() -> Command {
     Command::cargo_bin("tcptail").expect("tcptail binary")
 }
 
+/// Waits until process `pid` holds an established TCP socket (its benchmark connection: the
+/// Ctrl-C handler is installed before it connects), failing after 30 s.
+fn wait_until_connected(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|dir| {
+                dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+        let established = table.lines().skip(1).any(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            cols.len() > 9 && cols[3] == "01" && inodes.iter().any(|i| i == cols[9])
+        });
+        if established {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} never connected to its server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn run_json(args: &[&str]) -> Value {
     let _serial = one_at_a_time();
     let out = tcptail().args(args).arg("--json").output().expect("run tcptail");
@@ -283,7 +311,7 @@ fn interrupt_prints_the_partial_result() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_until_connected(child.id());
     let pid = child.id() as i32;
     StdCommand::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
     let out = child.wait_with_output().unwrap();
@@ -484,7 +512,7 @@ fn interrupt_during_the_warmup_stops_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_until_connected(child.id());
     let asked = Instant::now();
     StdCommand::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     let out = child.wait_with_output().unwrap();
