@@ -175,20 +175,32 @@ fn top_shows_the_state_and_json_is_not_truncated() {
     }
     // One more connection closed by the client first: its client end is in TIME_WAIT.
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
+    let (mut s, _) = l.accept().unwrap();
     drop(c);
-    std::thread::sleep(Duration::from_millis(50));
+    // The server end has seen the client's FIN (end of stream) before it closes in turn.
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0, "the client's FIN");
     drop(s);
-    std::thread::sleep(Duration::from_millis(100));
     let top = |args: &[&str]| {
         let out = Command::cargo_bin("tcptail").unwrap().arg("top").args(args).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let text = top(&["--once", "--all-states", "--dport", &port, "--limit", "0"]);
+    let count = |text: &str, state: &str| {
+        text.lines().filter(|l| l.contains(&format!(" {state} "))).count()
+    };
+    // The client end enters TIME_WAIT when the server's FIN arrives: wait for it to show.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = top(&["--once", "--all-states", "--dport", &port, "--limit", "0"]);
+        if count(&text, "TIME_WAIT") >= 1 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let header = text.lines().nth(1).unwrap();
     assert!(header.contains(" STATE "), "{text}");
-    let states = |state: &str| text.lines().filter(|l| l.contains(&format!(" {state} "))).count();
+    let states = |state: &str| count(&text, state);
     assert_eq!(states("ESTABLISHED"), 45, "{text}");
     assert_eq!(states("TIME_WAIT"), 1, "{text}");
     // --json lists every connection; the table says what it leaves out.
@@ -313,9 +325,11 @@ fn top_takes_single_keys_and_restores_the_terminal() {
             .spawn()
             .expect("script(1) (bsdutils) runs tcptail on a pty");
         let mut stdin = child.stdin.take().expect("piped");
-        std::thread::sleep(Duration::from_millis(800));
+        let output = Output::collect(child.stdout.take().expect("piped"));
+        // Keys go in once top shows a frame (its terminal is in raw mode by then).
+        output.wait_for("sorted by", Duration::from_secs(30), shell);
         stdin.write_all(b"r").unwrap();
-        std::thread::sleep(Duration::from_millis(500));
+        output.wait_for("sorted by Rtt", Duration::from_secs(30), shell);
         stdin.write_all(quit.as_bytes()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while child.try_wait().unwrap().is_none() {
@@ -325,13 +339,62 @@ fn top_takes_single_keys_and_restores_the_terminal() {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let mut out = String::new();
-        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        let out = output.finish();
         assert!(out.contains("sorted by Rtt"), "{shell}: the r key did not re-sort: {out}");
         // stty -a ran after tcptail on the same terminal: canonical mode and echo are back.
         let modes: Vec<&str> = out.split_whitespace().collect();
         let restored = ["icanon", "echo", "isig"].iter().all(|mode| modes.contains(mode));
         assert!(restored, "{shell}, {quit:?}: terminal modes not restored: {out}");
+    }
+}
+
+/// A child's output read as it comes, to wait for what it prints.
+struct Output {
+    text: Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Output {
+    fn collect(mut from: impl Read + Send + 'static) -> Output {
+        let text = Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Output { text, reader }
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.text.lock().unwrap().matches(needle).count()
+    }
+
+    /// Waits until `needle` has been printed `times` times, failing after `timeout`.
+    fn wait_for_n(&self, needle: &str, times: usize, timeout: Duration, what: &str) {
+        let deadline = Instant::now() + timeout;
+        while self.count(needle) < times {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {needle:?} not printed {times} times in {timeout:?}:\n{}",
+                self.text.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn wait_for(&self, needle: &str, timeout: Duration, what: &str) {
+        self.wait_for_n(needle, 1, timeout, what);
+    }
+
+    /// Everything, once the child closed its output.
+    fn finish(self) -> String {
+        self.reader.join().unwrap();
+        Arc::try_unwrap(self.text).unwrap().into_inner().unwrap()
     }
 }
 
@@ -581,13 +644,16 @@ fn top_live_view_refreshes() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let output = Output::collect(child.stdout.take().unwrap());
+    let frame = "tcptail top: 2 connections, sorted by Retrans";
+    output.wait_for(frame, Duration::from_secs(30), "top");
+    // Three frames at the 100 ms interval, however long the start took on a loaded host.
+    output.wait_for_n(frame, 3, Duration::from_secs(30), "top");
     child.kill().unwrap();
-    let mut text = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut text).unwrap();
     let _ = child.wait();
-    let frames = text.matches("tcptail top: 2 connections, sorted by Retrans").count();
-    assert!(frames >= 3, "{frames} frames in 700 ms:\n{text}");
+    let text = output.finish();
+    let frames = text.matches(frame).count();
+    assert!(frames >= 3, "{frames} frames:\n{text}");
 }
 
 #[test]
