@@ -44,13 +44,31 @@ struct Rig {
     handle: EmulatorHandle,
     client: UnixDatagram,
     server: UnixDatagram,
+    /// A second descriptor of the emulator's end of the client device: what it holds is
+    /// what the emulator has not read yet.
+    client_dev: UnixDatagram,
+}
+
+impl Rig {
+    /// Waits until the emulator has read every packet the client sent, failing after 10 s.
+    fn wait_until_read(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rustix::io::ioctl_fionread(&self.client_dev).expect("FIONREAD") > 0 {
+            assert!(Instant::now() < deadline, "the emulator did not read the client's packets");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 fn rig(spec: PathSpec, options: EmulatorOptions) -> Rig {
-    let (emu_c, client) = device("client-dev");
+    let (emu_c, client) = UnixDatagram::pair().expect("socketpair");
+    let client_dev = emu_c.try_clone().expect("dup");
+    emu_c.set_nonblocking(true).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let emu_c = Endpoint::new(OwnedFd::from(emu_c), "client-dev".to_owned(), false);
     let (emu_s, server) = device("server-dev");
     let handle = Emulator::start_on(emu_c, emu_s, spec, options).expect("start");
-    Rig { handle, client, server }
+    Rig { handle, client, server, client_dev }
 }
 
 /// A packet carrying its sequence number.
@@ -144,7 +162,9 @@ fn busy_output_delays_packets_but_never_drops_or_reorders() {
     for i in 0..n {
         r.client.send(&packet(i, 300)).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(50));
+    // Nothing is read on the server side until the emulator has taken every packet: it then
+    // holds more than the output takes.
+    r.wait_until_read();
     let mut buf = [0u8; 2048];
     for i in 0..n {
         let len = r.server.recv(&mut buf).unwrap();
@@ -179,7 +199,7 @@ fn stop_is_prompt_with_packets_in_flight() {
     for i in 0..5 {
         r.client.send(&packet(i, 100)).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(20));
+    r.wait_until_read();
     let t = Instant::now();
     let report = r.handle.stop();
     // Prompt means not waiting for the held packets' 10 s delay: half of it as the bound, so
@@ -340,6 +360,7 @@ mod offload {
 
     fn vnet_rig(rate: u64) -> Rig {
         let (emu_c, client) = UnixDatagram::pair().expect("socketpair");
+        let client_dev = emu_c.try_clone().expect("dup");
         let (emu_s, server) = UnixDatagram::pair().expect("socketpair");
         for s in [&emu_c, &emu_s] {
             s.set_nonblocking(true).unwrap();
@@ -352,7 +373,7 @@ mod offload {
         let mut spec = path(0, 0);
         spec.up.rate = Rate::Constant(BitRate(rate));
         let handle = Emulator::start_on(c, s, spec, EmulatorOptions::default()).expect("start");
-        Rig { handle, client, server }
+        Rig { handle, client, server, client_dev }
     }
 
     fn segments() -> Vec<Vec<u8>> {
