@@ -49,6 +49,9 @@ fn symmetric(rate: u64, delay: Duration, queue: u64) -> PathSpec {
 /// A TUN topology with the emulator running on it. Fields drop in order: the emulator stops
 /// (closing the TUN descriptors) before the namespaces are deleted.
 struct Lab {
+    /// A second descriptor of the client TUN device, to see whether the emulator has read
+    /// what was sent into it; dropped before the emulator stops (it would keep the device).
+    client_tun: Option<std::os::fd::OwnedFd>,
     emu: Option<EmulatorHandle>,
     topo: Topology,
     _cleanup: Cleanup,
@@ -64,12 +67,31 @@ impl Lab {
             .build(&cleanup)
             .expect("build the TUN topology");
         let tun = topo.take_tun().expect("a tun_pair topology has TUN devices");
+        let client_tun = std::os::fd::AsFd::as_fd(&tun.client).try_clone_to_owned().ok();
         let emu = Emulator::start(tun, spec, options).expect("start the emulator");
-        Lab { emu: Some(emu), topo, _cleanup: cleanup }
+        Lab { client_tun, emu: Some(emu), topo, _cleanup: cleanup }
     }
 
     fn stop(&mut self) -> EmulatorReport {
+        self.client_tun = None;
         self.emu.take().expect("running").stop()
+    }
+
+    /// Waits until the emulator has read every packet queued on the client TUN device (it
+    /// polls readable while one is), failing after 10 s.
+    fn wait_until_read(&self) {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let fd = self.client_tun.as_ref().expect("the client TUN descriptor");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+            if poll(&mut fds, Some(&zero)).expect("poll the TUN device") == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the emulator did not read the client's packets");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// A TCP listener on the server's address, created inside the server namespace.
@@ -428,7 +450,7 @@ fn stop_is_prompt_and_removes_the_tun_devices() {
     for _ in 0..5 {
         sender.send_to(&[1u8; 100], (SERVER_ADDR, 9)).expect("send");
     }
-    std::thread::sleep(Duration::from_millis(50));
+    lab.wait_until_read();
     let t = Instant::now();
     let report = lab.stop();
     // Prompt means not waiting for the held packets' delay: the bound is half of it, so
