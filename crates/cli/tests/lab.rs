@@ -201,8 +201,46 @@ fn wait_for_namespaces(guard: &mut Guard, count: usize) -> Vec<String> {
     });
     assert!(ok, "the lab's namespaces did not appear: {:?}", namespaces_of(pid));
     // Setup is done once the banner is out; the namespaces exist before that.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_banner(guard);
     namespaces_of(pid)
+}
+
+/// Waits until the run printed its banner (`lab: client ...`, printed once setup is done),
+/// failing after 30 s. Its stderr stays readable for [`finish`]: the lines are passed on
+/// through a socket that replaces the child's stderr handle.
+fn wait_for_banner(guard: &mut Guard) {
+    use std::io::{BufRead, BufReader, Write};
+    let err = guard.child.stderr.take().expect("piped");
+    let (mut pass_on, keep) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(err);
+        let mut line = Vec::new();
+        let mut told = false;
+        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            let _ = pass_on.write_all(&line);
+            if !told && line.starts_with(b"lab: client ") {
+                told = true;
+                let _ = tx.send(());
+            }
+            line.clear();
+        }
+    });
+    guard.child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(keep)));
+    rx.recv_timeout(Duration::from_secs(30)).expect("the lab never printed its banner");
+}
+
+/// Whether process `pid` has a child whose command line starts with `program`.
+fn has_child(pid: u32, program: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+    dir.filter_map(Result::ok).any(|e| {
+        let path = e.path();
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // "pid (comm) state ppid ...": the comm may hold spaces, so read after the last ')'.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        let cmd = std::fs::read(path.join("cmdline")).unwrap_or_default();
+        ppid == Some(pid.to_string().as_str()) && cmd.starts_with(program.as_bytes())
+    })
 }
 
 #[test]
@@ -287,7 +325,9 @@ fn sigint_belongs_to_an_interactive_command() {
         });
         assert!(found, "the lab did not start under script");
         let pid = lab_pid.expect("found");
-        std::thread::sleep(Duration::from_millis(500));
+        // Setup is over once the interactive command runs.
+        let running = eventually(Duration::from_secs(30), || has_child(pid, "sh\0-c"));
+        assert!(running, "SIG{signal}: the lab's command never started");
         let sent = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
         assert!(sent.expect("kill").success());
         let exited = eventually(Duration::from_secs(15), || {
