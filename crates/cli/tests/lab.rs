@@ -201,33 +201,8 @@ fn wait_for_namespaces(guard: &mut Guard, count: usize) -> Vec<String> {
     });
     assert!(ok, "the lab's namespaces did not appear: {:?}", namespaces_of(pid));
     // Setup is done once the banner is out; the namespaces exist before that.
-    wait_for_banner(guard);
+    common::wait_for_stderr(guard, "lab: client ");
     namespaces_of(pid)
-}
-
-/// Waits until the run printed its banner (`lab: client ...`, printed once setup is done),
-/// failing after 30 s. Its stderr stays readable for [`finish`]: the lines are passed on
-/// through a socket that replaces the child's stderr handle.
-fn wait_for_banner(guard: &mut Guard) {
-    use std::io::{BufRead, BufReader, Write};
-    let err = guard.child.stderr.take().expect("piped");
-    let (mut pass_on, keep) = std::os::unix::net::UnixStream::pair().expect("socketpair");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(err);
-        let mut line = Vec::new();
-        let mut told = false;
-        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-            let _ = pass_on.write_all(&line);
-            if !told && line.starts_with(b"lab: client ") {
-                told = true;
-                let _ = tx.send(());
-            }
-            line.clear();
-        }
-    });
-    guard.child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(keep)));
-    rx.recv_timeout(Duration::from_secs(30)).expect("the lab never printed its banner");
 }
 
 /// Whether process `pid` has a child whose command line starts with `program`.

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-use common::{run, tcptail, text};
+use common::{finish, run, spawn, tcptail, text, wait_for_stderr};
 
 #[test]
 fn records_a_transfer_and_shows_its_timeline_and_csv() {
@@ -17,25 +17,21 @@ fn records_a_transfer_and_shows_its_timeline_and_csv() {
     let file = dir.path().join("rec");
     let file_s = file.to_str().unwrap().to_owned();
     let port_s = port.to_string();
-    let recorder = std::thread::spawn(move || {
-        run(
-            &[
-                "record",
-                "--out",
-                &file_s,
-                "--interval",
-                "10ms",
-                "--duration",
-                "1500ms",
-                "--block-every",
-                "100ms",
-                "--dport",
-                &port_s,
-            ],
-            Duration::from_secs(30),
-        )
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut recorder = spawn(&[
+        "record",
+        "--out",
+        &file_s,
+        "--interval",
+        "10ms",
+        "--duration",
+        "1500ms",
+        "--block-every",
+        "100ms",
+        "--dport",
+        &port_s,
+    ]);
+    // Polling (and listening for closes) once it says so.
+    wait_for_stderr(&mut recorder, "tcptail record: polling every");
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     let local = client.local_addr().unwrap();
@@ -48,7 +44,7 @@ fn records_a_transfer_and_shows_its_timeline_and_csv() {
         client.write_all(&[0u8; 100_000]).unwrap();
         std::thread::sleep(Duration::from_millis(20));
     }
-    let done = recorder.join().unwrap();
+    let done = finish(recorder, Duration::from_secs(30));
     drop(client);
     assert_eq!(reader.join().unwrap(), 2_000_000);
     assert!(done.status.success(), "{}", done.stderr);
@@ -183,23 +179,19 @@ fn closes_are_summarised_once_per_end_and_exported() {
     let file = dir.path().join("rec");
     let file_s = file.to_str().unwrap().to_owned();
     let port_s = port.to_string();
-    let recorder = std::thread::spawn(move || {
-        run(
-            &[
-                "record",
-                "--out",
-                &file_s,
-                "--interval",
-                "10ms",
-                "--duration",
-                "1200ms",
-                "--port",
-                &port_s,
-            ],
-            Duration::from_secs(30),
-        )
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut recorder = spawn(&[
+        "record",
+        "--out",
+        &file_s,
+        "--interval",
+        "10ms",
+        "--duration",
+        "1200ms",
+        "--port",
+        &port_s,
+    ]);
+    // Polling (and listening for closes) once it says so.
+    wait_for_stderr(&mut recorder, "tcptail record: polling every");
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     client.write_all(&[1u8; 300_000]).unwrap();
@@ -208,7 +200,7 @@ fn closes_are_summarised_once_per_end_and_exported() {
     std::thread::sleep(Duration::from_millis(200));
     drop(client);
     drop(server);
-    let done = recorder.join().unwrap();
+    let done = finish(recorder, Duration::from_secs(30));
     assert!(done.status.success(), "{}", done.stderr);
     assert!(done.stderr.contains("2 closes summarised"), "{}", done.stderr);
 

@@ -168,3 +168,30 @@ pub fn finish(mut guard: Guard, timeout: Duration) -> Finished {
 pub fn run(args: &[&str], timeout: Duration) -> Finished {
     finish(spawn(args), timeout)
 }
+
+/// Waits until the run printed a stderr line starting with `prefix` (e.g. the lab's banner,
+/// printed once setup is done), failing after 30 s. Its stderr stays readable for [`finish`]:
+/// the lines are passed on through a socket that replaces the child's stderr handle.
+pub fn wait_for_stderr(guard: &mut Guard, prefix: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let err = guard.child.stderr.take().expect("piped");
+    let (mut pass_on, keep) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wanted = prefix.as_bytes().to_vec();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(err);
+        let mut line = Vec::new();
+        let mut told = false;
+        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            let _ = pass_on.write_all(&line);
+            if !told && line.starts_with(&wanted) {
+                told = true;
+                let _ = tx.send(());
+            }
+            line.clear();
+        }
+    });
+    guard.child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(keep)));
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("no stderr line starting with {prefix:?} within 30 s"));
+}
