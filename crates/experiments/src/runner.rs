@@ -11,7 +11,9 @@
 //!
 //! Interleaving: round `r` runs every variant once, starting at variant `r mod n`, so slow
 //! drift of the machine (thermal, a noisy neighbour) hits every variant alike and no variant
-//! always runs first after a path was torn down.
+//! always runs first after a path was torn down. An engine with a joint plan
+//! ([`crate::workload::JointPlan`]) runs every variant at once instead, one step per round;
+//! each replica it returns for a variant is folded like a round of its own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +27,7 @@ use tcptail_report::{
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::spec::{Experiment, RunMode, SpecError, VariantSpec};
 use crate::verdict::{self, FindingRule, Rule, RuleError};
-use crate::workload::{self, VariantPlan};
+use crate::workload::{self, JointPlan, VariantPlan};
 
 /// One experiment, checked: every variant planned, every rule compiled.
 pub struct Prepared {
@@ -35,6 +37,8 @@ pub struct Prepared {
     rules: Vec<Rule>,
     findings: Vec<FindingRule>,
     rounds: usize,
+    /// Every variant at once, for engines that run them together.
+    joint: Option<Box<dyn JointPlan>>,
 }
 
 struct PreparedVariant {
@@ -62,6 +66,7 @@ impl Prepared {
             ),
         })?;
         let mut variants = Vec::new();
+        let mut all_params = Vec::new();
         for spec in experiment.variants_in(mode) {
             let params = experiment.params_for(spec, mode);
             let plan = workload::plan(engine, &params)
@@ -70,7 +75,13 @@ impl Prepared {
             config.insert("label".into(), spec.label.clone().into());
             config.insert("setup".into(), plan.describe().into());
             variants.push(PreparedVariant { spec: spec.clone(), plan, config });
+            all_params.push(params);
         }
+        let named: Vec<(&str, &crate::params::Params)> =
+            variants.iter().map(|v| v.spec.name.as_str()).zip(&all_params).collect();
+        let joint = engine.joint(&named).map_err(|(i, e)| {
+            experiment.param_error(&variants[i].spec, mode, &e.key, &e.problem)
+        })?;
         if variants.is_empty() {
             return Err(SpecError {
                 file: experiment.file.clone(),
@@ -101,12 +112,13 @@ impl Prepared {
             .map(|spec| FindingRule::compile(spec, &names).map_err(at_line(spec.line)))
             .collect::<Result<Vec<_>, _>>()?;
         let rounds = rounds.unwrap_or(experiment.mode(mode).rounds).max(1);
-        Ok(Prepared { experiment, variants, rules, findings, rounds })
+        Ok(Prepared { experiment, variants, rules, findings, rounds, joint })
     }
 
-    /// Rounds times variants: the number of steps this experiment takes.
+    /// Rounds times variants (rounds alone when the variants run together): the number of
+    /// steps this experiment takes.
     pub fn steps(&self) -> usize {
-        self.rounds * self.variants.len()
+        if self.joint.is_some() { self.rounds } else { self.rounds * self.variants.len() }
     }
 
     /// Rounds this experiment runs.
@@ -263,6 +275,26 @@ fn run_experiment(
     let mut completed_rounds = 0;
     let mut interrupted = false;
     'rounds: for round in 0..prepared.rounds {
+        if let Some(joint) = &prepared.joint {
+            if stop_requested() {
+                interrupted = true;
+                break 'rounds;
+            }
+            if run_joint_round(
+                prepared,
+                joint.as_ref(),
+                round,
+                &mut rounds,
+                options,
+                observer,
+                stop_requested,
+            ) {
+                interrupted = true;
+                break 'rounds;
+            }
+            completed_rounds = round + 1;
+            continue;
+        }
         for k in 0..n {
             let index = (round + k) % n;
             let variant = &prepared.variants[index];
@@ -410,11 +442,16 @@ fn run_experiment(
         prepared.findings.iter().map(|f| f.evaluate(&variants.as_slice())).collect()
     };
     let setup = format!(
-        "{} variant{} x {} round{}, interleaved (each round starts one variant later); {}",
+        "{} variant{} x {} round{}, {}; {}",
         n,
         if n == 1 { "" } else { "s" },
         prepared.rounds,
         if prepared.rounds == 1 { "" } else { "s" },
+        if prepared.joint.is_some() {
+            "every variant at once on one path per round"
+        } else {
+            "interleaved (each round starts one variant later)"
+        },
         common_setup(prepared),
     );
     let result = ExperimentResult {
@@ -442,6 +479,103 @@ fn run_experiment(
         decidability: experiment.decidability.clone(),
     };
     (result, interrupted)
+}
+
+/// The name a joint round goes by in progress lines.
+pub const JOINT_STEP: &str = "all variants";
+
+/// One joint round: every variant at once; each replica is checked and filed like a round of
+/// its own. Returns true when the run was interrupted.
+fn run_joint_round(
+    prepared: &Prepared,
+    joint: &dyn JointPlan,
+    round: usize,
+    rounds: &mut [Rounds],
+    options: &RunOptions,
+    observer: &dyn Observer,
+    stop_requested: &(dyn Fn() -> bool + Sync),
+) -> bool {
+    let experiment = &prepared.experiment;
+    let scratch = options.out.join("rounds").join(&experiment.name).join(format!("joint-r{round}"));
+    observer.step_started(JOINT_STEP, round, prepared.rounds);
+    let outcome = std::fs::create_dir_all(&scratch)
+        .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
+        .and_then(|()| {
+            let ctx = RoundContext {
+                round,
+                seed: round_seed(options.seed, &experiment.name, JOINT_STEP, round),
+                scratch: &scratch,
+                stop_requested,
+                progress: &|f| observer.step_progress(f),
+            };
+            isolated(|| joint.run(&ctx))
+        })
+        .and_then(|per_variant| {
+            if per_variant.len() == prepared.variants.len()
+                && per_variant.iter().all(|m| !m.is_empty())
+            {
+                Ok(per_variant)
+            } else {
+                Err(RunError::failed("the joint round", "returned no measurement for some variant"))
+            }
+        });
+    let _ = std::fs::remove_dir(&scratch);
+    observer.step_finished(JOINT_STEP, round, outcome.as_ref().err());
+    match outcome {
+        Ok(per_variant) => {
+            let zipped = prepared.variants.iter().zip(rounds).zip(per_variant).enumerate();
+            for (v, ((variant, r), replicas)) in zipped {
+                let count = replicas.len();
+                let mut problems = Vec::new();
+                for (i, mut m) in replicas.into_iter().enumerate() {
+                    // One path carried them all: its lateness is checked on every replica but
+                    // kept once per variant (the variant's column) and counted as one path.
+                    let checked = unfaithful_path(&m, experiment.lateness_tolerance);
+                    if i > 0 {
+                        m.lateness = None;
+                    } else if let (true, Some(l)) = (v > 0, m.lateness.as_mut()) {
+                        (l.paths, l.flagged_paths) = (0, 0);
+                    }
+                    match declared_metrics_present(variant.plan.as_ref(), m) {
+                        Ok(m) => match checked {
+                            None => r.measurements.push(m),
+                            Some(why) => {
+                                problems.push(format!("replica {}: {why}", i + 1));
+                                r.excluded.push(m);
+                            }
+                        },
+                        Err(e) => {
+                            problems.push(format!("replica {}: {e}", i + 1));
+                            r.errors.push(format!("round {} replica {}: {e}", round + 1, i + 1));
+                        }
+                    }
+                }
+                r.records.push(if problems.is_empty() {
+                    faithful(round)
+                } else {
+                    excluded(
+                        round,
+                        format!("{} of {count} replicas: {}", problems.len(), problems.join("; ")),
+                    )
+                });
+            }
+            false
+        }
+        Err(RunError::Interrupted) => true,
+        Err(RunError::NotApplicable(why)) => {
+            for r in rounds {
+                r.not_applicable = Some(why.clone());
+            }
+            false
+        }
+        Err(e) => {
+            for r in rounds {
+                r.records.push(excluded(round, format!("the workload failed: {e}")));
+                r.errors.push(format!("round {}: {e}", round + 1));
+            }
+            false
+        }
+    }
 }
 
 /// The variants among `missing` references (`variant.metric`) that ran rounds but had none
@@ -505,10 +639,15 @@ fn declared_metrics_present(
 /// change its scheduling, and none of that may leak into the next variant's round. A panic
 /// becomes that round's error instead of ending the run.
 fn run_isolated(plan: &dyn VariantPlan, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+    isolated(|| plan.run(ctx))
+}
+
+/// Runs `round` on a thread of its own (see [`run_isolated`]).
+fn isolated<T: Send>(round: impl FnOnce() -> Result<T, RunError> + Send) -> Result<T, RunError> {
     std::thread::scope(|scope| {
         let round = std::thread::Builder::new()
             .name("tcptail-round".into())
-            .spawn_scoped(scope, || plan.run(ctx))
+            .spawn_scoped(scope, round)
             .map_err(|e| RunError::io("start the round's thread", e))?;
         round.join().unwrap_or_else(|panic| {
             let message = panic

@@ -246,6 +246,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("rwin-limited", include_str!("../../../experiments/rwin-limited.toml")),
     ("ecn", include_str!("../../../experiments/ecn.toml")),
     ("reconnect-storm", include_str!("../../../experiments/reconnect-storm.toml")),
+    ("keepalive", include_str!("../../../experiments/keepalive.toml")),
 ];
 
 struct Source<'a> {

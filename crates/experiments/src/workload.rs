@@ -10,6 +10,11 @@
 //! Metric names end in their unit (see [`tcptail_report::results::unit_of`]); series are
 //! built with [`tcptail_report::Series::cdf`] and [`tcptail_report::Series::time`]. What a round
 //! sees and returns ([`RoundContext`], [`Measurement`], [`RunError`]) lives in [`crate::round`].
+//!
+//! Joint rounds: an engine whose variants must share one path and its events (several
+//! connections through one blackhole) returns a [`JointPlan`] from [`Workload::joint`]; the
+//! runner then runs one joint round per round instead of one round per variant, and each
+//! variant gets one measurement per independent replica (e.g. one per connection).
 
 use crate::params::{ParamError, Params};
 use crate::round::{Measurement, RoundContext, RunError};
@@ -19,6 +24,7 @@ pub mod bulk;
 pub mod ecn;
 pub mod flows;
 pub mod idle;
+pub mod keepalive;
 pub mod ladder;
 pub mod rr;
 pub mod sendq;
@@ -43,6 +49,14 @@ pub trait VariantPlan: Send + Sync {
     }
 }
 
+/// Every variant of an experiment run together, in one round on one path.
+pub trait JointPlan: Send + Sync {
+    /// Runs one round of every variant at once; returns, per variant in the order given to
+    /// [`Workload::joint`], its measurements: one per independent replica (at least one), each
+    /// folded like a round of its own. Removes everything it created before returning.
+    fn run(&self, ctx: &RoundContext<'_>) -> Result<Vec<Vec<Measurement>>, RunError>;
+}
+
 /// A workload engine.
 pub trait Workload: Sync {
     /// The name experiment files use.
@@ -51,10 +65,20 @@ pub trait Workload: Sync {
     /// Checks a variant's parameters (reading a key marks it known; keys nobody reads are
     /// reported as unknown by the caller).
     fn plan(&self, params: &Params) -> Result<Box<dyn VariantPlan>, ParamError>;
+
+    /// For an engine whose variants run together (see the [module docs](self)): the joint plan
+    /// of every variant the mode runs (name and parameters, in file order), or the index of
+    /// the variant at fault and its error. `None`, the default, runs each variant on its own.
+    fn joint(
+        &self,
+        _variants: &[(&str, &Params)],
+    ) -> Result<Option<Box<dyn JointPlan>>, (usize, ParamError)> {
+        Ok(None)
+    }
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 9] {
+pub fn all() -> [&'static dyn Workload; 10] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -65,6 +89,7 @@ pub fn all() -> [&'static dyn Workload; 9] {
         &bloat::Bloat,
         &ecn::Ecn,
         &storm::ReconnectStorm,
+        &keepalive::KeepaliveEngine,
     ]
 }
 

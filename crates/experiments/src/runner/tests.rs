@@ -113,6 +113,7 @@ fn prepared(p50: [f64; 3], fail: Option<(&str, usize)>, log: &Log) -> Prepared {
         variants,
         rules,
         findings: Vec::new(),
+        joint: None,
     }
 }
 
@@ -522,4 +523,81 @@ fn percentiles_the_samples_cannot_support_are_not_measurable() {
         "{:?}",
         v.notes
     );
+}
+
+/// Every variant at once: replicas per variant, one lateness per path, a replica without a
+/// declared metric recorded against its round.
+struct JointFake {
+    runs: Arc<AtomicUsize>,
+}
+
+impl JointPlan for JointFake {
+    fn run(&self, ctx: &RoundContext<'_>) -> Result<Vec<Vec<Measurement>>, RunError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let late = Lateness {
+            worst_p99_us: 100.0,
+            max_us: 200.0,
+            bound_us: 500.0,
+            flagged_paths: 0,
+            paths: 1,
+        };
+        let replica = |p50: f64| {
+            let mut m = Measurement { lateness: Some(late), ..Measurement::default() };
+            m.metric("p50_us", p50 + ctx.round as f64);
+            m
+        };
+        let mut c = vec![replica(1.0), Measurement::default()];
+        c[1].lateness = Some(late);
+        Ok(vec![
+            vec![replica(10.0), replica(11.0), replica(12.0)],
+            vec![replica(1.0), replica(2.0), replica(3.0)],
+            c,
+        ])
+    }
+}
+
+/// A fake plan declaring `p50_us` (so a replica without it fails).
+struct Declares;
+
+impl VariantPlan for Declares {
+    fn run(&self, _: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        unreachable!("joint experiments run through their joint plan")
+    }
+    fn describe(&self) -> String {
+        "joint path".into()
+    }
+    fn metrics(&self) -> Vec<String> {
+        vec!["p50_us".into()]
+    }
+}
+
+#[test]
+fn a_joint_round_runs_every_variant_once_and_folds_its_replicas() {
+    let log = Log::default();
+    let mut p = prepared([0.0; 3], None, &log);
+    for v in &mut p.variants {
+        v.plan = Box::new(Declares);
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    p.joint = Some(Box::new(JointFake { runs: Arc::clone(&runs) }));
+    assert_eq!(p.steps(), 3, "one step per round");
+    let dir = tempfile::tempdir().unwrap();
+    let results = run(&[p], &options(dir.path()), &Silent, &|| false).unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert!(log.lock().unwrap().is_empty(), "no variant ran on its own");
+    let e = &results.experiments[0];
+    // Three replicas per round, three rounds: nine values; rank tests read all of them.
+    assert_eq!(e.variants[0].metrics["p50_us"].values.len(), 9);
+    assert_eq!(e.verdict, Verdict::Reproduced);
+    assert!(e.verdict_reason.contains("rank test over 9 and 9"), "{}", e.verdict_reason);
+    // One path per round, whatever the replicas.
+    assert_eq!(e.lateness.expect("merged").paths, 3);
+    // c's second replica lacks p50_us: its round is listed as excluded, with the reason.
+    let c = &e.variants[2];
+    assert_eq!(c.rounds.len(), 3);
+    assert!(c.rounds.iter().all(|r| !r.faithful), "{:?}", c.rounds);
+    let why = c.rounds[0].excluded_reason.as_deref().unwrap_or("");
+    assert!(why.contains("1 of 2 replicas") && why.contains("p50_us"), "{why}");
+    assert_eq!(c.metrics["p50_us"].values.len(), 3);
+    assert!(e.setup.contains("every variant at once"), "{}", e.setup);
 }

@@ -568,3 +568,49 @@ fn ecn_marks_without_a_response_are_partly() {
     let d = decide(&rules, &run(1.7, 47.5));
     assert_eq!(d.verdict, Verdict::NotReproduced, "{}", d.reason);
 }
+
+/// keepalive: the seed's 10/5/3 gives 25 s; a detection within the measured resolution
+/// (floor 24.95 s, bound 26.1 s) over four connections is `reproduced`, a connection that
+/// never notices in the seed's time (the kernel's 7875 s) is `not-reproduced`, two connections
+/// straddling the bounds are `inconclusive`, and smoke's scaled values cannot judge the seed.
+#[test]
+fn keepalive_judges_the_seeds_25_s_within_the_resolution() {
+    let (_, rules) = builtin("keepalive");
+    let with = |detect: &[f64], expected: f64| {
+        let n = detect.len();
+        let metric = |values: Vec<f64>| {
+            let mut sorted = values.clone();
+            sorted.sort_by(f64::total_cmp);
+            Metric {
+                median: sorted[n / 2],
+                min: sorted[0],
+                max: sorted[n - 1],
+                values,
+                unit: "s".into(),
+                ci: None,
+                confidence: None,
+            }
+        };
+        let mut v = result("seed_socket", &[]);
+        for (name, values) in [
+            ("detect_s", detect.to_vec()),
+            ("expected_s", vec![expected; n]),
+            ("floor_s", vec![expected - 0.05; n]),
+            ("bound_s", vec![expected + 1.1; n]),
+        ] {
+            v.metrics.insert(name.into(), metric(values));
+        }
+        vec![v]
+    };
+    let d = decide(&rules, &with(&[25.42, 25.47, 25.51, 25.45], 25.0));
+    assert_eq!(d.verdict, Verdict::Reproduced, "{} ({})", d.reason, d.rule);
+    assert!(d.reason.contains("25.5 s after the last packet"), "{}", d.reason);
+    let d = decide(&rules, &with(&[7875.2, 7875.6, 7875.9, 7875.4], 25.0));
+    assert_eq!(d.verdict, Verdict::NotReproduced, "{} ({})", d.reason, d.rule);
+    let d = decide(&rules, &with(&[24.9, 26.2], 25.0));
+    assert_eq!(d.verdict, Verdict::Inconclusive, "{} ({})", d.reason, d.rule);
+    assert!(d.reason.contains("cannot be decided at 95 % confidence"), "{}", d.reason);
+    let d = decide(&rules, &with(&[5.08, 5.08], 5.0));
+    assert_eq!(d.verdict, Verdict::Inconclusive, "{} ({})", d.reason, d.rule);
+    assert!(d.reason.contains("judged in quick and full modes"), "{}", d.reason);
+}
