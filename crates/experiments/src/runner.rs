@@ -498,6 +498,7 @@ fn run_joint_round(
     let experiment = &prepared.experiment;
     let scratch = options.out.join("rounds").join(&experiment.name).join(format!("joint-r{round}"));
     observer.step_started(JOINT_STEP, round, prepared.rounds);
+    let path_events = std::sync::Mutex::default();
     let outcome = std::fs::create_dir_all(&scratch)
         .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
         .and_then(|()| {
@@ -507,6 +508,7 @@ fn run_joint_round(
                 scratch: &scratch,
                 stop_requested,
                 progress: &|f| observer.step_progress(f),
+                path_events: &path_events,
             };
             isolated(|| joint.run(&ctx))
         })
@@ -521,6 +523,26 @@ fn run_joint_round(
         });
     let _ = std::fs::remove_dir(&scratch);
     observer.step_finished(JOINT_STEP, round, outcome.as_ref().err());
+    let path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
+    let before: Vec<usize> = rounds.iter().map(|r| r.records.len()).collect();
+    let interrupted = file_joint_round(prepared, round, rounds, outcome);
+    // Every variant ran on the one path: each round record lists its events.
+    for (r, n) in rounds.iter_mut().zip(before) {
+        if let Some(record) = r.records.get_mut(n) {
+            record.path_events = path_events.clone();
+        }
+    }
+    interrupted
+}
+
+/// Files a joint round's outcome into every variant's rounds; true when it was interrupted.
+fn file_joint_round(
+    prepared: &Prepared,
+    round: usize,
+    rounds: &mut [Rounds],
+    outcome: Result<Vec<Vec<Measurement>>, RunError>,
+) -> bool {
+    let experiment = &prepared.experiment;
     match outcome {
         Ok(per_variant) => {
             let zipped = prepared.variants.iter().zip(rounds).zip(per_variant).enumerate();
