@@ -124,7 +124,10 @@ fn watch_closes(args: &ExporterArgs, selectors: &Selectors) -> Option<Arc<Mutex<
             let result = watcher.step(|c| {
                 shared.lock().unwrap_or_else(PoisonError::into_inner).observe(&c);
             });
-            shared.lock().unwrap_or_else(PoisonError::into_inner).lost = watcher.lost();
+            let mut metrics = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            metrics.lost = watcher.lost();
+            metrics.tracked = watcher.tracked() as u64;
+            drop(metrics);
             if let Err(e) = result
                 && !std::mem::replace(&mut warned, true)
             {

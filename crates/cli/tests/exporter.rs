@@ -673,7 +673,20 @@ fn closed_connections_feed_bounded_histograms() {
     long.write_all(&[1u8; 200_000]).unwrap();
     let mut got = vec![0u8; 200_000];
     long_peer.read_exact(&mut got).unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Both client ends are tracked by the close watcher (it dumps every second).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, body) = http_get(addr, "/metrics", "text/plain");
+        let tracked = body
+            .lines()
+            .find_map(|l| l.strip_prefix("tcptail_closed_tracked_connections "))
+            .and_then(|v| v.parse::<u64>().ok());
+        if tracked.is_some_and(|n| n >= 2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the close watcher never tracked both:\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(long);
     drop(long_peer);
     rustix::net::sockopt::set_socket_linger(&reset, Some(Duration::ZERO)).unwrap();

@@ -107,6 +107,8 @@ pub struct ClosedMetrics {
     by_cc: BTreeMap<String, PerCc>,
     /// Destroy notifications lost to a full socket buffer.
     pub lost: u64,
+    /// Connections the close watcher tracks (live selected ones and recently gone ones).
+    pub tracked: u64,
 }
 
 impl ClosedMetrics {
@@ -145,6 +147,12 @@ impl ClosedMetrics {
             Kind::Counter,
         );
         w.sample("tcptail_closed_notifications_lost", "_total", "", Num::int(self.lost));
+        w.header(
+            "tcptail_closed_tracked_connections",
+            "Connections the close watcher tracks: a close of one of them gets a lifetime.",
+            Kind::Gauge,
+        );
+        w.sample("tcptail_closed_tracked_connections", "", "", Num::int(self.tracked));
         for (i, (name, help, bounds, _)) in FAMILIES.iter().enumerate() {
             for (what, text) in [("# HELP ", *help), ("# TYPE ", "histogram")] {
                 w.out.push_str(what);
