@@ -247,6 +247,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("ecn", include_str!("../../../experiments/ecn.toml")),
     ("reconnect-storm", include_str!("../../../experiments/reconnect-storm.toml")),
     ("keepalive", include_str!("../../../experiments/keepalive.toml")),
+    ("rack", include_str!("../../../experiments/rack.toml")),
 ];
 
 struct Source<'a> {

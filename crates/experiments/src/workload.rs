@@ -28,6 +28,7 @@ pub mod keepalive;
 pub mod ladder;
 pub mod rr;
 pub mod sendq;
+pub mod short_flows;
 pub mod split_write;
 pub mod storm;
 #[cfg(test)]
@@ -78,7 +79,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 10] {
+pub fn all() -> [&'static dyn Workload; 11] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -90,6 +91,7 @@ pub fn all() -> [&'static dyn Workload; 10] {
         &ecn::Ecn,
         &storm::ReconnectStorm,
         &keepalive::KeepaliveEngine,
+        &short_flows::ShortFlows,
     ]
 }
 

@@ -342,7 +342,7 @@ type Case = (&'static str, &'static [(&'static str, &'static str, f64, f64, f64)
 
 /// Per built-in experiment: data that shows its claim (median, min, max over three rounds of
 /// the variants that differ; every other value is 100).
-const DIFFERENCES: [Case; 7] = [
+const DIFFERENCES: [Case; 8] = [
     (
         "trading-cc",
         &[("bbr_dc", "p99_us", 200.0, 190.0, 210.0), ("cubic_dc", "p99_us", 100.0, 95.0, 105.0)],
@@ -403,6 +403,13 @@ const DIFFERENCES: [Case; 7] = [
             ("bbr_plain", "rtt_p95_ms", 60.0, 58.0, 62.0),
             ("bbr_ecn_blackhole", "goodput_mbps", 1.7, 1.6, 1.8),
             ("bbr_plain_blackhole", "goodput_mbps", 48.0, 47.5, 48.5),
+        ],
+    ),
+    (
+        "rack",
+        &[
+            ("rack_tlp", "disorder_rto_per_1k", 1.0, 0.95, 1.05),
+            ("norack_tlp", "disorder_rto_per_1k", 10.0, 9.5, 10.5),
         ],
     ),
 ];
@@ -613,4 +620,33 @@ fn keepalive_judges_the_seeds_25_s_within_the_resolution() {
     let d = decide(&rules, &with(&[5.08, 5.08], 5.0));
     assert_eq!(d.verdict, Verdict::Inconclusive, "{} ({})", d.reason, d.rule);
     assert!(d.reason.contains("judged in quick and full modes"), "{}", d.reason);
+}
+
+/// `rack`: a kernel that cannot turn RACK off (Linux 6.17 and later: the RACK-off variants are
+/// not applicable, so they have no values) gives `not-applicable` with what RACK-TLP did; a
+/// reduction smaller than 80 % is `partly`; a path without Disorder-state timeouts even
+/// without RACK is `inconclusive`.
+#[test]
+fn rack_without_a_rack_off_kernel_is_not_applicable() {
+    let (_, rules) = builtin("rack");
+    let rack = [
+        ("disorder_rto_per_1k", 0.0),
+        ("disorder_rto_count", 0.0),
+        ("rto_per_1k", 2.0),
+        ("tlp_count", 20.0),
+        ("spurious_retrans_pct", 40.0),
+        ("fct_p99_ms", 380.0),
+    ];
+    let d = decide(&rules, &results(&[("rack_tlp", &rack), ("rack_notlp", &rack)]));
+    assert_eq!(d.verdict, Verdict::NotApplicable, "{}", d.reason);
+    assert!(d.reason.starts_with("This kernel cannot turn RACK off"), "{}", d.reason);
+    assert!(d.reason.contains("20 tail loss probes"), "{}", d.reason);
+    let run = |rack: f64, norack: f64, norack_count: f64| {
+        let r = [("disorder_rto_per_1k", rack), ("disorder_rto_count", rack)];
+        let n = [("disorder_rto_per_1k", norack), ("disorder_rto_count", norack_count)];
+        decide(&rules, &results(&[("rack_tlp", &r), ("norack_tlp", &n)]))
+    };
+    assert_eq!(run(5.0, 10.0, 10.0).verdict, Verdict::Partly);
+    assert_eq!(run(1.0, 10.0, 10.0).verdict, Verdict::Reproduced);
+    assert_eq!(run(0.0, 0.0, 0.0).verdict, Verdict::Inconclusive);
 }
