@@ -32,11 +32,12 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
         return crate::engine::uring::client::run_raw(config, control);
     }
     let n = config.connections;
-    let barrier = Arc::new(Barrier::new(n));
+    let barrier = Arc::new(Barrier::new(config.thread_count()));
     let start: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     // Blocking receives (closed loop without spinning) wait without a kernel timer; the
     // watchdog enforces their response timeout and the stop grace (see `watchdog`).
-    let blocking = !config.spin && matches!(config.load, Load::Closed);
+    let blocking =
+        !config.spin && matches!(config.load, Load::Closed) && config.one_thread_per_connection();
     let tick = Watchdog::tick_for(config.response_timeout, connection::POLL_SLICE);
     let watchdog = Watchdog::new(tick);
     let outcomes: Vec<Result<RawRun, BenchError>> = std::thread::scope(|scope| {
@@ -47,13 +48,15 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
                 .spawn_scoped(scope, || watchdog.run(&|| control.stopped(), STOP_GRACE))
                 .expect("spawning the watchdog thread");
         }
-        let handles: Vec<_> = (0..n)
-            .map(|index| {
+        let threads = config.thread_count();
+        let per_connection = config.one_thread_per_connection();
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
                 let barrier = Arc::clone(&barrier);
                 let start = Arc::clone(&start);
                 let watchdog = &watchdog;
                 std::thread::Builder::new()
-                    .name(format!("tcptail-client-{index}"))
+                    .name(format!("tcptail-client-{thread}"))
                     .spawn_scoped(scope, move || {
                         let shared = connection::Shared {
                             control,
@@ -61,7 +64,12 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
                             start: &start,
                             watchdog,
                         };
-                        connection::run_connection(config, index, &shared)
+                        if per_connection {
+                            connection::run_connection(config, thread, &shared)
+                        } else {
+                            let indices: Vec<usize> = (thread..n).step_by(threads).collect();
+                            connection::event_loop::run_thread(config, &indices, &shared)
+                        }
                     })
                     .expect("spawning a client thread")
             })
@@ -105,6 +113,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         latency_us: raw.latency.summary(),
         service_us: open.then(|| raw.service.summary()).flatten(),
         send_lateness_us: open.then(|| raw.send_lateness.summary()).flatten(),
+        connect_us: raw.connect.summary(),
         histogram: raw.latency.buckets(10),
         requests: raw.requests,
         sent: raw.sent,

@@ -66,6 +66,34 @@ pub enum StopAfter {
     Count(u64),
 }
 
+/// What one transaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TxMode {
+    /// Request and response on a connection kept open for the whole run (netperf TCP_RR).
+    #[default]
+    Rr,
+    /// Connect, request, response, close, per transaction (neper's tcp_crr): the connect time
+    /// is reported apart from the request's latency.
+    Crr,
+}
+
+impl std::str::FromStr for TxMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "rr" => Ok(TxMode::Rr),
+            "crr" => Ok(TxMode::Crr),
+            other => Err(format!("{other:?}: expected rr or crr")),
+        }
+    }
+}
+
+/// Largest `--depth`: requests outstanding per connection.
+pub const MAX_DEPTH: u32 = 1024;
+/// Largest memory the pipelined requests of one connection may hold queued (depth x size).
+pub const MAX_PIPELINE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// A checked benchmark configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -83,8 +111,18 @@ pub struct BenchConfig {
     pub stop: StopAfter,
     /// Unmeasured warm-up before it.
     pub warmup: StopAfter,
-    /// Parallel connections, one thread each.
+    /// Parallel connections.
     pub connections: usize,
+    /// Client threads the connections are spread over (connection `i` on thread
+    /// `i % threads`); 0 means one per connection.
+    #[serde(default)]
+    pub threads: usize,
+    /// Requests outstanding per connection (closed loop; 1 = no pipelining).
+    #[serde(default = "one")]
+    pub depth: u32,
+    /// Request/response on long connections, or connect-request-response-close.
+    #[serde(default)]
+    pub mode: TxMode,
     /// Pin the client's threads to this CPU.
     pub client_cpu: Option<usize>,
     /// Ask the server to pin its connection threads to this CPU.
@@ -109,6 +147,10 @@ pub struct BenchConfig {
     pub engine: Engine,
 }
 
+fn one() -> u32 {
+    1
+}
+
 /// Default [`BenchConfig::response_timeout`]: longer than several retransmission timeouts
 /// back to back (200 ms, 400 ms, 800 ms, ...), so only a server that stopped answering hits it.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -125,6 +167,9 @@ impl BenchConfig {
             stop: StopAfter::Duration(Duration::from_secs(5)),
             warmup: StopAfter::Duration(Duration::from_millis(500)),
             connections: 1,
+            threads: 0,
+            depth: 1,
+            mode: TxMode::Rr,
             client_cpu: None,
             server_cpu: None,
             spin: false,
@@ -135,6 +180,18 @@ impl BenchConfig {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             engine: Engine::Default,
         }
+    }
+
+    /// Client threads in use: [`BenchConfig::threads`], or one per connection.
+    pub fn thread_count(&self) -> usize {
+        if self.threads == 0 { self.connections } else { self.threads.min(self.connections) }
+    }
+
+    /// Whether the run keeps the one-blocking-thread-per-connection loops (the floor's shape,
+    /// which one connection's numbers are measured with); anything else runs each thread's
+    /// connections on an event loop ([`crate::connection::event_loop`]).
+    pub fn one_thread_per_connection(&self) -> bool {
+        self.thread_count() == self.connections && self.depth == 1 && self.mode == TxMode::Rr
     }
 
     /// Checks the configuration before any socket is opened.
@@ -152,6 +209,18 @@ impl BenchConfig {
         }
         if self.connections == 0 || self.connections > 1024 {
             return Err(ConfigError::Connections(self.connections));
+        }
+        if self.threads > self.connections {
+            return Err(ConfigError::Threads(self.threads, self.connections));
+        }
+        if self.depth == 0 || self.depth > MAX_DEPTH {
+            return Err(ConfigError::Depth(self.depth));
+        }
+        if u64::from(self.depth) * u64::from(self.request_len) > MAX_PIPELINE_BYTES {
+            return Err(ConfigError::PipelineBytes(self.depth, self.request_len));
+        }
+        if self.depth > 1 && (matches!(self.load, Load::Open { .. }) || self.mode == TxMode::Crr) {
+            return Err(ConfigError::DepthWithout);
         }
         match self.stop {
             StopAfter::Duration(d) if d.is_zero() => return Err(ConfigError::EmptyRun),
@@ -174,6 +243,9 @@ impl BenchConfig {
                 ("--rate", matches!(self.load, Load::Open { .. })),
                 ("--attribute", self.attribute),
                 ("--samples", self.keep_samples),
+                ("--depth", self.depth > 1),
+                ("--mode crr", self.mode == TxMode::Crr),
+                ("--threads", self.threads > 1),
             ];
             if let Some((flag, _)) = unsupported.into_iter().find(|(_, on)| *on) {
                 return Err(ConfigError::EngineFlag { engine: self.engine.name(), flag });
@@ -214,6 +286,24 @@ pub enum ConfigError {
     /// Zero or absurdly many connections.
     #[error("--connections {0}: must be between 1 and 1024")]
     Connections(usize),
+    /// More threads than connections.
+    #[error("--threads {0}: more threads than the {1} connections (each thread needs one)")]
+    Threads(usize, usize),
+    /// Depth out of range.
+    #[error("--depth {0}: must be between 1 and {MAX_DEPTH}")]
+    Depth(u32),
+    /// Pipelined requests that would hold too much memory.
+    #[error(
+        "--depth {0} x --size {1}: more than {MAX_PIPELINE_BYTES} bytes of requests queued per \
+         connection; lower one of them"
+    )]
+    PipelineBytes(u32, u32),
+    /// Depth with open loop or connect-per-request.
+    #[error(
+        "--depth applies to the closed loop on long connections (open loop already keeps as \
+         many requests outstanding as its rate needs; --mode crr has one per connection)"
+    )]
+    DepthWithout,
     /// Zero duration or count.
     #[error("--duration/--count: the run would measure nothing")]
     EmptyRun,

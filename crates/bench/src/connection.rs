@@ -41,8 +41,9 @@ use crate::sys;
 use crate::watchdog::{Watch, Watchdog};
 use crate::wire::{self, Header, HelloConfig, Welcome};
 
+pub(crate) mod event_loop;
 mod open_loop;
-mod reader;
+pub(crate) mod reader;
 
 use reader::ResponseReader;
 
@@ -97,6 +98,20 @@ pub(crate) fn run_connection(
     }
     .map_err(|e| e.into_bench_error(index))?;
     Ok(conn.finish(start))
+}
+
+/// The Hello this configuration sends, encoded as a frame.
+pub(crate) fn hello_frame(config: &BenchConfig) -> Vec<u8> {
+    let hello = HelloConfig {
+        profile: config.profile.clone(),
+        server_cpu: config.server_cpu,
+        spin: config.spin,
+        request_len: config.request_len,
+        reply_len: config.reply_len,
+    };
+    let mut frame = Vec::new();
+    wire::write_hello(&mut frame, &hello).expect("a Hello always encodes into memory");
+    frame
 }
 
 fn prepare(
@@ -242,7 +257,7 @@ impl Limit {
 }
 
 /// A failure inside the loops.
-enum LoopError {
+pub(crate) enum LoopError {
     Io(io::Error),
     Protocol(String),
 }
@@ -254,7 +269,7 @@ impl From<io::Error> for LoopError {
 }
 
 impl LoopError {
-    fn into_bench_error(self, connection: usize) -> BenchError {
+    pub(crate) fn into_bench_error(self, connection: usize) -> BenchError {
         let message = match self {
             LoopError::Io(e) => format!("connection failed during the run: {e}"),
             LoopError::Protocol(m) => m,
@@ -268,6 +283,7 @@ struct Partial {
     latency: LatencyHistogram,
     service: LatencyHistogram,
     send_lateness: LatencyHistogram,
+    connect: LatencyHistogram,
     requests: u64,
     sent: u64,
     unanswered: u64,
@@ -278,6 +294,72 @@ struct Partial {
     attributed: Vec<AttributedSample>,
     samples: Vec<SampleRecord>,
     warnings: Vec<String>,
+}
+
+impl Partial {
+    /// Counts and records a request that got no answer, as a lower bound: the time it had
+    /// waited at `gave_up` since it was due (latency) and since it was sent (service).
+    fn record_unanswered(
+        &mut self,
+        config: &BenchConfig,
+        start: Instant,
+        index: usize,
+        (seq, intended, sent): (u64, Instant, Option<Instant>),
+        gave_up: Instant,
+    ) {
+        let latency = gave_up.saturating_duration_since(intended).as_nanos() as u64;
+        let service = sent.map(|s| gave_up.saturating_duration_since(s).as_nanos() as u64);
+        self.latency.record(latency);
+        if let (Some(service), Load::Open { .. }) = (service, config.load) {
+            self.service.record(service);
+        }
+        self.unanswered += 1;
+        self.end = Some(self.end.map_or(gave_up, |e| e.max(gave_up)));
+        if config.keep_samples {
+            self.samples.push(SampleRecord {
+                intended_ns: intended.saturating_duration_since(start).as_nanos() as u64,
+                connection: index,
+                seq,
+                latency_ns: latency,
+                service_ns: service,
+                answered: false,
+            });
+        }
+    }
+
+    /// Keeps what an answered request adds beyond the histograms: its attribution sample
+    /// (`after`: the kernel's state read again after the answer) and, when every sample is
+    /// kept, its record. `latency` runs from `req.intended`, `service` from `req.sent`
+    /// (nanoseconds).
+    fn keep_answered(
+        &mut self,
+        config: &BenchConfig,
+        start: Instant,
+        index: usize,
+        req: Outstanding,
+        (latency, service): (u64, u64),
+        after: Option<KernelSnapshot>,
+    ) {
+        if let (Some(before), Some(after)) = (req.before, after) {
+            let send_late_ns = req.sent.saturating_duration_since(req.intended).as_nanos() as u64;
+            self.attributed.push(AttributedSample {
+                latency_ns: latency,
+                send_late_ns,
+                before,
+                after,
+            });
+        }
+        if config.keep_samples {
+            self.samples.push(SampleRecord {
+                intended_ns: req.intended.saturating_duration_since(start).as_nanos() as u64,
+                connection: index,
+                seq: req.seq,
+                latency_ns: latency,
+                service_ns: Some(service),
+                answered: true,
+            });
+        }
+    }
 }
 
 struct Connection {
@@ -297,13 +379,13 @@ struct Connection {
 }
 
 /// A request sent and waiting for its response.
-struct Outstanding {
-    seq: u64,
+pub(crate) struct Outstanding {
+    pub(crate) seq: u64,
     /// When it was due (closed loop: when it was sent).
-    intended: Instant,
-    sent: Instant,
+    pub(crate) intended: Instant,
+    pub(crate) sent: Instant,
     /// The kernel's state before it was sent (attribution on).
-    before: Option<KernelSnapshot>,
+    pub(crate) before: Option<KernelSnapshot>,
 }
 
 /// How long a wait for the server may last: until `deadline`, cut to [`STOP_GRACE`] from the
@@ -341,20 +423,9 @@ impl Connection {
         }
     }
 
-    /// Reads TCP_INFO, the send queue (SIOCOUTQ) and, on BBR, TCP_CC_INFO, and times the
-    /// reads; `None` if the kernel refused TCP_INFO.
+    /// The kernel's state of this connection now ([`kernel_snapshot`]).
     fn snapshot(&mut self) -> Option<KernelSnapshot> {
-        let t = Instant::now();
-        let fd = self.stream.as_fd();
-        let info = tcptail_sock::tcp_info::tcp_info(fd).ok()?;
-        let bbr =
-            if self.is_bbr { tcptail_sock::cc_info::bbr_info(fd).ok().flatten() } else { None };
-        let queued = sys::send_queue_bytes(fd).ok();
-        let snap = KernelSnapshot::from_kernel(&info, bbr.as_ref(), queued);
-        if self.snapshot_costs.len() < 100_000 {
-            self.snapshot_costs.push(t.elapsed().as_nanos() as u64);
-        }
-        Some(snap)
+        kernel_snapshot(self.stream.as_fd(), self.is_bbr, &mut self.snapshot_costs)
     }
 
     /// Writes the next bytes of the encoded request from `written` on; returns how many are
@@ -439,68 +510,30 @@ impl Connection {
         }
     }
 
-    /// Counts and records a request that got no answer, as a lower bound: the time it had
-    /// waited at `gave_up` since it was due (latency) and since it was sent (service).
+    /// Counts and records a request that got no answer ([`Partial::record_unanswered`]).
     fn record_unanswered(
         &mut self,
         config: &BenchConfig,
         start: Instant,
         index: usize,
-        (seq, intended, sent): (u64, Instant, Option<Instant>),
+        request: (u64, Instant, Option<Instant>),
         gave_up: Instant,
     ) {
-        let latency = gave_up.saturating_duration_since(intended).as_nanos() as u64;
-        let service = sent.map(|s| gave_up.saturating_duration_since(s).as_nanos() as u64);
-        self.m.latency.record(latency);
-        if let (Some(service), Load::Open { .. }) = (service, config.load) {
-            self.m.service.record(service);
-        }
-        self.m.unanswered += 1;
-        self.m.end = Some(self.m.end.map_or(gave_up, |e| e.max(gave_up)));
-        if config.keep_samples {
-            self.m.samples.push(SampleRecord {
-                intended_ns: intended.saturating_duration_since(start).as_nanos() as u64,
-                connection: index,
-                seq,
-                latency_ns: latency,
-                service_ns: service,
-                answered: false,
-            });
-        }
+        self.m.record_unanswered(config, start, index, request, gave_up);
     }
 
-    /// Keeps what an answered request adds beyond the histograms: its attribution sample (the
-    /// kernel's state read again now, after the answer) and, when every sample is kept, its
-    /// record. `latency` runs from `req.intended`, `service` from `req.sent` (nanoseconds).
+    /// Keeps what an answered request adds beyond the histograms ([`Partial::keep_answered`]),
+    /// reading the kernel's state again now, after the answer, when it has a "before".
     fn keep_answered(
         &mut self,
         config: &BenchConfig,
         start: Instant,
         index: usize,
         req: Outstanding,
-        (latency, service): (u64, u64),
+        times: (u64, u64),
     ) {
-        if let Some(before) = req.before
-            && let Some(after) = self.snapshot()
-        {
-            let send_late_ns = req.sent.saturating_duration_since(req.intended).as_nanos() as u64;
-            self.m.attributed.push(AttributedSample {
-                latency_ns: latency,
-                send_late_ns,
-                before,
-                after,
-            });
-        }
-        if config.keep_samples {
-            self.m.samples.push(SampleRecord {
-                intended_ns: (req.intended - start).as_nanos() as u64,
-                connection: index,
-                seq: req.seq,
-                latency_ns: latency,
-                service_ns: Some(service),
-                answered: true,
-            });
-        }
+        let after = if req.before.is_some() { self.snapshot() } else { None };
+        self.m.keep_answered(config, start, index, req, times, after);
     }
 
     fn closed_loop(
@@ -588,7 +621,19 @@ impl Connection {
     fn finish(mut self, start: Instant) -> RawRun {
         self.note_cpu();
         self.outcome.client_cpus_seen = self.cpus_seen.iter().copied().collect();
-        let m = self.m;
+        self.m.into_raw(start, &self.snapshot_costs, vec![self.outcome])
+    }
+}
+
+impl Partial {
+    /// What was measured since `start`, for the connections in `outcomes`.
+    fn into_raw(
+        self,
+        start: Instant,
+        snapshot_costs: &[u64],
+        outcomes: Vec<ConnectionOutcome>,
+    ) -> RawRun {
+        let m = self;
         let end = m.end.unwrap_or(start);
         let achieved_rate = match (m.first_send, m.last_send) {
             (Some(a), Some(b)) if m.sent > 1 && b > a => {
@@ -596,11 +641,12 @@ impl Connection {
             }
             _ => None,
         };
-        let costs: Vec<f64> = self.snapshot_costs.iter().map(|&c| c as f64).collect();
+        let costs: Vec<f64> = snapshot_costs.iter().map(|&c| c as f64).collect();
         RawRun {
             latency: m.latency,
             service: m.service,
             send_lateness: m.send_lateness,
+            connect: m.connect,
             requests: m.requests,
             sent: m.sent,
             unanswered: m.unanswered,
@@ -609,12 +655,30 @@ impl Connection {
             attributed: m.attributed,
             snapshot_costs_ns: tcptail_units::stats::median(&costs).into_iter().collect(),
             samples: m.samples,
-            connections: vec![self.outcome],
+            connections: outcomes,
             rounds: 1,
             interrupted: false,
             warnings: m.warnings,
         }
     }
+}
+
+/// Reads TCP_INFO, the send queue (SIOCOUTQ) and, on BBR, TCP_CC_INFO, and times the reads
+/// into `costs` (the first 100 000); `None` if the kernel refused TCP_INFO.
+fn kernel_snapshot(
+    fd: BorrowedFd<'_>,
+    is_bbr: bool,
+    costs: &mut Vec<u64>,
+) -> Option<KernelSnapshot> {
+    let t = Instant::now();
+    let info = tcptail_sock::tcp_info::tcp_info(fd).ok()?;
+    let bbr = if is_bbr { tcptail_sock::cc_info::bbr_info(fd).ok().flatten() } else { None };
+    let queued = sys::send_queue_bytes(fd).ok();
+    let snap = KernelSnapshot::from_kernel(&info, bbr.as_ref(), queued);
+    if costs.len() < 100_000 {
+        costs.push(t.elapsed().as_nanos() as u64);
+    }
+    Some(snap)
 }
 
 fn check_seq(header: &Header, expected: u64) -> Result<(), LoopError> {

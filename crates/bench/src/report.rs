@@ -34,6 +34,9 @@ pub struct BenchResult {
     pub service_us: Option<LatencySummary>,
     /// Open loop: how late requests left against their schedule, µs.
     pub send_lateness_us: Option<LatencySummary>,
+    /// Connect-per-request: each transaction's connect time (connect to writable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_us: Option<LatencySummary>,
     /// Log-spaced latency histogram.
     pub histogram: Vec<Bucket>,
     /// Requests answered in the measured part.
@@ -107,6 +110,21 @@ fn num(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") })
 }
 
+/// The load's shape beyond the connection count: threads, depth, connect per request.
+fn shape(c: &BenchConfig) -> String {
+    let mut parts = Vec::new();
+    if !c.one_thread_per_connection() {
+        parts.push(format!("{} thread(s)", c.thread_count()));
+    }
+    if c.depth > 1 {
+        parts.push(format!("depth {}", c.depth));
+    }
+    if c.mode == crate::config::TxMode::Crr {
+        parts.push("connect per request".to_string());
+    }
+    if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
+}
+
 /// The human table of one run.
 pub fn render_result(r: &BenchResult) -> String {
     let mut out = String::new();
@@ -114,12 +132,13 @@ pub fn render_result(r: &BenchResult) -> String {
     let cc = r.context.congestion_client.as_deref().unwrap_or("?");
     let _ = writeln!(
         out,
-        "tcptail bench: {} loop, {} B request / {} B response, {} connection(s), profile '{}', \
+        "tcptail bench: {} loop, {} B request / {} B response, {} connection(s){}, profile '{}', \
          congestion {cc}{}",
         r.mode,
         c.request_len,
         c.reply_len,
         c.connections,
+        shape(c),
         c.profile.name,
         if c.spin { ", spinning" } else { "" }
     );
@@ -139,6 +158,7 @@ pub fn render_result(r: &BenchResult) -> String {
         ("latency µs", &r.latency_us),
         ("service µs", &r.service_us),
         ("send late µs", &r.send_lateness_us),
+        ("connect µs", &r.connect_us),
     ];
     let mut table = vec![header.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for (name, summary) in rows {

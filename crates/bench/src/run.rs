@@ -83,6 +83,9 @@ pub struct RawRun {
     pub service: LatencyHistogram,
     /// Open loop: how late each request was sent against its schedule.
     pub send_lateness: LatencyHistogram,
+    /// Connect-per-request (`--mode crr`): each transaction's connect time, from `connect`
+    /// to the socket being writable.
+    pub connect: LatencyHistogram,
     /// Requests sent and answered in the measured part.
     pub requests: u64,
     /// Requests sent in the measured part.
@@ -127,6 +130,7 @@ impl RawRun {
         self.latency.merge(&other.latency);
         self.service.merge(&other.service);
         self.send_lateness.merge(&other.send_lateness);
+        self.connect.merge(&other.connect);
         self.requests += other.requests;
         self.sent += other.sent;
         self.unanswered += other.unanswered;

@@ -79,6 +79,99 @@ pub fn send_queue_bytes(fd: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(u32::try_from(queued).unwrap_or(0))
 }
 
+/// One epoll instance: the readiness wait of an event-loop thread.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: std::os::fd::OwnedFd,
+}
+
+/// Readable, for [`Epoll::add`] and [`Epoll::modify`].
+pub const EPOLL_IN: u32 = libc::EPOLLIN as u32;
+/// Writable.
+pub const EPOLL_OUT: u32 = libc::EPOLLOUT as u32;
+
+impl Epoll {
+    /// A new epoll instance (close-on-exec).
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes a flag and returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+        Ok(Epoll {
+            fd: unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: BorrowedFd<'_>, token: u64, events: u32) -> io::Result<()> {
+        let mut event = libc::epoll_event { events, u64: token };
+        // SAFETY: both descriptors are open for the call (borrowed / owned), `event` is a valid
+        // epoll_event the kernel only reads.
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd.as_raw_fd(), &mut event) };
+        if rc == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    }
+
+    /// Watches `fd` for `events` (level-triggered), reported with `token`.
+    pub fn add(&self, fd: BorrowedFd<'_>, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    /// Changes what `fd` is watched for.
+    pub fn modify(&self, fd: BorrowedFd<'_>, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    /// Stops watching `fd` (before it is closed and replaced).
+    pub fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout` (rounded up to whole milliseconds; zero polls) and fills
+    /// `events` with `(token, events)` pairs; returns how many. EINTR counts as none.
+    pub fn wait(&self, events: &mut [(u64, u32)], timeout: Duration) -> io::Result<usize> {
+        const MAX: usize = 64;
+        let mut raw = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let max = events.len().min(MAX);
+        let ms = if timeout.is_zero() {
+            0
+        } else {
+            timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int
+        };
+        // SAFETY: `raw` has room for `max` events (max <= MAX); the epoll descriptor is open.
+        let rc = unsafe {
+            libc::epoll_wait(self.fd.as_raw_fd(), raw.as_mut_ptr(), max as libc::c_int, ms)
+        };
+        if rc == -1 {
+            let err = io::Error::last_os_error();
+            return if err.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(err) };
+        }
+        let n = rc as usize;
+        for (out, e) in events.iter_mut().zip(&raw[..n]) {
+            *out = (e.u64, e.events);
+        }
+        Ok(n)
+    }
+}
+
+/// Closes a socket with an RST instead of a FIN (`SO_LINGER` on, zero seconds), so this end
+/// keeps no TIME_WAIT state and its port is free at once: how a connect-per-request client
+/// reuses its ports. Set just before the socket is dropped.
+pub fn set_linger_zero(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: `linger` is a valid struct of the length passed; `fd` is open for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 fn wait_for(fd: BorrowedFd<'_>, events: libc::c_short, timeout: Duration) -> io::Result<bool> {
     let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
     let ts = libc::timespec {

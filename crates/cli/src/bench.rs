@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use tcptail_bench::client;
-use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter};
+use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
 use tcptail_bench::matrix::{self, MatrixSpec};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::report;
@@ -192,6 +192,19 @@ struct MeasureArgs {
     /// Parallel connections.
     #[arg(long, default_value_t = 1)]
     connections: usize,
+    /// Client threads the connections are spread over, each with its own epoll loop (and
+    /// pinned with --cpu); default one thread per connection.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Requests outstanding per connection in closed loop (pipelining; responses are matched
+    /// to requests in order, latency per request).
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    depth: u32,
+    /// rr: requests on long-lived connections; crr: connect, request, response, close per
+    /// transaction (connect time reported separately; the client closes with an RST so its
+    /// ports are reused at once).
+    #[arg(long, default_value = "rr", value_name = "MODE")]
+    mode: TxMode,
     /// Open loop at this rate (e.g. 1000/s); without it, closed loop.
     #[arg(long)]
     rate: Option<MessageRate>,
@@ -311,6 +324,12 @@ impl MeasureArgs {
         };
         config.warmup = self.warmup.0;
         config.connections = self.connections;
+        if let Some(threads) = self.threads {
+            anyhow::ensure!(threads > 0, "--threads 0: must be at least 1");
+            config.threads = threads;
+        }
+        config.depth = self.depth;
+        config.mode = self.mode;
         config.client_cpu = client_cpu;
         config.server_cpu = server_cpu;
         config.spin = self.spin;

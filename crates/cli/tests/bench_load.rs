@@ -1,0 +1,189 @@
+//! The real `tcptail` binary at the load shapes of issue 16: many connections spread over
+//! threads, pipelined requests matched to their responses (and a server that answers out of
+//! order, which is a protocol error), and connect-per-request with its ports reused.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+use tcptail_netns::{Cleanup, Netns};
+
+use common::{bin, in_netns, text};
+
+static RUNS: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    RUNS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let _serial = one_at_a_time();
+    let out = std::process::Command::new(bin()).args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "tcptail {args:?}: {}\n{}", text(&out.stderr), text(&out.stdout));
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// (connection, seq, answered) of every row of a `--samples` CSV.
+fn read_samples(path: &std::path::Path) -> Vec<(u64, u64, bool)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (c, s, a) = (col("connection"), col("seq"), col("answered"));
+    lines
+        .map(|line| {
+            let cols: Vec<&str> = line.split(',').collect();
+            (cols[c].parse().unwrap(), cols[s].parse().unwrap(), cols[a] == "true")
+        })
+        .collect()
+}
+
+#[test]
+fn pipelined_requests_are_each_matched_to_their_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("s.csv");
+    let v = run_json(&[
+        "bench",
+        "local",
+        "--connections",
+        "4",
+        "--threads",
+        "2",
+        "--depth",
+        "8",
+        "--count",
+        "4000",
+        "--warmup",
+        "400",
+        "--samples",
+        samples.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (&v["requests"], &v["sent"], &v["unanswered"]),
+        (&4000.into(), &4000.into(), &0.into())
+    );
+    assert_eq!(v["run_config"]["depth"], 8);
+    assert_eq!(v["context"]["connections"].as_array().map(Vec::len), Some(4));
+    // Every request of every connection answered exactly once, in sequence from 0.
+    let mut rows = read_samples(&samples);
+    assert_eq!(rows.len(), 4000);
+    rows.sort();
+    for conn in 0..4u64 {
+        let seqs: Vec<u64> = rows.iter().filter(|r| r.0 == conn).map(|r| r.1).collect();
+        assert_eq!(seqs.len(), 1000, "connection {conn}");
+        let wrong = seqs.iter().enumerate().find(|(i, s)| *i as u64 != **s);
+        assert_eq!(wrong, None, "connection {conn}: (position, seq) out of sequence");
+    }
+    assert!(rows.iter().all(|r| r.2));
+    // Pipelining keeps several requests in flight: with 8 outstanding, a request waits for
+    // the ones ahead of it, so the median is well above the minimum.
+    let p50 = v["latency_us"]["p50"].as_f64().unwrap();
+    let min = v["latency_us"]["min"].as_f64().unwrap();
+    assert!(p50 > min, "p50 {p50} min {min}");
+}
+
+/// A server that completes the handshake, then answers each pair of requests in swapped
+/// order.
+fn out_of_order_server() -> (u16, std::thread::JoinHandle<()>) {
+    use tcptail_bench::wire;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let thread = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello = wire::read_hello(&mut s).unwrap();
+        let welcome = wire::Welcome {
+            apply: tcptail_sock::apply_profile(std::os::fd::AsFd::as_fd(&s), &hello.profile),
+            congestion: None,
+            server_cpu: None,
+            requested_cpu: None,
+            pinned: None,
+            spin: false,
+            kernel: "swapping".into(),
+            version: "test".into(),
+            idle_timeout_seconds: None,
+        };
+        wire::write_welcome(&mut s, &welcome).unwrap();
+        let mut request = vec![0u8; hello.request_len as usize];
+        let mut pending = Vec::new();
+        while s.read_exact(&mut request).is_ok() {
+            let header =
+                wire::Header::decode(request[..wire::HEADER_LEN].try_into().unwrap()).unwrap();
+            pending.push(header.seq);
+            if pending.len() == 2 {
+                for seq in pending.drain(..).rev() {
+                    let mut response = vec![0u8; header.reply_len as usize];
+                    wire::encode_response(&mut response, seq);
+                    if s.write_all(&response).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    (port, thread)
+}
+
+#[test]
+fn a_server_answering_out_of_order_is_a_protocol_error() {
+    let _serial = one_at_a_time();
+    let (port, server) = out_of_order_server();
+    let addr = format!("127.0.0.1:{port}");
+    let out = std::process::Command::new(bin())
+        .args(["bench", "client", &addr, "--depth", "2", "--count", "100", "--warmup", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("connection 0"), "{err}");
+    assert!(
+        err.contains("the server answered out of order: response 1 arrived while request 0"),
+        "{err}"
+    );
+    assert_eq!(err.matches("out of order").count(), 1, "said once: {err}");
+    server.join().unwrap();
+}
+
+#[test]
+fn connect_per_request_reuses_its_ports() {
+    let _serial = one_at_a_time();
+    tcptail_netns::ensure_root().expect("the CRR port test needs root (a throwaway namespace)");
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "crr").unwrap();
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    // Ten local ports for 500 connections: only a client that leaves no TIME_WAIT behind
+    // (or reuses it) gets through; one that closes with a FIN would run out after ten.
+    ns.set_sysctl("net.ipv4.ip_local_port_range", "40000 40009").unwrap();
+    // And no TIME_WAIT reuse by the kernel (its default allows it on loopback).
+    ns.set_sysctl("net.ipv4.tcp_tw_reuse", "0").unwrap();
+    let out = in_netns(
+        &ns,
+        &[
+            "bench",
+            "local",
+            "--mode",
+            "crr",
+            "--connections",
+            "2",
+            "--threads",
+            "1",
+            "--count",
+            "500",
+            "--warmup",
+            "20",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), text(&out.stdout));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&v["requests"], &v["unanswered"]), (&500.into(), &0.into()));
+    assert_eq!(v["run_config"]["mode"], "crr");
+    // Connect time is its own summary, apart from the request's latency.
+    let connect = &v["connect_us"];
+    assert_eq!(connect["count"], 500, "{v}");
+    assert!(connect["p50"].as_f64().unwrap() > 0.0);
+    assert!(v["latency_us"]["p50"].as_f64().unwrap() > 0.0);
+    ns.delete().unwrap();
+}
