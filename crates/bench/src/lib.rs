@@ -24,6 +24,8 @@
 //!   requests apart from the typical ones.
 //! - [`context`]: CPU placement, steal, competing load, cpuidle driver, kernel version.
 //! - [`engine`]: the engines beside the default blocking one: io_uring (`--engine io_uring`).
+//! - [`xdp`]: the AF_XDP engine: a UDP request/response over AF_XDP sockets behind an XDP
+//!   redirect program, beside kernel UDP on the same interfaces.
 //! - [`matrix`]: several configurations compared in one run, rounds interleaved.
 //! - [`report`]: the result types and their human table, JSON and CSV forms.
 
@@ -47,3 +49,4 @@ pub mod stats;
 pub mod sys;
 mod watchdog;
 pub mod wire;
+pub mod xdp;

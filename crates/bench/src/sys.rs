@@ -1,6 +1,7 @@
 //! Thread placement for the benchmark (pin a thread to one CPU, ask which CPU it is on), a
 //! nanosecond-resolution wait for a readable or writable socket, and the socket's send-queue
-//! size (`SIOCOUTQ`); its child [`uring`] is the io_uring engine's ring. The only `unsafe` in
+//! size (`SIOCOUTQ`); its children are the io_uring engine's ring ([`uring`]) and the AF_XDP engine's
+//! socket and program loader ([`xdp`]). The only `unsafe` in
 //! this crate.
 
 #![allow(unsafe_code)]
@@ -10,6 +11,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 pub mod uring;
+pub mod xdp;
 
 /// Pins the calling thread to `cpu`. Fails with the kernel's error if that CPU does not exist
 /// or is not in this process's allowed set (e.g. under a cpuset).
