@@ -248,6 +248,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("reconnect-storm", include_str!("../../../experiments/reconnect-storm.toml")),
     ("keepalive", include_str!("../../../experiments/keepalive.toml")),
     ("rack", include_str!("../../../experiments/rack.toml")),
+    ("rcvbuf-capped", include_str!("../../../experiments/rcvbuf-capped.toml")),
 ];
 
 struct Source<'a> {

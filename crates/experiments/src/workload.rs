@@ -26,6 +26,7 @@ pub mod flows;
 pub mod idle;
 pub mod keepalive;
 pub mod ladder;
+pub mod rcvbuf;
 pub mod rr;
 pub mod sendq;
 pub mod short_flows;
@@ -79,7 +80,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 11] {
+pub fn all() -> [&'static dyn Workload; 12] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -92,6 +93,7 @@ pub fn all() -> [&'static dyn Workload; 11] {
         &storm::ReconnectStorm,
         &keepalive::KeepaliveEngine,
         &short_flows::ShortFlows,
+        &rcvbuf::Rcvbuf,
     ]
 }
 

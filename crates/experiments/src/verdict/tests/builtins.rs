@@ -342,7 +342,7 @@ type Case = (&'static str, &'static [(&'static str, &'static str, f64, f64, f64)
 
 /// Per built-in experiment: data that shows its claim (median, min, max over three rounds of
 /// the variants that differ; every other value is 100).
-const DIFFERENCES: [Case; 8] = [
+const DIFFERENCES: [Case; 9] = [
     (
         "trading-cc",
         &[("bbr_dc", "p99_us", 200.0, 190.0, 210.0), ("cubic_dc", "p99_us", 100.0, 95.0, 105.0)],
@@ -410,6 +410,15 @@ const DIFFERENCES: [Case; 8] = [
         &[
             ("rack_tlp", "disorder_rto_per_1k", 1.0, 0.95, 1.05),
             ("norack_tlp", "disorder_rto_per_1k", 10.0, 9.5, 10.5),
+        ],
+    ),
+    (
+        "rcvbuf-capped",
+        &[
+            ("seed_default_cap", "actual_bytes", 425_984.0, 425_984.0, 425_984.0),
+            ("raised", "actual_bytes", 33_554_432.0, 33_554_432.0, 33_554_432.0),
+            ("seed_default_cap", "goodput_mbps", 20.0, 19.0, 21.0),
+            ("raised", "goodput_mbps", 95.0, 94.0, 96.0),
         ],
     ),
 ];
