@@ -24,8 +24,12 @@
 //!
 //! Metrics: `probe_p50_ms`, `probe_p95_ms`, `probe_p99_ms`, `probe_count`,
 //! `probe_unanswered_count`, `goodput_mbps` (all bulk flows, at the receivers), `link_pct`,
-//! `retrans_pct`, `flow_rtt_p50_ms` (the bulk senders' own smoothed RTT). Series: `probe_ms`
-//! (CDF), `probe_rtt_ms` (each probe's latency against its send time), `goodput_mbps`.
+//! `retrans_pct`, `rwnd_limited_pct` (as in `bulk`), `flow_rtt_p50_ms` (the bulk senders' own
+//! smoothed RTT), `queue_p50_ms` (that
+//! RTT less the path's base RTT: the queueing delay the flows keep, the slides' y axis) and
+//! `floor_ms` (the queue BBR cannot go below: [`BBR_MIN_CWND_PKTS`] packets per flow, at the
+//! bottleneck rate). Series: `probe_ms` (CDF), `probe_rtt_ms` (each probe's latency against its
+//! send time), `goodput_mbps`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -47,6 +51,22 @@ pub struct Bloat;
 
 /// How long the probe waits for outstanding replies after the last request.
 const PROBE_GRACE: Duration = Duration::from_secs(3);
+
+/// The congestion window BBR never goes below, in packets (`bbr_cwnd_min_target` in Linux's
+/// tcp_bbr.c): with `flows` flows at least this many full packets each are in flight, and on a
+/// path whose BDP is smaller than that, they wait in the bottleneck queue.
+pub const BBR_MIN_CWND_PKTS: u64 = 4;
+
+/// Bytes of one full packet on the lab's paths (MTU 1500).
+const PACKET_BYTES: u64 = 1500;
+
+/// The queueing delay BBR's minimum window keeps at `rate` with `flows` flows, in ms:
+/// `flows x 4 x 1500 B` at the bottleneck rate, less the path's BDP (`rtt`), never negative
+/// (8 flows at 128 kbit/s, 40 ms: 48 KB, 3.0 s less 0.04 s).
+pub fn bbr_floor_ms(flows: usize, rate_bps: f64, rtt: Duration) -> f64 {
+    let bytes = flows as f64 * (BBR_MIN_CWND_PKTS * PACKET_BYTES) as f64;
+    (bytes * 8.0 / rate_bps * 1e3 - rtt.as_secs_f64() * 1e3).max(0.0)
+}
 
 #[derive(Debug)]
 struct Plan {
@@ -207,8 +227,9 @@ impl VariantPlan for Plan {
     fn metrics(&self) -> Vec<String> {
         let mut names = vec!["probe_p50_ms", "probe_p95_ms", "probe_p99_ms", "probe_count"];
         names.extend(["probe_unanswered_count", "goodput_mbps", "retrans_pct", "flow_rtt_p50_ms"]);
+        names.extend(["queue_p50_ms", "rwnd_limited_pct"]);
         if self.path.rate().is_some() {
-            names.push("link_pct");
+            names.extend(["link_pct", "floor_ms"]);
         }
         names.into_iter().map(str::to_owned).collect()
     }
@@ -254,9 +275,12 @@ impl VariantPlan for Plan {
             .metric("probe_unanswered_count", counted_sent.saturating_sub(latencies.len()) as f64)
             .metric("goodput_mbps", s.goodput_mbps)
             .metric("retrans_pct", s.retrans_pct)
-            .metric("flow_rtt_p50_ms", s.rtt_p50_ms);
+            .metric("flow_rtt_p50_ms", s.rtt_p50_ms)
+            .metric("rwnd_limited_pct", s.rwnd_limited_pct)
+            .metric("queue_p50_ms", (s.rtt_p50_ms - self.path.rtt().as_secs_f64() * 1e3).max(0.0));
         if let Some(rate) = self.path.rate() {
             m.metric("link_pct", 100.0 * s.goodput_mbps * 1e6 / rate.0 as f64);
+            m.metric("floor_ms", bbr_floor_ms(self.flows, rate.0 as f64, self.path.rtt()));
         }
         if counted_sent > latencies.len() {
             m.notes.push(format!(
@@ -297,6 +321,17 @@ mod tests {
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
         test_support::emulated("10mbit", "40ms", pairs)
+    }
+
+    /// The slides' condition: 8 flows x 4 packets = 48 KB, 3 s at 128 kbit/s, less the 40 ms
+    /// the path itself holds; none on a path whose BDP holds them.
+    #[test]
+    fn bbr_floor_is_the_minimum_window_at_the_rate() {
+        let floor = bbr_floor_ms(8, 128e3, Duration::from_millis(40));
+        assert!((floor - (3000.0 - 40.0)).abs() < 1e-6, "{floor}");
+        let scaled = bbr_floor_ms(8, 128e3 * 40.0, Duration::from_millis(1));
+        assert!((scaled - (75.0 - 1.0)).abs() < 1e-6, "{scaled}");
+        assert_eq!(bbr_floor_ms(8, 10e9, Duration::from_millis(40)), 0.0);
     }
 
     #[test]

@@ -128,41 +128,44 @@ fn loss() {
     );
 }
 
-/// Quick mode does not run the slides' 128 kbit/s condition: the verdict can be at most
-/// `partly`, says the condition was not run, and is `not-applicable` when 10 Mbit/s shows
-/// nothing either.
+/// bloat judges the slides' shape over the buffer sweep (values as on the 40x time-scaled
+/// quick path: 16 KB is 25 ms, 1 MB 1.6 s, BBR's floor 74 ms): CUBIC growing with the buffer
+/// and BBR near its floor is `reproduced`; BBR at half CUBIC's delay but far above its floor
+/// is `partly`; BBR growing like CUBIC is `not-reproduced`.
 #[test]
-fn bloat_says_when_the_slides_condition_was_not_run() {
-    let (_, rules) = builtin("bloat");
-    let quick = |cubic: f64, bbr: f64| {
+fn bloat_judges_the_shape_of_the_buffer_sweep() {
+    let (e, rules) = builtin("bloat");
+    let run = |bbr_16k: f64, bbr_1m: f64| {
         results(&[
-            ("cubic_tail_10m", &[("probe_p50_ms", cubic), ("goodput_mbps", 9.5)]),
-            // BBR's goodput as CUBIC's: at least 0.9x theirs in every round, so the rank
-            // test over three rounds each shows it at 95 %.
-            ("bbr_tail_10m", &[("probe_p50_ms", bbr), ("goodput_mbps", 9.5)]),
-            ("cubic_codel_10m", &[("probe_p50_ms", 20.0), ("goodput_mbps", 9.3)]),
+            ("cubic_16k", &[("queue_p50_ms", 25.0), ("floor_ms", 74.0)]),
+            ("cubic_128k", &[("queue_p50_ms", 190.0), ("floor_ms", 74.0)]),
+            ("cubic_1m", &[("queue_p50_ms", 1500.0), ("floor_ms", 74.0), ("goodput_mbps", 4.9)]),
+            ("bbr_16k", &[("queue_p50_ms", bbr_16k), ("floor_ms", 74.0)]),
+            ("bbr_128k", &[("queue_p50_ms", 80.0), ("floor_ms", 74.0)]),
+            ("bbr_1m", &[("queue_p50_ms", bbr_1m), ("floor_ms", 74.0), ("goodput_mbps", 4.9)]),
         ])
     };
-    let d = decide(&rules, &quick(900.0, 40.0));
+    let d = decide(&rules, &run(24.0, 90.0));
+    assert_eq!(d.verdict, Verdict::Reproduced, "{}", d.reason);
+    assert!(d.reason.contains("BBR's stays near its floor (74 ms"), "{}", d.reason);
+    assert!(d.reason.contains("1500 ms at 1 MB"), "{}", d.reason);
+    let d = decide(&rules, &run(24.0, 400.0));
     assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
-    assert!(d.rule.starts_with("when: not has(bbr_tail_128k.probe_p50_ms)"), "{}", d.rule);
-    assert!(d.reason.starts_with("The slides' condition (128 kbit/s) was not run"), "{}", d.reason);
-    // Lower beyond the spread, but not 2x: still partly, still saying what was not run.
-    let d = decide(&rules, &quick(100.0, 80.0));
-    assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
-    assert!(d.reason.starts_with("The slides' condition (128 kbit/s) was not run"), "{}", d.reason);
-    // Nothing at 10 Mbit/s either: not applicable, not a verdict on the slides' claim.
-    let d = decide(&rules, &quick(100.0, 100.0));
-    assert_eq!(d.verdict, Verdict::NotApplicable, "{}", d.reason);
-    assert!(d.reason.contains("was not run in this mode"), "{}", d.reason);
-    assert!(d.missing.is_empty(), "{:?}", d.missing);
-    // The finding on CoDel is decided from the same data.
-    let e = Experiment::builtin("bloat").unwrap();
+    let d = decide(&rules, &run(24.0, 1400.0));
+    assert_eq!((d.verdict, d.rule.as_str()), (Verdict::NotReproduced, "otherwise"), "{}", d.reason);
+    // Below the floor (16 KB < 48 KB) the arithmetic says both fill the buffer.
     let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
-    let codel = FindingRule::compile(&e.findings[0], &names).unwrap();
-    let f = codel.evaluate(&quick(900.0, 40.0).as_slice());
+    let below = FindingRule::compile(&e.findings[0], &names).unwrap();
+    let f = below.evaluate(&run(24.0, 90.0).as_slice());
     assert_eq!(f.outcome, Outcome::Holds);
-    assert!(f.text.starts_with("CoDel keeps CUBIC's queue short"), "{}", f.text);
+    assert!(f.text.starts_with("As the arithmetic says"), "{}", f.text);
+    assert_eq!(below.evaluate(&run(5.0, 90.0).as_slice()).outcome, Outcome::Fails);
+    // Smoke mode runs the 128 KB pair only: the shape cannot be judged.
+    let smoke = results(&[
+        ("cubic_128k", &[("queue_p50_ms", 190.0)]),
+        ("bbr_128k", &[("queue_p50_ms", 80.0)]),
+    ]);
+    assert_eq!(decide(&rules, &smoke).verdict, Verdict::NotApplicable);
 }
 
 /// The ladder's rules need each step beyond the run-to-run spread: a rung that is lower only
@@ -370,10 +373,10 @@ const DIFFERENCES: [Case; 9] = [
     (
         "bloat",
         &[
-            ("cubic_tail_10m", "probe_p50_ms", 1000.0, 950.0, 1050.0),
-            ("bbr_tail_10m", "probe_p50_ms", 190.0, 180.0, 200.0),
-            ("cubic_tail_128k", "probe_p50_ms", 3000.0, 2900.0, 3100.0),
-            ("bbr_tail_128k", "probe_p50_ms", 400.0, 390.0, 410.0),
+            ("cubic_16k", "queue_p50_ms", 25.0, 24.0, 26.0),
+            ("cubic_1m", "queue_p50_ms", 1500.0, 1400.0, 1600.0),
+            ("bbr_1m", "queue_p50_ms", 90.0, 85.0, 95.0),
+            ("bbr_1m", "floor_ms", 74.0, 74.0, 74.0),
         ],
     ),
     (
