@@ -242,7 +242,6 @@ impl BenchConfig {
             let unsupported = [
                 ("--rate", matches!(self.load, Load::Open { .. })),
                 ("--attribute", self.attribute),
-                ("--samples", self.keep_samples),
                 ("--depth", self.depth > 1),
                 ("--mode crr", self.mode == TxMode::Crr),
                 ("--threads", self.threads > 1),

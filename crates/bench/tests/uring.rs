@@ -85,8 +85,13 @@ fn every_pairing_of_engines_answers_every_request() {
     {
         let running = server(server_engine);
         for connections in [1, 4] {
-            let raw = run(&bench(running.addr(), client_engine, connections, 2000));
+            let mut config = bench(running.addr(), client_engine, connections, 2000);
+            config.keep_samples = true;
+            let raw = run(&config);
             assert_clean(&raw, 2000);
+            assert_eq!(raw.samples.len(), 2000, "every sample kept");
+            assert!(raw.samples.iter().all(|s| s.answered && s.service_ns == Some(s.latency_ns)));
+            assert!(raw.samples.windows(2).all(|w| w[0].intended_ns <= w[1].intended_ns));
             assert_eq!(raw.connections.len(), connections);
             assert!(raw.connections.iter().all(|c| !c.client_cpus_seen.is_empty()));
         }
@@ -221,4 +226,7 @@ fn flags_the_engine_does_not_have_are_refused_by_name() {
     config.load = Load::Closed;
     config.attribute = true;
     assert!(config.validate().unwrap_err().to_string().starts_with("--attribute"));
+    config.attribute = false;
+    config.keep_samples = true;
+    assert_eq!(config.validate(), Ok(()), "--samples works with io_uring");
 }

@@ -23,7 +23,7 @@
 //! complete at once (the peer stopped reading), which is bounded by the write timeout.
 //!
 //! Not implemented here, refused by [`crate::config::BenchConfig::validate`] with the flag
-//! named: the open loop, `--attribute` and `--samples`.
+//! named: the open loop and `--attribute`.
 
 pub mod client;
 pub mod server;

@@ -11,18 +11,26 @@
 //! | `isolcpus` | the seed's Benchmark 4: `same-cpu` on a CPU isolated from the scheduler (`isolcpus=`); not applicable when `/sys/devices/system/cpu/isolated` is empty |
 //! | `busy-poll` | `same-cpu` plus `SO_BUSY_POLL` (`busy_poll`, default 50 µs) at both ends |
 //! | `spin` | application polling: non-blocking sockets spun on at both ends, one CPU each |
+//! | `io-uring` | `same-cpu` with the bench's io_uring engine at both ends (seed 001: "io_uring ... may upend the traditional BSD socket API"): multishot receive into provided buffers, a send and the wait for the answer in one system call |
+//! | `udp` | `same-cpu`, a UDP request/response over kernel UDP sockets (the reference for the AF_XDP rungs) |
+//! | `udp-spin` | `udp` busy-polling non-blocking sockets, one CPU each |
+//! | `af-xdp` | `same-cpu`, the same UDP request/response over AF_XDP sockets in copy mode behind an XDP program that redirects the bench's port and passes everything else to the kernel (seed 001's proposal), sleeping in `poll()` |
+//! | `af-xdp-spin` | `af-xdp` busy-polling the rings (`SO_BUSY_POLL` drives the veth's NAPI), one CPU each |
 //!
 //! Other keys: the path keys ([`crate::path`], default veth), `size` (frames, default 64 B),
 //! `duration` (default 1 s: one "run"), `warmup` (default 200 ms), `cpu` (the server's CPU).
 //! Metrics per run: `min_us`, `mean_us`, `p50_us`, `p95_us`, `p99_us`, `p999_us`, `max_us`,
-//! `tx_per_s`, `samples_count`. Series: `latency_us`.
+//! `tx_per_s`, `samples_count`; the AF_XDP rungs add `kicks_per_request`, `kick_p50_us` and
+//! `kick_p99_us` (the transmit side's `sendto()` calls, [`datagram`]). Series: `latency_us`.
+//! The datagram rungs (`udp*`, `af-xdp*`) run on the plain veth path only.
 //!
 //! A rung this host cannot take returns [`RunError::NotApplicable`] with what was found, so
 //! the report shows it as a row with the reason instead of measuring the same thing twice.
 
 use std::time::Duration;
 
-use tcptail_bench::config::Load;
+use tcptail_bench::config::{Engine, Load};
+use tcptail_bench::xdp::DatagramEngine;
 use tcptail_sock::Profile;
 
 use super::rr::durations;
@@ -34,8 +42,22 @@ use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::{VariantPlan, Workload};
 
 /// The rungs, in ladder order.
-pub const RUNGS: [&str; 7] =
-    ["baseline", "split-cpus", "same-cpu", "irq-affinity", "isolcpus", "busy-poll", "spin"];
+pub const RUNGS: [&str; 12] = [
+    "baseline",
+    "split-cpus",
+    "same-cpu",
+    "irq-affinity",
+    "isolcpus",
+    "busy-poll",
+    "spin",
+    "io-uring",
+    "udp",
+    "udp-spin",
+    "af-xdp",
+    "af-xdp-spin",
+];
+
+mod datagram;
 
 /// The metrics every run of every rung produces.
 const METRICS: [&str; 9] = [
@@ -80,7 +102,7 @@ impl Workload for TuningLadder {
         let placement_kind = match rung.as_str() {
             "baseline" => "free",
             // Pinned where the host allows; `run` moves it to an isolated CPU, if any.
-            "split-cpus" | "spin" => "split",
+            "split-cpus" | "spin" | "udp-spin" | "af-xdp-spin" => "split",
             _ => "same-cpu",
         };
         // `placement` is the rung's business here: reading it only to refuse it keeps a
@@ -107,6 +129,11 @@ impl Workload for TuningLadder {
             placement,
             spin: rung == "spin",
             competing_flows: 0,
+            engine: if rung == "io-uring" {
+                Engine::IoUring { sqpoll: false }
+            } else {
+                Engine::Default
+            },
         };
         Ok(Box::new(Plan { rung, spec }))
     }
@@ -132,6 +159,10 @@ impl VariantPlan for Plan {
                 })?;
                 return Err(RunError::NotApplicable(reason.0));
             }
+            "udp" | "udp-spin" | "af-xdp" | "af-xdp-spin" => {
+                let (engine, spin) = self.datagram().expect("a datagram rung");
+                return datagram::measure(&spec, engine, spin, ctx);
+            }
             _ => {}
         }
         let mut m = spec.measure(ctx)?;
@@ -150,7 +181,11 @@ impl VariantPlan for Plan {
     }
 
     fn metrics(&self) -> Vec<String> {
-        METRICS.map(str::to_owned).to_vec()
+        let mut names = METRICS.map(str::to_owned).to_vec();
+        if let Some((DatagramEngine::AfXdp, _)) = self.datagram() {
+            names.extend(datagram::XDP_METRICS.map(str::to_owned));
+        }
+        names
     }
 
     fn describe(&self) -> String {
@@ -168,12 +203,39 @@ impl VariantPlan for Plan {
         if s.spin {
             d.push_str(", both ends spin on non-blocking sockets");
         }
+        if let Engine::IoUring { .. } = s.engine {
+            d.push_str(", io_uring engine at both ends");
+        }
+        if let Some((engine, spin)) = self.datagram() {
+            d = format!(
+                "{}; closed-loop UDP request/response, {} B datagrams over {}; rung {}: {}{}",
+                s.path.describe(),
+                s.request_len,
+                engine.name(),
+                self.rung,
+                s.placement.describe(),
+                if spin { ", both ends busy-poll" } else { "" }
+            );
+        }
         match self.rung.as_str() {
             "isolcpus" => d.push_str(" (moved to an isolated CPU, if the host has one)"),
             "irq-affinity" => d.push_str(", and the path device's IRQ on that CPU"),
             _ => {}
         }
         d
+    }
+}
+
+impl Plan {
+    /// The datagram rungs' engine and whether they busy-poll.
+    fn datagram(&self) -> Option<(DatagramEngine, bool)> {
+        match self.rung.as_str() {
+            "udp" => Some((DatagramEngine::KernelUdp, false)),
+            "udp-spin" => Some((DatagramEngine::KernelUdp, true)),
+            "af-xdp" => Some((DatagramEngine::AfXdp, false)),
+            "af-xdp-spin" => Some((DatagramEngine::AfXdp, true)),
+            _ => None,
+        }
     }
 }
 
@@ -250,7 +312,7 @@ mod tests {
     use super::*;
     use crate::workload;
     use crate::workload::rr::tests::assert_sane;
-    use crate::workload::test_support::{run_once, run_round};
+    use crate::workload::test_support::run_round;
 
     fn params(pairs: &[(&str, toml::Value)]) -> Params {
         Params::from_pairs(pairs.iter().cloned())
@@ -285,6 +347,9 @@ mod tests {
         assert!(d("same-cpu").contains("same CPU"));
         assert!(d("busy-poll").contains("SO_BUSY_POLL 50 µs"));
         assert!(d("spin").contains("spin"));
+        assert!(d("io-uring").contains("io_uring engine at both ends"));
+        assert!(d("af-xdp").contains("over AF_XDP"));
+        assert!(d("udp-spin").contains("kernel UDP") && d("udp-spin").contains("busy-poll"));
     }
 
     #[test]
@@ -354,9 +419,25 @@ mod tests {
                 ("duration", "200ms".into()),
                 ("warmup", "50ms".into()),
             ]);
-            let m = run_once(workload::plan(&TuningLadder, &p).unwrap().as_ref(), 3);
-            assert_sane(&m);
+            let plan = workload::plan(&TuningLadder, &p).unwrap();
+            let m = match run_round(plan.as_ref(), 3) {
+                Err(RunError::NotApplicable(why)) if rung.starts_with("af-xdp") => {
+                    // Only a kernel without AF_XDP gets here; the reason says so.
+                    assert!(why.contains("AF_XDP"), "{why}");
+                    eprintln!("SKIPPED rung {rung}: {why}");
+                    continue;
+                }
+                other => other.unwrap_or_else(|e| panic!("{rung}: {e}")),
+            };
             assert!(m.metrics["min_us"] <= m.metrics["mean_us"], "{rung}: {:?}", m.metrics);
+            eprintln!("rung {rung}: p50 {:.1} µs", m.metrics["p50_us"]);
+            if rung.starts_with("af-xdp") {
+                // The seed's point: a kick per request and one per response.
+                let kicks = m.metrics["kicks_per_request"];
+                assert!((1.9..=2.1).contains(&kicks), "{rung}: {kicks} kicks per request");
+                assert!(m.metrics.contains_key("kick_p50_us"), "{:?}", m.metrics);
+            }
+            assert_sane(&m);
         }
     }
 }

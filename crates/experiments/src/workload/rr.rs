@@ -143,6 +143,7 @@ impl Workload for RequestResponse {
             placement,
             spin,
             competing_flows,
+            engine: tcptail_bench::config::Engine::Default,
         };
         // The bench's own checks, before any namespace exists.
         let mut check = BenchConfig::new(([127, 0, 0, 1], 1).into(), spec.profile.clone());

@@ -16,6 +16,7 @@ use super::{Op, ring_options};
 use crate::config::{BenchConfig, Engine, StopAfter};
 use crate::connection::{self, POLL_SLICE, STOP_GRACE};
 use crate::engine::Splitter;
+use crate::report::SampleRecord;
 use crate::run::{BenchError, Combine, RawRun, RunControl};
 use crate::stats::LatencyHistogram;
 use crate::sys;
@@ -84,6 +85,7 @@ struct Conn {
 #[derive(Default)]
 struct Tally {
     latency: LatencyHistogram,
+    samples: Vec<SampleRecord>,
     requests: u64,
     sent: u64,
     unanswered: u64,
@@ -99,6 +101,8 @@ struct Driver<'a> {
     completions: Vec<Completion>,
     /// The batch being handled (kept to reuse its allocation).
     batch: Vec<Completion>,
+    /// The measured part's start (samples are timed from it).
+    start: Instant,
     cpus_seen: BTreeSet<usize>,
 }
 
@@ -151,6 +155,7 @@ fn drive(
         conns,
         completions: Vec::with_capacity(64),
         batch: Vec::with_capacity(64),
+        start: Instant::now(),
         cpus_seen: BTreeSet::new(),
     };
     d.note_cpu();
@@ -171,6 +176,7 @@ fn drive(
         });
     }
     let start = Instant::now();
+    d.start = start;
     let (until, counted) = match config.stop {
         StopAfter::Duration(t) => (Some(start + t), None),
         StopAfter::Count(c) => (None, Some(c)),
@@ -200,6 +206,8 @@ fn drive(
     raw.sent = m.sent;
     raw.unanswered = m.unanswered;
     raw.warnings = m.warnings;
+    raw.samples = m.samples;
+    raw.samples.sort_by_key(|s| s.intended_ns);
     Ok(raw)
 }
 
@@ -402,9 +410,20 @@ impl Driver<'_> {
         let now = Instant::now();
         c.watch.answered();
         c.outstanding = false;
+        let latency = now.saturating_duration_since(c.sent_at).as_nanos() as u64;
+        if measured && self.config.keep_samples {
+            tally.samples.push(SampleRecord {
+                intended_ns: c.sent_at.saturating_duration_since(self.start).as_nanos() as u64,
+                connection: i,
+                seq: c.seq,
+                latency_ns: latency,
+                service_ns: Some(latency),
+                answered: true,
+            });
+        }
         c.seq += 1;
         c.answered += 1;
-        tally.latency.record(now.saturating_duration_since(c.sent_at).as_nanos() as u64);
+        tally.latency.record(latency);
         tally.requests += 1;
         tally.sent += 1;
         tally.end = Some(now);
@@ -458,7 +477,18 @@ impl Driver<'_> {
         let now = Instant::now();
         c.outstanding = false;
         if measured {
-            tally.latency.record(now.saturating_duration_since(c.sent_at).as_nanos() as u64);
+            let latency = now.saturating_duration_since(c.sent_at).as_nanos() as u64;
+            if self.config.keep_samples {
+                tally.samples.push(SampleRecord {
+                    intended_ns: c.sent_at.saturating_duration_since(self.start).as_nanos() as u64,
+                    connection: i,
+                    seq: c.seq,
+                    latency_ns: latency,
+                    service_ns: Some(latency),
+                    answered: false,
+                });
+            }
+            tally.latency.record(latency);
             tally.unanswered += 1;
             tally.sent += 1;
             tally.end = Some(tally.end.map_or(now, |e| e.max(now)));

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tcptail_bench::attribution::AttributedSample;
 use tcptail_bench::client::run_raw;
-use tcptail_bench::config::{BenchConfig, Load, StopAfter};
+use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter};
 use tcptail_bench::run::{RawRun, RunControl};
 use tcptail_bench::server::{Server, ServerConfig, ServerPolicy};
 use tcptail_bench::stats::LatencySummary;
@@ -57,6 +57,9 @@ pub struct RoundSpec {
     pub spin: bool,
     /// Competing bulk flows (client → server, the profile's congestion control).
     pub competing_flows: usize,
+    /// The bench's I/O engine at both ends (the io_uring engine takes no kernel snapshots:
+    /// attribution is off with it).
+    pub engine: Engine,
 }
 
 impl RoundSpec {
@@ -71,8 +74,9 @@ impl RoundSpec {
         c.client_cpu = self.placement.client_cpu();
         c.server_cpu = self.placement.server_cpu();
         c.spin = self.spin;
-        c.attribute = true;
+        c.attribute = self.engine == Engine::Default;
         c.keep_samples = true;
+        c.engine = self.engine;
         c.seed = seed;
         c
     }
@@ -119,6 +123,7 @@ impl RoundSpec {
             .run(|| {
                 Server::bind(ServerConfig {
                     policy: ServerPolicy::trusting(),
+                    engine: self.engine,
                     ..ServerConfig::new(listen)
                 })
             })?
@@ -259,7 +264,7 @@ impl RoundSpec {
 
 /// `p50_us`, `p95_us`, ... from a summary, with a prefix (`sched_`); a percentile the sample
 /// count cannot support is recorded as not measurable instead.
-fn put_summary(m: &mut Measurement, prefix: &str, s: &LatencySummary) {
+pub(crate) fn put_summary(m: &mut Measurement, prefix: &str, s: &LatencySummary) {
     for (name, v) in [("min", s.min), ("mean", s.mean), ("max", s.max)] {
         m.metric(&format!("{prefix}{name}_us"), v);
     }
