@@ -85,7 +85,7 @@ pub(crate) fn run_connection(
         }
     };
     barrier.wait();
-    let start = *start.get_or_init(Instant::now);
+    let start = *start.get_or_init(|| control.measuring_starts());
     let n = config.connections as u64;
     let share = |total: u64| total / n + u64::from((index as u64) < total % n);
     let stop = match config.stop {
@@ -166,7 +166,7 @@ fn prepare(
     // The run's own control: Ctrl-C during the warm-up ends it (and then the run) at once.
     conn.closed_loop(config, control, warm_start, warmup, false, index)
         .map_err(|e| e.into_bench_error(index))?;
-    conn.m = Partial::default();
+    conn.m = Partial::measuring(control);
     Ok(conn)
 }
 
@@ -294,9 +294,24 @@ struct Partial {
     attributed: Vec<AttributedSample>,
     samples: Vec<SampleRecord>,
     warnings: Vec<String>,
+    /// The run's interval histograms, when asked for (measured part only).
+    interval: Option<crate::interval::IntervalSlot>,
 }
 
 impl Partial {
+    /// A fresh measurement for the measured part of a run.
+    fn measuring(control: &RunControl) -> Partial {
+        Partial { interval: control.interval_slot(), ..Partial::default() }
+    }
+
+    /// Records one request's latency, in the interval histogram too when there is one.
+    fn record_latency(&mut self, nanos: u64) {
+        self.latency.record(nanos);
+        if let Some(slot) = &self.interval {
+            slot.record(nanos);
+        }
+    }
+
     /// Counts and records a request that got no answer, as a lower bound: the time it had
     /// waited at `gave_up` since it was due (latency) and since it was sent (service).
     fn record_unanswered(
@@ -309,7 +324,7 @@ impl Partial {
     ) {
         let latency = gave_up.saturating_duration_since(intended).as_nanos() as u64;
         let service = sent.map(|s| gave_up.saturating_duration_since(s).as_nanos() as u64);
-        self.latency.record(latency);
+        self.record_latency(latency);
         if let (Some(service), Load::Open { .. }) = (service, config.load) {
             self.service.record(service);
         }
@@ -599,7 +614,7 @@ impl Connection {
             let t1 = Instant::now();
             check_seq(&header, seq)?;
             let latency = (t1 - t0).as_nanos() as u64;
-            self.m.latency.record(latency);
+            self.m.record_latency(latency);
             self.m.requests += 1;
             self.m.sent += 1;
             self.m.first_send.get_or_insert(t0);

@@ -19,6 +19,7 @@
 //!   spacing, latency from the *intended* send time) request loops, blocking or spinning.
 //! - [`pacer`]: sleeps until shortly before a deadline, then spins, because timer wake-ups on
 //!   a virtual machine run tens to hundreds of microseconds late.
+//! - [`interval`]: interval histograms while a run goes (live lines, HdrHistogram logs).
 //! - [`stats`]: HDR-histogram percentiles and summaries; pure functions of the samples.
 //! - [`attribution`]: which kernel state (BBR phase, cwnd, retransmits, ...) sets the slowest
 //!   requests apart from the typical ones.
@@ -40,6 +41,7 @@ pub mod context;
 pub mod engine;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod interval;
 pub mod matrix;
 pub mod pacer;
 pub mod report;

@@ -213,6 +213,10 @@ pub fn run_matrix(
     let mut p50s: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
     let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
     run_rounds(&configs, rounds, control, |i, config| {
+        // Interval histograms (--interval, --hdr-log) carry the row they belong to.
+        if let Some(intervals) = control.intervals() {
+            intervals.set_tag(Some(label(&combos[i])));
+        }
         let raw = client::run_raw(config, control)?;
         if let Some(s) = raw.latency.summary() {
             p50s[i].push(s.p50);

@@ -6,13 +6,14 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tcptail_sock::ApplyReport;
 
 use crate::attribution::AttributedSample;
 use crate::config::ConfigError;
+use crate::interval::{IntervalRecorder, IntervalSlot};
 use crate::report::SampleRecord;
 use crate::stats::LatencyHistogram;
 use crate::wire::Welcome;
@@ -45,17 +46,39 @@ pub enum BenchError {
     },
 }
 
-/// Shared between a run and whoever watches it: a stop flag and a progress counter.
+/// Shared between a run and whoever watches it: a stop flag, a progress counter and, when
+/// asked for, the interval histograms.
 #[derive(Debug, Default)]
 pub struct RunControl {
     stop: AtomicBool,
     completed: AtomicU64,
+    intervals: Option<IntervalRecorder>,
 }
 
 impl RunControl {
     /// A fresh control.
     pub fn new() -> Arc<RunControl> {
         Arc::new(RunControl::default())
+    }
+    /// A fresh control whose runs also record interval histograms ([`RunControl::intervals`]).
+    pub fn with_intervals() -> Arc<RunControl> {
+        Arc::new(RunControl { intervals: Some(IntervalRecorder::new()), ..RunControl::default() })
+    }
+    /// The interval histograms, if this control records them.
+    pub fn intervals(&self) -> Option<&IntervalRecorder> {
+        self.intervals.as_ref()
+    }
+    /// The measured part starts now: an interval that has recorded nothing yet starts here,
+    /// not at the warm-up. Returns the moment.
+    pub(crate) fn measuring_starts(&self) -> Instant {
+        let now = Instant::now();
+        if let Some(r) = &self.intervals {
+            r.restart_if_empty(now);
+        }
+        now
+    }
+    pub(crate) fn interval_slot(&self) -> Option<IntervalSlot> {
+        self.intervals.as_ref().map(IntervalRecorder::slot)
     }
     /// Asks the run to stop; it returns what it measured so far.
     pub fn stop(&self) {

@@ -45,6 +45,11 @@ impl LatencyHistogram {
         self.hist.add(&other.hist).expect("auto-resizing histograms always merge");
     }
 
+    /// The underlying HDR histogram (for serialisation).
+    pub fn hdr(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+
     /// Number of samples.
     pub fn len(&self) -> u64 {
         self.hist.len()

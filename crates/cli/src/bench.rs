@@ -229,6 +229,14 @@ struct MeasureArgs {
     /// Write every sample to this CSV file.
     #[arg(long, value_name = "FILE", conflicts_with = "matrix")]
     samples: Option<PathBuf>,
+    /// Print an interim line every DURATION while the run goes (with --json: one JSON object
+    /// per line, and the final result as the last line).
+    #[arg(long, value_name = "DURATION")]
+    interval: Option<HumanDuration>,
+    /// Write interval histograms to FILE in the HdrHistogram log format (V2 compressed,
+    /// nanoseconds; one per --interval, 1s by default; matrix rows tagged).
+    #[arg(long, value_name = "FILE")]
+    hdr_log: Option<PathBuf>,
     /// Seed for Poisson spacing.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -429,7 +437,18 @@ fn local(opts: &MeasureArgs) -> Result<ExitCode> {
 
 fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
     let config = opts.config(server)?;
-    let control = RunControl::new();
+    if let Some(d) = opts.interval {
+        anyhow::ensure!(!d.0.is_zero(), "--interval {d}: must be longer than zero");
+    }
+    let live = opts.interval.is_some() || opts.hdr_log.is_some();
+    let control = if live { RunControl::with_intervals() } else { RunControl::new() };
+    let log = opts
+        .hdr_log
+        .as_ref()
+        .map(|path| {
+            std::fs::File::create(path).with_context(|| format!("--hdr-log {}", path.display()))
+        })
+        .transpose()?;
     {
         let control = Arc::clone(&control);
         let mut presses = 0;
@@ -443,13 +462,38 @@ fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
         .context("installing the Ctrl-C handler")?;
     }
     let expected = expected_requests(&config, opts);
-    let progress = Progress::start(Arc::clone(&control), expected);
-    let mut stdout = std::io::stdout().lock();
+    // Interim lines and a progress bar would write over each other.
+    let progress =
+        (opts.interval.is_none()).then(|| Progress::start(Arc::clone(&control), expected));
+    let reporter = live.then(|| {
+        Reporter::start(
+            Arc::clone(&control),
+            opts.interval.map_or(Duration::from_secs(1), |d| d.0),
+            opts.interval.is_some(),
+            opts.json,
+            log,
+        )
+    });
+    let finish = |progress: Option<Progress>, reporter: Option<Reporter>| -> Result<()> {
+        if let Some(p) = progress {
+            p.finish();
+        }
+        if let Some(r) = reporter {
+            r.finish().context("writing the --hdr-log file")?;
+        }
+        Ok(())
+    };
+    // With interim JSON lines, the final result is one line too (a JSON-lines stream).
+    let one_line = opts.json && opts.interval.is_some();
     if let Some(spec) = &opts.matrix {
         let result = matrix::run_matrix(&config, spec, opts.rounds, &control);
-        progress.finish();
+        finish(progress, reporter)?;
         let result = result?;
-        if opts.json {
+        let mut stdout = std::io::stdout().lock();
+        if one_line {
+            serde_json::to_writer(&mut stdout, &result)?;
+            writeln!(stdout)?;
+        } else if opts.json {
             serde_json::to_writer_pretty(&mut stdout, &result)?;
             writeln!(stdout)?;
         } else {
@@ -459,19 +503,136 @@ fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
     }
     let raw_probe = tcptail_bench::context::ContextProbe::start();
     let raw = client::run_raw(&config, &control);
-    progress.finish();
+    finish(progress, reporter)?;
     let raw = raw?;
     let result = client::summarise(&config, &raw, &raw_probe);
     if let Some(path) = &opts.samples {
         write_samples(path, &raw.samples)?;
     }
-    if opts.json {
+    let mut stdout = std::io::stdout().lock();
+    if one_line {
+        serde_json::to_writer(&mut stdout, &result)?;
+        writeln!(stdout)?;
+    } else if opts.json {
         serde_json::to_writer_pretty(&mut stdout, &result)?;
         writeln!(stdout)?;
     } else {
         write!(stdout, "{}", report::render_result(&result))?;
     }
     Ok(exit_code(result.interrupted))
+}
+
+/// Takes the run's interval histograms every `period`: prints interim lines (if asked) and
+/// appends them to the HdrHistogram log (if asked). Each line is flushed as it is written, so
+/// what was printed survives a Ctrl-C; the last, partial interval is taken at the end.
+struct Reporter {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl Reporter {
+    fn start(
+        control: Arc<RunControl>,
+        period: Duration,
+        print: bool,
+        json: bool,
+        log: Option<std::fs::File>,
+    ) -> Reporter {
+        use std::sync::atomic::Ordering;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        let thread = std::thread::spawn(move || -> std::io::Result<()> {
+            let base = Instant::now();
+            let mut log = log.map(std::io::BufWriter::new);
+            if let Some(out) = &mut log {
+                let comment = format!("Logged with tcptail bench {}", env!("CARGO_PKG_VERSION"));
+                tcptail_bench::interval::write_log_header(
+                    out,
+                    std::time::SystemTime::now(),
+                    &comment,
+                )?;
+                out.flush()?;
+            }
+            let mut writer = tcptail_bench::interval::LogWriter::new();
+            let mut started = false;
+            let mut next = base + period;
+            loop {
+                let last = flag.load(Ordering::Relaxed);
+                if !last {
+                    let now = Instant::now();
+                    if now < next {
+                        std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                        continue;
+                    }
+                    next += period;
+                }
+                let Some(recorder) = control.intervals() else { return Ok(()) };
+                for interval in recorder.take() {
+                    // Nothing is printed for the warm-up, before the first measured sample.
+                    started |= !interval.latency.is_empty();
+                    if !started {
+                        continue;
+                    }
+                    let from = interval.start.saturating_duration_since(base);
+                    if print {
+                        print_interval(&interval, from, json)?;
+                    }
+                    if let Some(out) = &mut log {
+                        writer.write(out, &interval, from)?;
+                        out.flush()?;
+                    }
+                }
+                if last {
+                    return Ok(());
+                }
+            }
+        });
+        Reporter { done, thread }
+    }
+
+    fn finish(self) -> std::io::Result<()> {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_else(|_| Err(std::io::Error::other("reporter panicked")))
+    }
+}
+
+/// One interim line: human on stdout, or a JSON object (`{"interval": {...}}`).
+fn print_interval(
+    interval: &tcptail_bench::interval::Interval,
+    from: Duration,
+    json: bool,
+) -> std::io::Result<()> {
+    let secs = interval.end.saturating_duration_since(interval.start).as_secs_f64();
+    let count = interval.latency.len();
+    let tps = if secs > 0.0 { count as f64 / secs } else { 0.0 };
+    let summary = interval.latency.summary();
+    let mut out = std::io::stdout().lock();
+    if json {
+        let line = serde_json::json!({ "interval": {
+            "start_s": from.as_secs_f64(),
+            "end_s": from.as_secs_f64() + secs,
+            "tag": interval.tag,
+            "requests": count,
+            "transactions_per_second": tps,
+            "latency_us": summary,
+        }});
+        writeln!(out, "{line}")?;
+    } else {
+        let us = |f: fn(&tcptail_bench::stats::LatencySummary) -> f64| {
+            summary.as_ref().map_or("-".to_string(), |s| format!("{:.1}", f(s)))
+        };
+        writeln!(
+            out,
+            "[{:7.2} s - {:7.2} s]{} {count} requests, {tps:.0}/s, p50 {} µs, p99 {} µs, max {} µs",
+            from.as_secs_f64(),
+            from.as_secs_f64() + secs,
+            interval.tag.as_deref().map(|t| format!(" {t}:")).unwrap_or_default(),
+            us(|s| s.p50),
+            us(|s| s.p99),
+            us(|s| s.max),
+        )?;
+    }
+    out.flush()
 }
 
 fn write_samples(path: &PathBuf, samples: &[report::SampleRecord]) -> Result<()> {

@@ -23,7 +23,11 @@ fn run_json(args: &[&str]) -> Value {
     let _serial = one_at_a_time();
     let out = std::process::Command::new(bin()).args(args).arg("--json").output().unwrap();
     assert!(out.status.success(), "tcptail {args:?}: {}\n{}", text(&out.stderr), text(&out.stdout));
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+    // One JSON document, or JSON lines (with --interval) whose last line is the result.
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        let stdout = text(&out.stdout);
+        serde_json::from_str(stdout.lines().last().expect("output")).expect("JSON on stdout")
+    })
 }
 
 /// (connection, seq, answered) of every row of a `--samples` CSV.
@@ -186,4 +190,131 @@ fn connect_per_request_reuses_its_ports() {
     assert!(connect["p50"].as_f64().unwrap() > 0.0);
     assert!(v["latency_us"]["p50"].as_f64().unwrap() > 0.0);
     ns.delete().unwrap();
+}
+
+/// Reads an HdrHistogram log with the `hdrhistogram` package from PyPI (HdrHistogram's own
+/// Python implementation): per interval its count, p50 (ns), start and end (ms since the
+/// epoch) and tag, as JSON lines; then the log's StartTime.
+const READ_LOG: &str = r#"
+import json, sys
+from hdrh.histogram import HdrHistogram
+from hdrh.log import HistogramLogReader
+reader = HistogramLogReader(sys.argv[1], HdrHistogram(1, 3600 * 10**9, 3))
+while True:
+    h = reader.get_next_interval_histogram()
+    if h is None:
+        break
+    print(json.dumps({"count": h.get_total_count(), "p50": h.get_value_at_percentile(50),
+                      "start": h.get_start_time_stamp(), "end": h.get_end_time_stamp(),
+                      "tag": h.get_tag()}))
+print(json.dumps({"start_time": reader.start_time_sec}))
+"#;
+
+fn read_hdr_log(path: &std::path::Path) -> Vec<Value> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", READ_LOG, path.to_str().unwrap()])
+        .output()
+        .expect("python3 (scripts/install-deps installs it and the hdrhistogram package)");
+    assert!(
+        out.status.success(),
+        "reading the log with the hdrhistogram package failed (scripts/install-deps installs \
+         it): {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn the_hdr_log_reads_back_with_hdrhistograms_own_python_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.hlog");
+    let v = run_json(&[
+        "bench",
+        "local",
+        "--duration",
+        "1500ms",
+        "--warmup",
+        "100",
+        "--hdr-log",
+        log.to_str().unwrap(),
+        "--interval",
+        "300ms",
+    ]);
+    let entries = read_hdr_log(&log);
+    let (intervals, header) = entries.split_at(entries.len() - 1);
+    assert!(intervals.len() >= 4, "{entries:?}");
+    // Every measured request is in exactly one interval.
+    let total: u64 = intervals.iter().map(|e| e["count"].as_u64().unwrap()).sum();
+    assert_eq!(total, v["requests"].as_u64().unwrap());
+    // Consecutive intervals without gaps (the format keeps milliseconds: 3 decimals of both
+    // start and length), inside the run's wall-clock time.
+    for pair in intervals.windows(2) {
+        assert!(
+            (pair[0]["end"].as_f64().unwrap() - pair[1]["start"].as_f64().unwrap()).abs() <= 2.0,
+            "{pair:?}"
+        );
+    }
+    let start_ms = header[0]["start_time"].as_f64().unwrap() * 1000.0;
+    assert!(intervals[0]["start"].as_f64().unwrap() >= start_ms);
+    // Values are nanoseconds: the median of an interval is within the run's latency range.
+    let p50_ns = intervals[1]["p50"].as_f64().unwrap();
+    let (min, max) =
+        (v["latency_us"]["min"].as_f64().unwrap(), v["latency_us"]["max"].as_f64().unwrap());
+    assert!(p50_ns >= min * 1000.0 * 0.99 && p50_ns <= max * 1000.0 * 1.01, "{p50_ns} ns");
+}
+
+#[test]
+fn matrix_rows_are_tagged_in_the_hdr_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("matrix.hlog");
+    let _ = run_json(&[
+        "bench",
+        "local",
+        "--matrix",
+        "cc=bbr,reno",
+        "--rounds",
+        "2",
+        "--count",
+        "2000",
+        "--warmup",
+        "100",
+        "--hdr-log",
+        log.to_str().unwrap(),
+    ]);
+    let entries = read_hdr_log(&log);
+    let tags: std::collections::BTreeSet<String> =
+        entries.iter().filter_map(|e| e["tag"].as_str().map(String::from)).collect();
+    assert_eq!(tags, ["cc=bbr", "cc=reno"].map(String::from).into(), "{entries:?}");
+    let total: u64 = entries.iter().filter_map(|e| e["count"].as_u64()).sum();
+    assert_eq!(total, 4000);
+}
+
+#[test]
+fn interim_lines_survive_ctrl_c_and_the_final_result_follows() {
+    use std::process::{Command, Stdio};
+    let _serial = one_at_a_time();
+    let child = Command::new(bin())
+        .args(["bench", "local", "--duration", "60s", "--warmup", "10", "--json"])
+        .args(["--interval", "200ms", "--connections", "2", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let (last, interim) = lines.split_last().expect("output");
+    assert!(interim.len() >= 4, "{} interim lines", interim.len());
+    assert!(interim.iter().all(|l| l["interval"]["latency_us"]["p50"].as_f64().is_some()));
+    assert_eq!(last["interrupted"], true);
+    // The interim lines add up to the final count: nothing lost at the interruption.
+    let sum: u64 = interim.iter().map(|l| l["interval"]["requests"].as_u64().unwrap()).sum();
+    let final_count = last["requests"].as_u64().unwrap() + last["unanswered"].as_u64().unwrap();
+    assert_eq!(sum, final_count);
 }

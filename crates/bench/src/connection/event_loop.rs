@@ -149,8 +149,8 @@ pub(crate) fn run_thread(
         }
     };
     shared.barrier.wait();
-    let start = *shared.start.get_or_init(Instant::now);
-    thread.m = Partial::default();
+    let start = *shared.start.get_or_init(|| shared.control.measuring_starts());
+    thread.m = Partial::measuring(shared.control);
     thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
     let mut outcomes = Vec::with_capacity(thread.slots.len());
     if let Some(cpu) = sys::current_cpu() {
@@ -526,7 +526,7 @@ impl<'a> ThreadLoop<'a> {
             answered += 1;
             let latency = done.saturating_duration_since(req.intended).as_nanos() as u64;
             let service = done.saturating_duration_since(req.sent).as_nanos() as u64;
-            self.m.latency.record(latency);
+            self.m.record_latency(latency);
             if matches!(self.config.load, Load::Open { .. }) && measured {
                 self.m.service.record(service);
             }

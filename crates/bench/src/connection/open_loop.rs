@@ -215,7 +215,7 @@ impl Connection {
     ) {
         let latency = (done - req.intended).as_nanos() as u64;
         let service = (done - req.sent).as_nanos() as u64;
-        self.m.latency.record(latency);
+        self.m.record_latency(latency);
         self.m.service.record(service);
         self.m.requests += 1;
         self.m.end = Some(done);
