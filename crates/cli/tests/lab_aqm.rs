@@ -177,6 +177,13 @@ fn a_blackhole_event_stops_delivery_within_1ms_and_restore_resumes_it() {
     let client = "iperf3 -c $TCPTAIL_SERVER_ADDR -t 5 -C bbr > /dev/null";
     let (_, report) = lab_in(out.path(), &path, "iperf3 -s -1", "5201", client);
     assert_eq!(report["events"], serde_json::json!(["2s:blackhole", "3s:restore"]));
+    // The same with when each took effect in both directions.
+    let times = &report["event_times"];
+    assert_eq!(
+        (&times[0]["event"], f64_at(&times[1], "/at_s")),
+        (&serde_json::json!("2s:blackhole"), 3.0)
+    );
+    assert!(f64_at(&times[0], "/applied_s") >= 2.0, "{times}");
     for dir in ["up", "down"] {
         let changes = &report["emulator_report"][dir]["stats"]["path_changes"];
         for (i, at) in [2.0, 3.0].into_iter().enumerate() {
@@ -209,6 +216,51 @@ fn a_blackhole_event_stops_delivery_within_1ms_and_restore_resumes_it() {
         departures.iter().copied().filter(|&t| (2001..3000).contains(&t)).collect();
     assert!(during.is_empty(), "departures during the outage: {during:?}");
     assert!(departures.iter().any(|&t| t > 3000), "traffic did not resume after restore");
+}
+
+#[test]
+fn a_rate_step_on_a_trace_thins_its_delivery_opportunities() {
+    let _lock = lab_lock();
+    // One opportunity per ms (12.032 Mbit/s) both ways; from 1 s, half the trace's mean.
+    let out = tempfile::tempdir().expect("tempdir");
+    let trace = out.path().join("one.trace");
+    std::fs::write(&trace, "1\n").expect("write trace");
+    let trace = trace.to_str().expect("utf-8 path");
+    let out_dir = out.path().join("lab");
+    let out_dir = out_dir.to_str().expect("utf-8 path");
+    let args = [
+        "lab",
+        "path",
+        "--out",
+        out_dir,
+        "--trace",
+        trace,
+        "--rtt",
+        "10ms",
+        "--event",
+        "1s:rate=6016kbit",
+        "--",
+        "sleep",
+        "2.5",
+    ];
+    let done = run(&args, Duration::from_secs(60));
+    assert!(done.status.success(), "{:?}\n{}", done.status, done.stderr);
+    assert!(done.leftovers.is_empty(), "left behind: {:?}", done.leftovers);
+    let log = std::fs::read_to_string(out.path().join("lab").join("up.log")).expect("up.log");
+    let opportunities: Vec<u64> = log
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let t = f.next()?.parse().ok()?;
+            (f.next() == Some("#")).then_some(t)
+        })
+        .collect();
+    let count = |from: u64, to: u64| opportunities.iter().filter(|&&t| t > from && t <= to).count();
+    // The log's clock starts with the emulator, like the event's: every millisecond up to
+    // 1 s, every second one after it.
+    let (before, after) = (count(100, 900), count(1100, 1900));
+    assert!((799..=801).contains(&before), "{before} opportunities in 100-900 ms");
+    assert!((399..=401).contains(&after), "{after} opportunities in 1100-1900 ms");
 }
 
 #[test]

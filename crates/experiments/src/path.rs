@@ -32,7 +32,7 @@ use tcptail_emu::{
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
 use tcptail_lab::path::LabError;
 pub use tcptail_lab::{LivePath, PathShape};
-use tcptail_report::{Lateness, PathEventRecord};
+use tcptail_report::Lateness;
 use tcptail_units::{Bdp, BitRate};
 
 use crate::params::{ParamError, Params, required};
@@ -210,7 +210,7 @@ impl PathPlan {
             && !self.events.is_empty()
         {
             let mut log = ctx.path_events.lock().unwrap_or_else(|p| p.into_inner());
-            log.extend(applied_events(&self.events, report));
+            log.extend(report.applied_events(&self.events));
         }
         Ok((outcome?, stopped.emulator.as_ref().map(lateness)))
     }
@@ -295,28 +295,6 @@ fn events(params: &Params) -> Result<Vec<PathEvent>, ParamError> {
         .map(|v| {
             let t = text(v)?;
             t.parse::<PathEvent>().map_err(|e| ParamError::new("event", format!("'{t}': {e}")))
-        })
-        .collect()
-}
-
-/// Each scheduled event with its time and when it had taken effect in both directions.
-fn applied_events(events: &[PathEvent], report: &EmulatorReport) -> Vec<PathEventRecord> {
-    let applied = |index: usize| {
-        let mut latest: Option<f64> = None;
-        for dir in [&report.up, &report.down] {
-            let change = dir.stats.path_changes.iter().find(|c| c.index as usize == index);
-            // Not applied in one direction: not in effect on the path.
-            latest = Some(latest.unwrap_or(0.0).max(change?.applied_s));
-        }
-        latest
-    };
-    events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| PathEventRecord {
-            event: e.to_string(),
-            at_s: e.at.as_secs_f64(),
-            applied_s: applied(i),
         })
         .collect()
 }

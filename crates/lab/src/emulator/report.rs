@@ -241,6 +241,33 @@ pub struct EmulatorReport {
 }
 
 impl EmulatorReport {
+    /// Each of the run's scheduled `events` (as given in
+    /// [`EmulatorOptions::events`](super::EmulatorOptions::events)) with its time and when it
+    /// had taken effect in both directions (the later of the two; `None` when the run ended
+    /// first in either).
+    pub fn applied_events(
+        &self,
+        events: &[tcptail_emu::PathEvent],
+    ) -> Vec<tcptail_report::PathEventRecord> {
+        let applied = |index: usize| {
+            let mut latest: Option<f64> = None;
+            for dir in [&self.up, &self.down] {
+                let change = dir.stats.path_changes.iter().find(|c| c.index as usize == index);
+                latest = Some(latest.unwrap_or(0.0).max(change?.applied_s));
+            }
+            latest
+        };
+        events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| tcptail_report::PathEventRecord {
+                event: e.to_string(),
+                at_s: e.at.as_secs_f64(),
+                applied_s: applied(i),
+            })
+            .collect()
+    }
+
     /// Whether nothing was flagged or went wrong: lateness within its bound; no read, write,
     /// oversize or malformed-packet errors; no kernel drops at the devices; no other errors.
     pub fn is_clean(&self) -> bool {

@@ -124,6 +124,10 @@ pub struct LabReport {
     /// The path events (`5s:blackhole`), in the order given; when each took effect is in the
     /// emulator report's `stats.path_changes` (by index) for each direction.
     pub events: Vec<String>,
+    /// The same events with their scheduled time and when each had taken effect in both
+    /// directions (`applied_s`, seconds from the emulator's start; `null` if the run ended
+    /// first).
+    pub event_times: Vec<tcptail_report::PathEventRecord>,
     /// `--emulator netem`: the `tc` command lines that installed the qdiscs.
     pub netem_qdiscs: Vec<String>,
     /// The server command, if there was one.

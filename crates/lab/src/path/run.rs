@@ -150,6 +150,7 @@ impl LabRun {
             sysctls: BTreeMap::new(),
             netem_qdiscs: Vec::new(),
             events: spec.events.iter().map(ToString::to_string).collect(),
+            event_times: Vec::new(),
             server: None,
             client: None,
             emulator_report: None,
@@ -390,6 +391,7 @@ impl LabRun {
         let report = self.live.stop_emulator()?;
         let flag = report.lateness_flag.clone();
         self.report.lateness_flagged = Some(flag.is_some());
+        self.report.event_times = report.applied_events(&self.spec.events);
         self.report.emulator_report = serde_json::to_value(&report).ok();
         flag
     }
