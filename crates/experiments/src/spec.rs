@@ -249,6 +249,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("keepalive", include_str!("../../../experiments/keepalive.toml")),
     ("rack", include_str!("../../../experiments/rack.toml")),
     ("rcvbuf-capped", include_str!("../../../experiments/rcvbuf-capped.toml")),
+    ("bbr-burst", include_str!("../../../experiments/bbr-burst.toml")),
 ];
 
 struct Source<'a> {

@@ -21,6 +21,7 @@ use crate::round::{Measurement, RoundContext, RunError};
 
 pub mod bloat;
 pub mod bulk;
+pub mod burst;
 pub mod ecn;
 pub mod flows;
 pub mod idle;
@@ -80,7 +81,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 12] {
+pub fn all() -> [&'static dyn Workload; 13] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -94,6 +95,7 @@ pub fn all() -> [&'static dyn Workload; 12] {
         &keepalive::KeepaliveEngine,
         &short_flows::ShortFlows,
         &rcvbuf::Rcvbuf,
+        &burst::OrderBursts,
     ]
 }
 

@@ -485,5 +485,7 @@ pub fn rounds_needed_sign(p_side: f64, alpha: f64) -> Option<usize> {
     Some(n.max(least))
 }
 
+pub mod modality;
+
 #[cfg(test)]
 mod tests;

@@ -432,6 +432,7 @@ proptest! {
     }
 }
 
+mod bbr_burst;
 mod builtins;
 mod reconnect_storm;
 

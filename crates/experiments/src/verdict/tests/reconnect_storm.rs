@@ -10,8 +10,9 @@ fn rules() -> Vec<Rule> {
     e.rules.iter().map(|r| Rule::compile(r, &variants).unwrap()).collect()
 }
 
-/// A variant whose metrics took these per-round values.
-fn variant(name: &str, metrics: &[(&str, &[f64])]) -> VariantResult {
+/// A variant whose metrics took these per-round values (also for the other experiments'
+/// rule tests).
+pub(super) fn variant(name: &str, metrics: &[(&str, &[f64])]) -> VariantResult {
     let mut v = result(name, &[]);
     for &(m, rounds) in metrics {
         let mut sorted = rounds.to_vec();
