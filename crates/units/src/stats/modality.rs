@@ -145,10 +145,8 @@ pub fn silverman_test(xs: &[f64], resamples: usize) -> Option<Modality> {
             draw.push(mean + (y - mean + h * standard_normal(&mut rng)) * shrink);
         }
         // Binned on the draw's own grid: more than one mode at h means its h_1 is above h.
-        if let Some(b) = Binned::new(&draw) {
-            if b.modes(h).len() > 1 {
-                exceed += 1;
-            }
+        if Binned::new(&draw).is_some_and(|b| b.modes(h).len() > 1) {
+            exceed += 1;
         }
     }
     let p_unimodal = (exceed as f64 + 1.0) / (resamples as f64 + 1.0);
