@@ -134,7 +134,9 @@ fn a_narrow_range_is_exhausted_and_a_pool_is_not() {
     let narrow = test_support::run_once(base(&[]).as_ref(), 1);
     let get = |m: &Measurement, k: &str| m.metrics[k];
     assert!(get(&narrow, "connect_failures") >= 50.0, "{narrow:?}");
-    assert_eq!(get(&narrow, "eaddrnotavail_count"), get(&narrow, "connect_failures"));
+    // A loaded machine may time out the odd handshake too (ETIMEDOUT, counted apart).
+    let failures = get(&narrow, "connect_failures");
+    assert!(get(&narrow, "eaddrnotavail_count") >= 0.9 * failures, "{narrow:?}");
     assert!(get(&narrow, "tw_peak_count") >= 90.0, "{narrow:?}");
     assert!(get(&narrow, "recover_s") > 50.0, "{narrow:?}");
     let exhaust = get(&narrow, "exhaust_s");
