@@ -75,6 +75,16 @@
 //!   timerfd up to ~18 % (in a KVM guest, reprogramming the vCPU's timer exits to the
 //!   host; [`EmulatorReport::timer_arms`] counts the calls), the model under 5 %. About 40k
 //!   system calls per GB (2-3 per 64 KiB packet).
+//! - **Seed 002's path is past one thread's capacity**: the thread forwards about 1.1-1.3 GB/s
+//!   (0.8-0.9 CPU-s/GB), i.e. 9-10 Gbit/s with nothing else to do, and a 10 Gbit/s BBR flow
+//!   probes at 1.25x its rate every few round trips (2.9x in startup). While the offered
+//!   load exceeds what the thread can read and write, releases fall behind: lateness p99
+//!   39 ms on a quiet machine, 0.2-56 ms at load 10-13 (a 4 s run 0.23 ms, a 16 s run 2.5-39
+//!   ms). It is not preemption: the thread (`SCHED_FIFO`) saw one involuntary context switch
+//!   in such a run, no direct reclaim or compaction. The way past it is to pipeline a
+//!   direction over two threads (one reading into the model, one releasing; at 64 KiB per
+//!   packet a lock per packet is cheap), which needs the sender and receiver to fit on what
+//!   is left of the machine.
 //! - **No multi-queue TUN**: `IFF_MULTI_QUEUE` spreads packets over queues by flow hash (the
 //!   kernel's `tun_automq_select_queue`), so a single flow, seed 002's case, stays on one
 //!   queue and one thread; and several threads feeding one bottleneck model would need a lock
