@@ -326,6 +326,52 @@ fn tls_and_basic_auth_from_the_web_config() {
 }
 
 #[test]
+fn a_flood_of_wrong_passwords_does_not_stall_a_known_scraper() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = bcrypt::hash("s3cret", 8).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let exporter = Exporter::start(&["--web-config", web.to_str().unwrap()]);
+    let auth = |credentials: &str| {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+        format!("Authorization: Basic {encoded}\r\n")
+    };
+    assert_eq!(get(exporter.addr, "").status, 401);
+    // The scraper's first request pays bcrypt once.
+    assert_eq!(get(exporter.addr, &auth("prometheus:s3cret")).status, 200);
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = exporter.addr;
+    let flood: Vec<_> = (0..12)
+        .map(|i| {
+            let (stop, header) = (stop.clone(), auth(&format!("prometheus:guess{i}")));
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    answers.push(get(addr, &header).status);
+                }
+                answers
+            })
+        })
+        .collect();
+    // Wait until the flood is being refused (401 after bcrypt, or 503 with the checks busy).
+    let start = Instant::now();
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        assert_eq!(get(exporter.addr, &auth("prometheus:s3cret")).status, 200);
+        took.push(t.elapsed());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let answers: Vec<u16> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    eprintln!("known scraper under a password flood: {took:?} ({} wrong tries)", answers.len());
+    assert!(answers.iter().all(|s| *s == 401 || *s == 503), "{answers:?}");
+    assert!(start.elapsed() < Duration::from_secs(60));
+    let worst = took.iter().max().unwrap();
+    assert!(*worst < Duration::from_secs(1), "a known scraper waited {worst:?} under the flood");
+}
+
+#[test]
 fn bad_web_config_exits_1_naming_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let web = dir.path().join("web.yml");

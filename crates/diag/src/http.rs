@@ -13,10 +13,12 @@
 //!   `431 Request Header Fields Too Large` and the connection closed.
 //! - **Writing**: a response must be written within `write_timeout` from its first byte
 //!   (`timed_io`), so a slow reader holds its response for at most that long.
-//! - **Work**: at most `max_requests` requests are being answered at once (the handler,
-//!   basic-auth checks, compression); more get `503` at once. The handler runs on a blocking
-//!   thread (at most two), never on the thread that moves bytes, so one slow scrape does not
-//!   stop other connections' I/O.
+//! - **Work**: at most `max_requests` requests are being answered at once (the handler and
+//!   compression); more get `503` at once. Basic auth costs a bcrypt check only for
+//!   credentials not verified before, one at a time (503 beyond), so a flood of wrong
+//!   passwords cannot take the slots a scraper with known credentials needs. The handler runs
+//!   on a blocking thread (at most two), never on the thread that moves bytes, so one slow
+//!   scrape does not stop other connections' I/O.
 //!
 //! Memory is therefore bounded by `max_connections` × (the read buffer, 64 KiB at most, plus
 //! one response body) — the body is the exposition text, gzipped when the client asks.
@@ -171,6 +173,7 @@ impl Server {
             handler: Box::new(handler),
             users: self.web.users.clone(),
             requests: Arc::new(Semaphore::new(self.limits.max_requests)),
+            auth_checks: Arc::new(Semaphore::new(AUTH_CHECKS_AT_ONCE)),
             limits: self.limits,
         });
         let tls = self.web.tls.clone().map(tokio_rustls::TlsAcceptor::from);
@@ -209,10 +212,15 @@ fn is_resource_error(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
+/// New credentials checked with bcrypt at once at most (more get 503): one, so of the two
+/// blocking threads one is always free for the handler.
+const AUTH_CHECKS_AT_ONCE: usize = 1;
+
 struct Shared {
     handler: Box<dyn Handler>,
     users: Option<Arc<BasicAuth>>,
     requests: Arc<Semaphore>,
+    auth_checks: Arc<Semaphore>,
     limits: Limits,
 }
 
@@ -322,18 +330,20 @@ async fn respond(
         r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Ok(r);
     }
-    let Ok(_permit) = shared.requests.clone().try_acquire_owned() else {
-        let mut r = plain(StatusCode::SERVICE_UNAVAILABLE, "too many requests at once\n");
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return Ok(r);
-    };
     let headers = request.headers();
     if let Some(users) = &shared.users {
-        let users = users.clone();
         let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes().to_vec());
-        let allowed = tokio::task::spawn_blocking(move || users.allows(authorization.as_deref()))
-            .await
-            .unwrap_or(false);
+        // A scraper's known credentials skip bcrypt; new ones take one of few check slots, so
+        // a flood of wrong passwords cannot hold the request slots the scrapes need.
+        let allowed = users.verified_before(authorization.as_deref()) || {
+            let Ok(_check) = shared.auth_checks.clone().try_acquire_owned() else {
+                return Ok(busy());
+            };
+            let users = users.clone();
+            tokio::task::spawn_blocking(move || users.allows(authorization.as_deref()))
+                .await
+                .unwrap_or(false)
+        };
         if !allowed {
             let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
             r.headers_mut().insert(
@@ -343,6 +353,9 @@ async fn respond(
             return Ok(r);
         }
     }
+    let Ok(_permit) = shared.requests.clone().try_acquire_owned() else {
+        return Ok(busy());
+    };
     let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
     let compress = accepts_gzip(text(header::ACCEPT_ENCODING));
     let asked = Request {
@@ -370,6 +383,12 @@ async fn respond(
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     Ok(r)
+}
+
+fn busy() -> hyper::Response<Full<Bytes>> {
+    let mut r = plain(StatusCode::SERVICE_UNAVAILABLE, "too many requests at once\n");
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 fn plain(status: StatusCode, body: &'static str) -> hyper::Response<Full<Bytes>> {

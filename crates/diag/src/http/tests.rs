@@ -109,12 +109,17 @@ fn basic_auth_checks_user_and_password() {
     let users = WebConfig::load(&p).unwrap().users.unwrap();
     let header = |c: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(c));
     use base64::Engine;
+    assert!(!users.verified_before(Some(header("prom:s3cret").as_bytes())));
     assert!(users.allows(Some(header("prom:s3cret").as_bytes())));
+    assert!(users.verified_before(Some(header("prom:s3cret").as_bytes())));
+    assert!(!users.verified_before(Some(header("prom:s3cres").as_bytes())));
     assert!(!users.allows(Some(header("prom:wrong").as_bytes())));
     assert!(!users.allows(Some(header("eve:s3cret").as_bytes())));
     assert!(!users.allows(Some(b"Basic !!!")));
     assert!(!users.allows(Some(b"Bearer x")));
     assert!(!users.allows(None));
+    assert!(!users.verified_before(Some(header("prom:wrong").as_bytes())));
+    assert!(!users.verified_before(None));
 }
 
 #[test]

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine;
 use rustls::ServerConfig;
@@ -170,7 +170,13 @@ fn load_tls(dir: &Path, raw: &RawTls) -> Result<ServerConfig, (String, String)> 
 /// Basic-auth users and their bcrypt hashes.
 pub struct BasicAuth {
     hashes: BTreeMap<String, String>,
+    /// `Authorization` values that passed a bcrypt check, newest last (a scraper sends the
+    /// same one every time, so it pays bcrypt once, not at every scrape).
+    verified: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Verified `Authorization` values remembered at most.
+const VERIFIED_KEPT: usize = 16;
 
 impl BasicAuth {
     fn new(hashes: BTreeMap<String, String>) -> Result<BasicAuth, (String, String)> {
@@ -194,12 +200,34 @@ impl BasicAuth {
                 ));
             }
         }
-        Ok(BasicAuth { hashes })
+        Ok(BasicAuth { hashes, verified: Mutex::new(Vec::new()) })
+    }
+
+    /// Whether this exact `Authorization` value passed [`BasicAuth::allows`] before: a cheap
+    /// check (no bcrypt), comparing in constant time per remembered value.
+    pub fn verified_before(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(value) = authorization else { return false };
+        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        verified.iter().fold(false, |hit, known| hit | constant_time_eq(known, value))
     }
 
     /// Whether an `Authorization` header names a user with the right password. Costs one bcrypt
     /// verification whether or not the user exists, so the time does not tell which users do.
     pub fn allows(&self, authorization: Option<&[u8]>) -> bool {
+        let allowed = self.check(authorization);
+        if let (true, Some(value)) = (allowed, authorization) {
+            let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            if !verified.iter().any(|v| v == value) {
+                if verified.len() == VERIFIED_KEPT {
+                    verified.remove(0);
+                }
+                verified.push(value.to_vec());
+            }
+        }
+        allowed
+    }
+
+    fn check(&self, authorization: Option<&[u8]>) -> bool {
         let credentials = authorization
             .and_then(|h| h.strip_prefix(b"Basic "))
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b.trim_ascii()).ok())
@@ -217,4 +245,9 @@ impl BasicAuth {
             }
         }
     }
+}
+
+/// Equality whose time depends on the lengths only, not on where the bytes differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
