@@ -250,6 +250,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("rack", include_str!("../../../experiments/rack.toml")),
     ("rcvbuf-capped", include_str!("../../../experiments/rcvbuf-capped.toml")),
     ("bbr-burst", include_str!("../../../experiments/bbr-burst.toml")),
+    ("link-downgrade", include_str!("../../../experiments/link-downgrade.toml")),
 ];
 
 struct Source<'a> {

@@ -27,6 +27,7 @@ pub mod flows;
 pub mod idle;
 pub mod keepalive;
 pub mod ladder;
+pub mod link_downgrade;
 pub mod rcvbuf;
 pub mod rr;
 pub mod sendq;
@@ -81,7 +82,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 13] {
+pub fn all() -> [&'static dyn Workload; 14] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -96,6 +97,7 @@ pub fn all() -> [&'static dyn Workload; 13] {
         &short_flows::ShortFlows,
         &rcvbuf::Rcvbuf,
         &burst::OrderBursts,
+        &link_downgrade::LinkDowngrade,
     ]
 }
 

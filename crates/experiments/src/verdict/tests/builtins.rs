@@ -345,7 +345,7 @@ type Case = (&'static str, &'static [(&'static str, &'static str, f64, f64, f64)
 
 /// Per built-in experiment: data that shows its claim (median, min, max over three rounds of
 /// the variants that differ; every other value is 100).
-const DIFFERENCES: [Case; 9] = [
+const DIFFERENCES: [Case; 10] = [
     (
         "trading-cc",
         &[("bbr_dc", "p99_us", 200.0, 190.0, 210.0), ("cubic_dc", "p99_us", 100.0, 95.0, 105.0)],
@@ -422,6 +422,15 @@ const DIFFERENCES: [Case; 9] = [
             ("raised", "actual_bytes", 33_554_432.0, 33_554_432.0, 33_554_432.0),
             ("seed_default_cap", "goodput_mbps", 20.0, 19.0, 21.0),
             ("raised", "goodput_mbps", 95.0, 94.0, 96.0),
+        ],
+    ),
+    (
+        "link-downgrade",
+        &[
+            ("bbr_step", "pacing_settle_s", 2.2, 1.8, 2.3),
+            ("cubic_step", "pacing_settle_s", 0.7, 0.6, 0.75),
+            ("bbr_step", "post_retrans_pct", 20.0, 17.0, 25.0),
+            ("cubic_step", "post_retrans_pct", 2.7, 2.6, 2.8),
         ],
     ),
 ];
@@ -661,4 +670,21 @@ fn rack_without_a_rack_off_kernel_is_not_applicable() {
     assert_eq!(run(5.0, 10.0, 10.0).verdict, Verdict::Partly);
     assert_eq!(run(1.0, 10.0, 10.0).verdict, Verdict::Reproduced);
     assert_eq!(run(0.0, 0.0, 0.0).verdict, Verdict::Inconclusive);
+}
+
+/// `link-downgrade`: BBR pacing above the new rate for longer than CUBIC without losing more
+/// for it is `partly`; BBR settling first is `not-reproduced`.
+#[test]
+fn link_downgrade_without_the_loss_is_partly() {
+    let (_, rules) = builtin("link-downgrade");
+    let run = |bbr_settle: f64, bbr_retrans: f64| {
+        let bbr = [("pacing_settle_s", bbr_settle), ("post_retrans_pct", bbr_retrans)];
+        let cubic = [("pacing_settle_s", 0.7), ("post_retrans_pct", 2.7)];
+        decide(&rules, &results(&[("bbr_step", &bbr), ("cubic_step", &cubic)]))
+    };
+    assert_eq!(run(2.2, 20.0).verdict, Verdict::Reproduced);
+    let d = run(2.2, 1.0);
+    assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
+    assert!(d.reason.contains("but it does not lose more for it"), "{}", d.reason);
+    assert_eq!(run(0.3, 1.0).verdict, Verdict::NotReproduced);
 }

@@ -1,0 +1,148 @@
+use super::*;
+use crate::workload::{self, test_support};
+
+fn params(pairs: &[(&str, toml::Value)]) -> Params {
+    test_support::emulated("50mbit", "20ms", pairs)
+}
+
+fn events(list: &[&str]) -> toml::Value {
+    toml::Value::Array(list.iter().map(|&e| toml::Value::from(e)).collect())
+}
+
+#[test]
+fn bad_parameters_are_named() {
+    let err = |p: Params| workload::plan(&LinkDowngrade, &p).err().expect("refused");
+    assert_eq!(err(params(&[])).key, "event");
+    assert_eq!(err(params(&[("event", events(&["5s:blackhole"]))])).key, "event");
+    let two = events(&["5s:rate=10mbit", "8s:rate=5mbit"]);
+    assert_eq!(err(params(&[("event", two)])).key, "event");
+    let early = events(&["1s:rate=10mbit"]);
+    assert_eq!(err(params(&[("event", early)])).key, "event");
+    let late = events(&["29.5s:rate=10mbit"]);
+    assert_eq!(err(params(&[("event", late)])).key, "duration");
+    let zero = [("event", events(&["5s:rate=10mbit"])), ("alert_time_scale", 0.into())];
+    assert_eq!(err(params(&zero)).key, "alert_time_scale");
+    let ok = workload::plan(&LinkDowngrade, &params(&[("event", events(&["5s:rate=10mbit"]))]));
+    assert!(ok.unwrap().describe().contains("rate to 10 Mbit/s at 5.0 s"));
+}
+
+/// 50 Mbit/s until 2 s, then 10 Mbit/s; the pacing rate stays at 60 Mbit/s for 1.5 s after
+/// the step, the RTT rises from 22 ms to 80 ms and comes back to 25 ms 3 s after it.
+fn synthetic() -> Vec<(Sample, Rates)> {
+    let mut out = Vec::new();
+    let (mut received, mut sent, mut retrans) = (0u64, 0u64, 0u64);
+    for i in 0..=60 {
+        let t = f64::from(i) * 0.1;
+        let after = t - 2.0;
+        let rate = if after < 0.0 { 50e6 } else { 10e6 };
+        received += (rate / 8.0 * 0.1) as u64;
+        sent += (rate / 8.0 * 0.1) as u64;
+        if (0.0..1.0).contains(&after) {
+            retrans += 10_000;
+        }
+        let rtt_ms = match after {
+            a if a < 0.0 => 22.0,
+            a if a < 3.0 => 80.0,
+            _ => 25.0,
+        };
+        let pacing = if (0.0..1.5).contains(&after) || after < 0.0 { 60e6 } else { 11e6 };
+        let s = Sample {
+            t,
+            received,
+            rtts_us: vec![(rtt_ms * 1e3) as u32],
+            bytes_sent: sent,
+            bytes_retrans: retrans,
+            busy_us: 0,
+            rwnd_limited_us: 0,
+            cwnd: 10,
+        };
+        out.push((s, Rates { pacing_bps: pacing, bbr_bw_bps: Some(pacing / 1.25) }));
+    }
+    out
+}
+
+#[test]
+fn the_step_splits_the_figures() {
+    let a = analyse(&synthetic(), 0.5, 2.0, BitRate(10_000_000), Duration::from_millis(20));
+    assert!((a.pre_goodput_mbps - 50.0).abs() < 0.5, "{a:?}");
+    assert!((a.post_goodput_mbps - 10.0).abs() < 0.5, "{a:?}");
+    assert_eq!(a.post_rtt_p95_ms, 80.0);
+    // Counted from the first sample at the step: 9 x 10,000 bytes retransmitted of
+    // 4 s x 1.25 MB/s sent.
+    assert!((a.post_retrans_pct - 1.8).abs() < 0.01, "{a:?}");
+    let near = |s: Settle, x: f64| s.0.is_some_and(|v| (v - x).abs() < 0.051);
+    assert!(near(a.pacing_settle, 1.5), "{a:?}");
+    assert!(near(a.bw_settle, 1.5), "{a:?}");
+    // Back at or below max(1.25 x 22 ms, 2.2 x 20 ms) = 44 ms for good 3 s after the step.
+    assert!(near(a.rtt_settle, 3.0), "{a:?}");
+    assert!((a.left - 4.0).abs() < 0.051);
+    // A rate that never comes down is censored at the round's end.
+    let mut high = synthetic();
+    for (_, r) in &mut high {
+        r.pacing_bps = 60e6;
+    }
+    for (s, _) in high.iter_mut().filter(|(s, _)| s.t >= 2.0) {
+        s.rtts_us = vec![80_000];
+    }
+    let a = analyse(&high, 0.5, 2.0, BitRate(10_000_000), Duration::from_millis(20));
+    assert!(a.pacing_settle.is_none() && a.rtt_settle.is_none(), "{a:?}");
+    assert!((a.pacing_settle.value(a.left) - 4.0).abs() < 0.051);
+}
+
+#[test]
+fn promtool_durations_and_failures_parse() {
+    assert_eq!(minutes("12m"), Some(12));
+    assert_eq!(minutes("1h5m"), Some(65));
+    assert_eq!(minutes("2h0m0s"), Some(120));
+    assert_eq!(minutes("5x"), None);
+    let out = "Unit Testing:  test.yml\n  FAILED:\n    alertname: BBRBandwidthDrop, time: 19m, \n        \
+               exp:[], \n        got:[\n            0:\n              Labels:{alertname=\"x\"}\n              \
+               Annotations:{}\n            ]\n    alertname: BBRBandwidthDropFixed, time: 1h2m, \n        \
+               exp:[], \n        got:[]\n";
+    assert_eq!(parse_firings(out), vec![("BBRBandwidthDrop".to_owned(), 19)]);
+}
+
+/// Both rules through the real promtool (installed by scripts/install-deps): a 5x drop makes
+/// the corrected rule fire after the step; a flat series never does, while the seed's
+/// `rate()` of a gauge fires on the flat series too: `rate` of a constant is 0, below half of
+/// any positive average.
+#[test]
+fn the_seeds_rule_fires_without_a_drop_and_the_corrected_one_only_with_one() {
+    let promtool = find_promtool().expect("promtool (scripts/install-deps installs prometheus)");
+    let dir = tempfile::tempdir().unwrap();
+    let dropped = evaluate_alerts(&promtool, dir.path(), &synthetic(), 600, 2.0).unwrap();
+    assert!(dropped.fixed.after.is_some(), "the corrected rule fires after a 5x drop");
+    assert_eq!(dropped.fixed.before, None, "{dropped:?}");
+    let mut flat = synthetic();
+    for (_, r) in &mut flat {
+        r.bbr_bw_bps = Some(48e6);
+    }
+    let flat = evaluate_alerts(&promtool, dir.path(), &flat, 600, 2.0).unwrap();
+    assert_eq!(flat.fixed, Firing::default(), "{flat:?}");
+    assert!(flat.seed.before.is_some() && flat.seed.after.is_some(), "{flat:?}");
+}
+
+/// One round: BBR at 50 Mbit/s stepping to 10 Mbit/s at 3 s; the queue grows after the step
+/// and every declared metric is there (needs root and /dev/net/tun).
+#[test]
+fn a_real_step_down() {
+    let plan = workload::plan(
+        &LinkDowngrade,
+        &params(&[
+            ("cc", "bbr".into()),
+            ("duration", "6s".into()),
+            ("warmup", "1s".into()),
+            ("alert_time_scale", 300.into()),
+            ("event", events(&["3s:rate=10mbit"])),
+        ]),
+    )
+    .unwrap();
+    let m = test_support::run_once(plan.as_ref(), 5);
+    for name in plan.metrics() {
+        assert!(m.metrics.contains_key(&name), "{name}: {m:?}");
+    }
+    assert!(m.metrics["pre_goodput_mbps"] > 40.0, "{:?}", m.metrics);
+    assert!(m.metrics["post_goodput_mbps"] < 11.0, "{:?}", m.metrics);
+    assert!(m.metrics["post_queue_p95_ms"] > 5.0, "{:?}", m.metrics);
+    assert!(m.series.iter().any(|s| s.name == "bbr_bw_mbps"));
+}
