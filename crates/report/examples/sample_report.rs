@@ -8,7 +8,9 @@
 //! Prints `svg_expected=N` on stdout: how many plots have data, counted from the results
 //! alone, for the check to compare with the `<svg>` elements the browser sees; then
 //! `svg_per_section=A B C ...`, the same count for each experiment's section in order; then
-//! `excluded_expected=N`, the rounds the results leave out, each of which the page must list.
+//! `excluded_expected=N`, the rounds the results leave out, each of which the page must list;
+//! then `failure_modes_expected=N NOT_RUN`, the rows of the section on seed 000's failure modes
+//! (6, or 0 when the run holds none of their experiments) and how many say "not run".
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -68,5 +70,13 @@ fn main() -> ExitCode {
         .map(|v| v.excluded_rounds().count())
         .sum();
     println!("excluded_expected={excluded}");
+    let (rows, not_run) = if tcptail_report::failure_modes::applies(&results) {
+        let rows = tcptail_report::failure_modes::rows(&results);
+        let not_run = rows.iter().filter(|r| r.experiment.is_none()).count();
+        (rows.len(), not_run)
+    } else {
+        (0, 0)
+    };
+    println!("failure_modes_expected={rows} {not_run}");
     ExitCode::SUCCESS
 }

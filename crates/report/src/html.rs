@@ -15,6 +15,7 @@
 
 use std::fmt::Write as _;
 
+use crate::failure_modes::{self, FailureModeRow};
 use crate::results::{
     Environment, ExperimentResult, Lateness, PlotSpec, Results, SeriesKind, Verdict, unit_of,
 };
@@ -68,8 +69,12 @@ pub fn render(results: &Results) -> String {
         escape(&run.tool_version),
         verdict_counts(&results.experiments),
     );
-    toc(&mut h, &results.experiments);
+    let modes = failure_modes::applies(results).then(|| failure_modes::rows(results));
+    toc(&mut h, &results.experiments, modes.is_some());
     environment(&mut h, &results.environment);
+    if let Some(rows) = &modes {
+        failure_mode_section(&mut h, rows, &results.experiments);
+    }
     for (i, exp) in results.experiments.iter().enumerate() {
         experiment(&mut h, i, exp);
     }
@@ -119,6 +124,8 @@ table.rules tr.fired td{background:#eef6ee;font-weight:600}table.rules tr.fired 
 table.conditions td,table.conditions th{white-space:normal;text-align:left}tr.deviates td{background:#fff6dc}\
 p.decidability{margin:.6em 0}p.decides-partly,p.decides-no{background:#fff6dc;padding:.3em .5em}\
 td.na{text-align:left;color:#555;font-style:italic;white-space:normal}\
+table.failure-modes td,table.failure-modes th{white-space:normal;text-align:left}table.failure-modes td.why{font-size:.9em;color:#444}\
+.v-not-run{background:#e0e0dc;color:#444}\
 .page-footer{color:#777;font-size:.85em;margin-top:2em}";
 
 fn badge(v: Verdict) -> String {
@@ -162,10 +169,13 @@ fn flagged(l: &Lateness) -> bool {
     l.worst_p99_us > l.bound_us
 }
 
-fn toc(h: &mut String, exps: &[ExperimentResult]) {
+fn toc(h: &mut String, exps: &[ExperimentResult], failure_modes: bool) {
     h.push_str(
         "<nav>\n<h2>Contents</h2>\n<ol>\n<li><a href=\"#environment\">Environment</a></li>\n",
     );
+    if failure_modes {
+        h.push_str("<li><a href=\"#failure-modes\">Seed 000's six failure modes</a></li>\n");
+    }
     for (i, exp) in exps.iter().enumerate() {
         let mut marks = String::new();
         if exp.error.is_some() {
@@ -183,6 +193,70 @@ fn toc(h: &mut String, exps: &[ExperimentResult]) {
         );
     }
     h.push_str("</ol>\n</nav>\n");
+}
+
+/// Seed 000's failure modes, one row each: the experiment that tests it (linked when it ran)
+/// and its verdict, or "not run"; a mode judged by a finding shows the finding's outcome.
+fn failure_mode_section(h: &mut String, rows: &[FailureModeRow], exps: &[ExperimentResult]) {
+    h.push_str(
+        r#"<section class="failure-modes" id="failure-modes">
+<h2>Seed 000's six failure modes</h2>
+<p class="meta">"How This Breaks in Production" in seed 000 (TCP Tuning for Trading), each with the experiment that tests it in this run.</p>
+<div class="table-wrap"><table class="failure-modes">
+<thead><tr><th>#</th><th>Failure mode</th><th>Experiment</th><th>Verdict</th><th>Why</th></tr></thead>
+<tbody>
+"#,
+    );
+    for row in rows {
+        let m = row.mode;
+        let (experiment, verdict, why) = match &row.experiment {
+            None => (
+                format!(r#"<code class="name">{}</code>"#, escape(m.experiment)),
+                r#"<span class="badge v-not-run">not run</span>"#.to_owned(),
+                format!("not in this run: <code>tcptail lab run {}</code>", escape(m.experiment)),
+            ),
+            Some((i, v, reason)) => {
+                let link = format!(
+                    r##"<a href="#{}"><code class="name">{}</code></a>"##,
+                    anchor(*i, &exps[*i]),
+                    escape(m.experiment)
+                );
+                match (m.finding, &row.finding) {
+                    // The rule's reason, without the statistics that follow it.
+                    (None, _) => {
+                        let reason = reason.split(" [at 95 % confidence").next().unwrap_or("");
+                        (link, badge(*v), escape(reason))
+                    }
+                    (Some(prefix), Some((outcome, text))) => (
+                        link,
+                        format!(
+                            r#"<span class="outcome-{o}">finding {o}</span><br>experiment: {}"#,
+                            badge(*v),
+                            o = outcome.as_str()
+                        ),
+                        format!("{}: {}", escape(prefix), escape(text)),
+                    ),
+                    (Some(prefix), None) => (
+                        link,
+                        format!("experiment: {}", badge(*v)),
+                        format!(
+                            "its finding \u{201c}{}\u{201d} is not in these results",
+                            escape(prefix)
+                        ),
+                    ),
+                }
+            }
+        };
+        let _ = writeln!(
+            h,
+            r#"<tr data-failure-mode="{n}" data-experiment="{e}" data-status="{s}"><td>{n}</td><td>{t}</td><td>{experiment}</td><td>{verdict}</td><td class="why">{why}</td></tr>"#,
+            n = m.number,
+            e = escape(m.experiment),
+            s = row.status(),
+            t = escape(m.title),
+        );
+    }
+    h.push_str("</tbody>\n</table></div>\n</section>\n");
 }
 
 fn list(items: &[String]) -> String {

@@ -7,6 +7,8 @@
 //!   shows (claims, setups, plot choices, verdicts) is in it.
 //! - [`html`]: `index.html`, self-contained (inline SVG, inline CSS, no scripts that fetch
 //!   anything), one section per experiment.
+//! - [`failure_modes`]: seed 000's six failure modes mapped to the experiments that test
+//!   them, for the report's section on them.
 //! - [`files`]: output files and directories that are safe to create as root (private
 //!   random directories, no symlink followed, atomic and durable writes).
 //! - [`svg`]: the plots inside it: number formatting, scales, nice and logarithmic ticks,
@@ -15,6 +17,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod failure_modes;
 pub mod files;
 pub mod html;
 pub mod results;

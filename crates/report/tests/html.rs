@@ -84,7 +84,8 @@ fn the_document_is_well_formed() {
     assert!(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"), "{}", &html[..80]);
     assert!(html.trim_end().ends_with("</html>"));
     assert_nested(&html);
-    assert_eq!(html.matches("<section").count(), 1 + sample().experiments.len());
+    // Environment, seed 000's failure modes (the sample runs nagle-delack), the experiments.
+    assert_eq!(html.matches("<section").count(), 2 + sample().experiments.len());
 }
 
 #[test]
@@ -399,4 +400,22 @@ fn results_from_before_intervals_still_render() {
     assert!(!html.contains("Excluded rounds") && !html.contains("Conditions: the seed"));
     assert!(exp.decidability.is_none() && !html.contains("Can quick mode decide"));
     assert!(html.contains(r#"<span class="badge v-reproduced">reproduced</span>"#));
+}
+
+/// Seed 000's failure modes: one row per mode, linked to the experiment where it ran, "not run"
+/// where it did not; absent when the run holds none of their experiments.
+#[test]
+fn the_failure_mode_section_maps_every_mode() {
+    let (mut results, html) = render_sample();
+    let rows: Vec<&str> = html.split("<tr data-failure-mode=").skip(1).collect();
+    assert_eq!(rows.len(), 6, "{html}");
+    let not_run = rows.iter().filter(|r| r.contains("data-status=\"not-run\"")).count();
+    assert_eq!(not_run, 4);
+    assert!(rows[1].contains("href=\"#exp-2-nagle-delack\""), "{}", rows[1]);
+    assert!(rows[0].contains("not run") && rows[0].contains("tcptail lab run bbr-burst"));
+    assert!(html.contains("<a href=\"#failure-modes\">"));
+    results.experiments.retain(|e| e.name != "nagle-delack");
+    let html = tcptail_report::html::render(&results);
+    assert!(!html.contains("data-failure-mode"), "no mapped experiment, no section");
+    assert_nested(&html);
 }
