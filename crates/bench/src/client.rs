@@ -111,6 +111,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         mode: if open { "open".into() } else { "closed".into() },
         run_config: config.clone(),
         latency_us: raw.latency.summary(),
+        latency_us_ci: raw.latency.percentile_intervals(),
         service_us: open.then(|| raw.service.summary()).flatten(),
         send_lateness_us: open.then(|| raw.send_lateness.summary()).flatten(),
         connect_us: raw.connect.summary(),

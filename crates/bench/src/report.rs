@@ -30,6 +30,10 @@ pub struct BenchResult {
     pub run_config: BenchConfig,
     /// Latency summary, µs (open loop: from the intended send time).
     pub latency_us: Option<LatencySummary>,
+    /// A 95 % confidence interval for each percentile of `latency_us` from its sample count;
+    /// a percentile the count cannot support is `null`, with the reason in `unsupported`.
+    #[serde(default)]
+    pub latency_us_ci: Option<crate::stats::PercentileIntervals>,
     /// Open loop: from the actual send time (service time), µs.
     pub service_us: Option<LatencySummary>,
     /// Open loop: how late requests left against their schedule, µs.
@@ -188,6 +192,31 @@ pub fn render_result(r: &BenchResult) -> String {
     );
     if let Some(digits) = r.latency_us.map(|l| l.significant_digits) {
         let _ = writeln!(out, "percentiles from an HDR histogram, {digits} significant digits");
+        if let Some(ci) = &r.latency_us_ci {
+            let fmt = |name: &str, i: &Option<crate::stats::PercentileInterval>| match i {
+                Some(i) => format!("{name} [{}, {}]", num(Some(i.low)), num(Some(i.high))),
+                None => format!("{name} -"),
+            };
+            let _ = writeln!(
+                out,
+                "{:.0} % intervals (µs): {}, {}, {}, {}, {}, {}{}",
+                ci.confidence * 100.0,
+                fmt("p50", &ci.p50),
+                fmt("p90", &ci.p90),
+                fmt("p95", &ci.p95),
+                fmt("p99", &ci.p99),
+                fmt("p99.9", &ci.p999),
+                fmt("p99.99", &ci.p9999),
+                if ci.unsupported.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (- : too few samples for {})",
+                        ci.unsupported.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                }
+            );
+        }
     }
     if r.unanswered > 0 {
         let _ = writeln!(

@@ -65,6 +65,58 @@ impl LatencyHistogram {
         self.hist.value_at_quantile(q)
     }
 
+    /// A 95 % interval for each reported percentile (see [`PercentileIntervals`]); `None`
+    /// when there are no samples.
+    pub fn percentile_intervals(&self) -> Option<PercentileIntervals> {
+        let n = self.hist.len();
+        if n == 0 {
+            return None;
+        }
+        let confidence = PERCENTILE_CONFIDENCE;
+        let mut unsupported = std::collections::BTreeMap::new();
+        let mut at = |key: &str, q: f64| {
+            let Some((l, u, coverage)) = interval_ranks(n, q, confidence) else {
+                let needed = tcptail_units::stats::samples_needed(q, confidence);
+                unsupported.insert(
+                    key.to_string(),
+                    format!(
+                        "{n} samples cannot support it at {:.0} % confidence (an order-statistic \
+                         interval needs at least {needed})",
+                        confidence * 100.0
+                    ),
+                );
+                return None;
+            };
+            // The value of the r-th smallest sample (HDR precision).
+            let value =
+                |rank: u64| self.hist.value_at_quantile(rank as f64 / n as f64) as f64 / 1000.0;
+            Some(PercentileInterval { low: value(l), high: value(u), confidence: coverage })
+        };
+        let p50 = at("p50", 0.50);
+        let p90 = at("p90", 0.90);
+        let p95 = at("p95", 0.95);
+        let p99 = at("p99", 0.99);
+        let p999 = at("p999", 0.999);
+        let p9999 = at("p9999", 0.9999);
+        let method = if n <= EXACT_RANKS_UP_TO {
+            "order statistics, exact binomial ranks"
+        } else {
+            "order statistics, normal approximation of the binomial ranks"
+        };
+        Some(PercentileIntervals {
+            confidence,
+            samples: n,
+            method: method.to_string(),
+            p50,
+            p90,
+            p95,
+            p99,
+            p999,
+            p9999,
+            unsupported,
+        })
+    }
+
     /// The summary reported for a run; `None` when there are no samples.
     pub fn summary(&self) -> Option<LatencySummary> {
         if self.hist.is_empty() {
@@ -121,6 +173,72 @@ pub struct Bucket {
     pub count: u64,
 }
 
+/// Confidence of [`LatencyHistogram::percentile_intervals`].
+pub const PERCENTILE_CONFIDENCE: f64 = 0.95;
+/// Up to this many samples the ranks come from the exact binomial
+/// ([`tcptail_units::stats::quantile_ranks`]); above it, from its normal approximation, which
+/// is then accurate to a fraction of a rank and costs nothing.
+const EXACT_RANKS_UP_TO: u64 = 100_000;
+
+/// A distribution-free confidence interval of one percentile, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PercentileInterval {
+    /// Lower bound (an order statistic of the samples).
+    pub low: f64,
+    /// Upper bound.
+    pub high: f64,
+    /// The coverage the two order statistics have (at least the confidence asked for).
+    pub confidence: f64,
+}
+
+/// `latency_us_ci`: a confidence interval for each reported percentile from the sample count
+/// (order statistics: no assumption about the distribution). A percentile the count cannot
+/// support is `null`, and `unsupported` says why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PercentileIntervals {
+    /// The confidence asked for.
+    pub confidence: f64,
+    /// Samples the intervals are computed from.
+    pub samples: u64,
+    /// How the ranks were found.
+    pub method: String,
+    /// Median.
+    pub p50: Option<PercentileInterval>,
+    /// 90th percentile.
+    pub p90: Option<PercentileInterval>,
+    /// 95th percentile.
+    pub p95: Option<PercentileInterval>,
+    /// 99th percentile.
+    pub p99: Option<PercentileInterval>,
+    /// 99.9th percentile.
+    pub p999: Option<PercentileInterval>,
+    /// 99.99th percentile.
+    pub p9999: Option<PercentileInterval>,
+    /// Why a percentile is `null`, by its key.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub unsupported: std::collections::BTreeMap<String, String>,
+}
+
+/// The 1-based ranks of the order-statistic interval of the `q`-quantile of `n` samples:
+/// exact up to [`EXACT_RANKS_UP_TO`], the binomial's normal approximation above (with the
+/// same "not supported" rule: both ranks inside 1..=n).
+fn interval_ranks(n: u64, q: f64, confidence: f64) -> Option<(u64, u64, f64)> {
+    if n <= EXACT_RANKS_UP_TO {
+        let (l, u, c) = tcptail_units::stats::quantile_ranks(n as usize, q, confidence)?;
+        return Some((l as u64, u as u64, c));
+    }
+    if n < tcptail_units::stats::samples_needed(q, confidence) as u64 {
+        return None;
+    }
+    // z for a two-sided 95 % (the only confidence reported); others fall back to 99.7 %-ish
+    // conservatism through a larger z.
+    let z = if (confidence - 0.95).abs() < 1e-9 { 1.959_964 } else { 3.0 };
+    let (nf, sd) = (n as f64, (n as f64 * q * (1.0 - q)).sqrt());
+    let l = (nf * q - z * sd).floor().max(1.0) as u64;
+    let u = ((nf * q + z * sd).ceil() as u64 + 1).min(n);
+    (l <= u).then_some((l, u, confidence))
+}
+
 /// The latency summary of a run, in microseconds, as scripts read it from `--json`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
@@ -175,6 +293,34 @@ impl Spread {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentile_intervals_bracket_the_percentile_or_say_why_not() {
+        let mut h = LatencyHistogram::new();
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let ci = h.percentile_intervals().unwrap();
+        let p50 = ci.p50.unwrap();
+        let s = h.summary().unwrap();
+        assert!(p50.low <= s.p50 && s.p50 <= p50.high, "{p50:?}");
+        assert!(p50.low > 450.0 && p50.high < 550.0, "{p50:?}");
+        assert!(p50.confidence >= 0.95);
+        assert!(ci.p99.is_some());
+        // 1000 samples cannot bound p99.9 or p99.99 at 95 %.
+        assert_eq!((ci.p999, ci.p9999), (None, None));
+        assert!(ci.unsupported["p9999"].contains("needs at least"), "{:?}", ci.unsupported);
+        // Above the exact range the approximation agrees with the exact ranks' width.
+        let mut big = LatencyHistogram::new();
+        for v in 0..200_000u64 {
+            big.record(1000 + v % 1000);
+        }
+        let ci = big.percentile_intervals().unwrap();
+        assert!(ci.method.contains("normal"));
+        let p50 = ci.p50.unwrap();
+        assert!(p50.low <= 1.5 && p50.high >= 1.5 && p50.high - p50.low < 0.02, "{p50:?}");
+        assert!(ci.p9999.is_some());
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -87,6 +87,14 @@ fn pipelined_requests_are_each_matched_to_their_response() {
     let p50 = v["latency_us"]["p50"].as_f64().unwrap();
     let min = v["latency_us"]["min"].as_f64().unwrap();
     assert!(p50 > min, "p50 {p50} min {min}");
+    // Each percentile comes with its interval from the 4000 samples; p99.99 cannot have one.
+    let ci = &v["latency_us_ci"];
+    assert!(
+        ci["p50"]["low"].as_f64().unwrap() <= p50 && p50 <= ci["p50"]["high"].as_f64().unwrap()
+    );
+    assert_eq!(ci["samples"], 4000);
+    assert!(ci["p9999"].is_null());
+    assert!(ci["unsupported"]["p9999"].as_str().unwrap().contains("4000 samples cannot"), "{ci}");
 }
 
 /// A server that completes the handshake, then answers each pair of requests in swapped
