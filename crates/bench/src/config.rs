@@ -244,7 +244,6 @@ impl BenchConfig {
                 ("--attribute", self.attribute),
                 ("--depth", self.depth > 1),
                 ("--mode crr", self.mode == TxMode::Crr),
-                ("--threads", self.threads > 1),
             ];
             if let Some((flag, _)) = unsupported.into_iter().find(|(_, on)| *on) {
                 return Err(ConfigError::EngineFlag { engine: self.engine.name(), flag });

@@ -100,6 +100,25 @@ fn every_pairing_of_engines_answers_every_request() {
 }
 
 #[test]
+fn threads_share_the_connections_and_the_count() {
+    if !uring_available("threads_share_the_connections_and_the_count") {
+        return;
+    }
+    let running = server(URING);
+    let mut config = bench(running.addr(), URING, 5, 1001);
+    config.threads = 2;
+    config.keep_samples = true;
+    let raw = run(&config);
+    assert_clean(&raw, 1001);
+    let mut per_conn = [0u64; 5];
+    for s in &raw.samples {
+        per_conn[s.connection] += 1;
+    }
+    assert_eq!(per_conn, [201, 200, 200, 200, 200], "each connection its share, by its number");
+    running.stop();
+}
+
+#[test]
 fn long_frames_go_out_in_several_sends_and_arrive_whole() {
     if !uring_available("long_frames_go_out_in_several_sends_and_arrive_whole") {
         return;

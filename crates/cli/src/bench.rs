@@ -80,8 +80,8 @@ pub struct ServerArgs {
 #[derive(Debug, Args)]
 struct EngineArgs {
     /// I/O engine after the handshake: default (blocking send/recv, a thread per
-    /// connection) or io_uring (multishot receive into provided buffers, one ring; the
-    /// client drives all its connections from one thread).
+    /// connection) or io_uring (multishot receive into provided buffers; the client drives
+    /// its connections from one thread and ring, or --threads of them).
     #[arg(long, default_value = "default", value_name = "ENGINE")]
     engine: EngineName,
     /// With --engine io_uring: a kernel thread polls the submission queue (SQPOLL); it

@@ -12,9 +12,10 @@
 //! the completion queue is polled in user space and nothing enters the kernel at all (both
 //! together: no system call per request).
 //!
-//! The client drives all its connections from **one thread and one ring**: at 16 connections
-//! that is one thread woken by whichever answer comes first instead of 16 threads each woken
-//! for its own. The server keeps its thread per connection (handshake, policy, pinning are
+//! The client drives all its connections from **one thread and one ring** (or, with
+//! `--threads T`, T threads with a ring each, connection `i` on thread `i % T`): at 16
+//! connections that is one thread woken by whichever answers came first instead of 16 threads
+//! each woken for its own. The server keeps its thread per connection (handshake, policy, pinning are
 //! per connection) with a ring of its own each.
 //!
 //! Deadlines are kept as in the default engine: a run's watchdog (`crate::watchdog`) shuts the

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::sync::{Barrier, OnceLock};
 use std::time::Instant;
 
 use super::{Op, ring_options};
@@ -29,33 +30,60 @@ const SEND_SLOT_MAX: usize = 64 * 1024;
 /// Spinning: completion-queue polls between looks at the stop flag and the clock.
 const SPIN_TURNS_PER_CHECK: u32 = 256;
 
-/// Runs the benchmark on the io_uring engine.
+/// Runs the benchmark on the io_uring engine: `--threads` threads (one unless asked), each
+/// with a ring of its own and its share of the connections (connection `i` on thread
+/// `i % threads`), all measuring from the same moment after every thread's warm-up.
 pub(crate) fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, BenchError> {
     let Engine::IoUring { sqpoll } = config.engine else {
         unreachable!("the io_uring client runs io_uring configurations only")
     };
+    let threads = config.threads.clamp(1, config.connections);
     let tick = Watchdog::tick_for(config.response_timeout, POLL_SLICE);
     let watchdog = Watchdog::new(tick);
-    let result = std::thread::scope(|scope| {
+    let barrier = Barrier::new(threads);
+    let start = OnceLock::new();
+    let outcomes: Vec<Result<RawRun, BenchError>> = std::thread::scope(|scope| {
         let _closer = Closer(&watchdog);
         std::thread::Builder::new()
             .name("tcptail-watchdog".into())
             .spawn_scoped(scope, || watchdog.run(&|| control.stopped(), STOP_GRACE))
             .expect("spawning the watchdog thread");
-        std::thread::Builder::new()
-            .name("tcptail-uring".into())
-            .spawn_scoped(scope, || drive(config, control, &watchdog, sqpoll))
-            .expect("spawning the io_uring client thread")
-            .join()
-            .expect("io_uring client thread panicked")
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let indices: Vec<usize> = (t..config.connections).step_by(threads).collect();
+                let shared = Together { barrier: &barrier, start: &start };
+                let watchdog = &watchdog;
+                std::thread::Builder::new()
+                    .name(format!("tcptail-uring-{t}"))
+                    .spawn_scoped(scope, move || {
+                        drive(config, control, watchdog, sqpoll, &indices, shared)
+                    })
+                    .expect("spawning an io_uring client thread")
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("io_uring client thread panicked")).collect()
     });
-    let mut raw = result?;
+    let mut raw = RawRun::default();
+    for outcome in outcomes {
+        raw.absorb(outcome?, Combine::Parallel);
+    }
+    raw.samples.sort_by_key(|s| s.intended_ns);
     raw.interrupted = control.stopped();
     Ok(raw)
 }
 
+/// What the threads of a run share: every thread starts measuring at once, after all warmed
+/// up, from the moment the first one past the barrier sets.
+#[derive(Clone, Copy)]
+struct Together<'a> {
+    barrier: &'a Barrier,
+    start: &'a OnceLock<Instant>,
+}
+
 /// One connection's state on the ring.
 struct Conn {
+    /// The connection's number in the run.
+    index: usize,
     stream: TcpStream,
     watch: Watch,
     splitter: Splitter,
@@ -111,72 +139,24 @@ fn drive(
     control: &RunControl,
     watchdog: &std::sync::Arc<Watchdog>,
     sqpoll: bool,
+    indices: &[usize],
+    together: Together<'_>,
 ) -> Result<RawRun, BenchError> {
-    let setup_err = |step: &'static str, source: io::Error| BenchError::Connect {
-        connection: 0,
-        server: config.server,
-        step,
-        source,
+    let prepared = prepare(config, control, watchdog, sqpoll, indices);
+    let mut d = match prepared {
+        Ok(d) => d,
+        Err(e) => {
+            // Every thread must reach the barrier, or the others would wait forever.
+            control.stop();
+            together.barrier.wait();
+            return Err(e);
+        }
     };
-    if let Some(cpu) = config.client_cpu {
-        sys::pin_current_thread(cpu).map_err(|e| setup_err("pinning the client thread", e))?;
-    }
-    let n = config.connections;
-    let slot_len = (config.request_len as usize).min(SEND_SLOT_MAX);
-    let ring = Ring::new(ring_options(n, slot_len, sqpoll))
-        .map_err(|e| setup_err("setting up io_uring (--engine io_uring)", e))?;
-    let mut conns = Vec::with_capacity(n);
-    for index in 0..n {
-        let (stream, outcome) = connection::connect(config, index)?;
-        let watch = watchdog
-            .watch(&stream, config.response_timeout)
-            .map_err(|e| setup_err("watching the socket", e))?;
-        conns.push(Conn {
-            stream,
-            watch,
-            splitter: Splitter::new(FrameParser::new(FrameKind::Response, config.reply_len)),
-            seq: 0,
-            sent_at: Instant::now(),
-            outstanding: false,
-            written: 0,
-            answered: 0,
-            quota: None,
-            done: false,
-            dead: false,
-            recv_armed: false,
-            send_after_completion: false,
-            outcome,
-        });
-    }
-    let mut d = Driver {
-        config,
-        control,
-        ring,
-        conns,
-        completions: Vec::with_capacity(64),
-        batch: Vec::with_capacity(64),
-        start: Instant::now(),
-        cpus_seen: BTreeSet::new(),
-    };
-    d.note_cpu();
-    let share =
-        |total: u64, index: usize| total / n as u64 + u64::from((index as u64) < total % n as u64);
-    // Warm-up: its own phase, every connection drained before the measured part starts.
-    let (until, quota) = match config.warmup {
-        StopAfter::Duration(t) => (Some(Instant::now() + t), None),
-        StopAfter::Count(c) => (None, Some(c.div_ceil(n as u64))),
-    };
-    let warm = d.phase(until, |_| quota, false)?;
-    if let Some(w) = warm.warnings.first()
-        && !control.stopped()
-    {
-        return Err(BenchError::Protocol {
-            connection: 0,
-            message: format!("during the warm-up: {w}"),
-        });
-    }
-    let start = Instant::now();
+    together.barrier.wait();
+    let start = *together.start.get_or_init(Instant::now);
     d.start = start;
+    let n = config.connections as u64;
+    let share = |total: u64, index: usize| total / n + u64::from((index as u64) < total % n);
     let (until, counted) = match config.stop {
         StopAfter::Duration(t) => (Some(start + t), None),
         StopAfter::Count(c) => (None, Some(c)),
@@ -207,8 +187,80 @@ fn drive(
     raw.unanswered = m.unanswered;
     raw.warnings = m.warnings;
     raw.samples = m.samples;
-    raw.samples.sort_by_key(|s| s.intended_ns);
     Ok(raw)
+}
+
+/// Pins the thread, sets its ring up, connects its connections and warms them up.
+fn prepare<'a>(
+    config: &'a BenchConfig,
+    control: &'a RunControl,
+    watchdog: &std::sync::Arc<Watchdog>,
+    sqpoll: bool,
+    indices: &[usize],
+) -> Result<Driver<'a>, BenchError> {
+    let first = indices.first().copied().unwrap_or(0);
+    let setup_err = |step: &'static str, source: io::Error| BenchError::Connect {
+        connection: first,
+        server: config.server,
+        step,
+        source,
+    };
+    if let Some(cpu) = config.client_cpu {
+        sys::pin_current_thread(cpu).map_err(|e| setup_err("pinning the client thread", e))?;
+    }
+    let slot_len = (config.request_len as usize).min(SEND_SLOT_MAX);
+    let ring = Ring::new(ring_options(indices.len(), slot_len, sqpoll))
+        .map_err(|e| setup_err("setting up io_uring (--engine io_uring)", e))?;
+    let mut conns = Vec::with_capacity(indices.len());
+    for &index in indices {
+        let (stream, outcome) = connection::connect(config, index)?;
+        let watch = watchdog
+            .watch(&stream, config.response_timeout)
+            .map_err(|e| setup_err("watching the socket", e))?;
+        conns.push(Conn {
+            index,
+            stream,
+            watch,
+            splitter: Splitter::new(FrameParser::new(FrameKind::Response, config.reply_len)),
+            seq: 0,
+            sent_at: Instant::now(),
+            outstanding: false,
+            written: 0,
+            answered: 0,
+            quota: None,
+            done: false,
+            dead: false,
+            recv_armed: false,
+            send_after_completion: false,
+            outcome,
+        });
+    }
+    let mut d = Driver {
+        config,
+        control,
+        ring,
+        conns,
+        completions: Vec::with_capacity(64),
+        batch: Vec::with_capacity(64),
+        start: Instant::now(),
+        cpus_seen: BTreeSet::new(),
+    };
+    d.note_cpu();
+    // Warm-up: its own phase, every connection drained before the measured part starts.
+    let (until, quota) = match config.warmup {
+        StopAfter::Duration(t) => (Some(Instant::now() + t), None),
+        StopAfter::Count(c) => (None, Some(c.div_ceil(config.connections as u64))),
+    };
+    let warm = d.phase(until, |_| quota, false)?;
+    if let Some(w) = warm.warnings.first()
+        && !control.stopped()
+    {
+        return Err(BenchError::Protocol {
+            connection: first,
+            message: format!("during the warm-up: {w}"),
+        });
+    }
+    Ok(d)
 }
 
 /// A failure that ends the run.
@@ -218,6 +270,15 @@ enum Failure {
 }
 
 impl Failure {
+    /// The failure with the connection's number in the run instead of its place on the ring.
+    fn globalize(self, conns: &[Conn]) -> Failure {
+        let index = |i: usize| conns.get(i).map_or(i, |c| c.index);
+        match self {
+            Failure::Io(i, e) => Failure::Io(index(i), e),
+            Failure::Protocol(i, m) => Failure::Protocol(index(i), m),
+        }
+    }
+
     fn into_bench_error(self) -> BenchError {
         match self {
             Failure::Io(connection, e) => BenchError::Protocol {
@@ -245,17 +306,17 @@ impl Driver<'_> {
         measured: bool,
     ) -> Result<Tally, BenchError> {
         let mut tally = Tally::default();
-        for (i, c) in self.conns.iter_mut().enumerate() {
+        for c in &mut self.conns {
             c.answered = 0;
             // Each phase numbers its requests from 0, as the default engine's loops do.
             c.seq = 0;
-            c.quota = quota(i);
+            c.quota = quota(c.index);
             c.done = c.dead || c.quota == Some(0);
         }
         for i in 0..self.conns.len() {
-            self.arm(i).map_err(Failure::into_bench_error)?;
+            self.arm(i).map_err(|f| f.globalize(&self.conns).into_bench_error())?;
             if !self.conns[i].done {
-                self.send(i).map_err(Failure::into_bench_error)?;
+                self.send(i).map_err(|f| f.globalize(&self.conns).into_bench_error())?;
             }
         }
         let mut turns = 0u32;
@@ -275,7 +336,8 @@ impl Driver<'_> {
             std::mem::swap(&mut self.completions, &mut self.batch);
             let mut batch = std::mem::take(&mut self.batch);
             for done in batch.drain(..) {
-                self.complete(done, measured, &mut tally).map_err(Failure::into_bench_error)?;
+                self.complete(done, measured, &mut tally)
+                    .map_err(|f| f.globalize(&self.conns).into_bench_error())?;
             }
             self.batch = batch;
         }
@@ -414,7 +476,7 @@ impl Driver<'_> {
         if measured && self.config.keep_samples {
             tally.samples.push(SampleRecord {
                 intended_ns: c.sent_at.saturating_duration_since(self.start).as_nanos() as u64,
-                connection: i,
+                connection: c.index,
                 seq: c.seq,
                 latency_ns: latency,
                 service_ns: Some(latency),
@@ -481,7 +543,7 @@ impl Driver<'_> {
             if self.config.keep_samples {
                 tally.samples.push(SampleRecord {
                     intended_ns: c.sent_at.saturating_duration_since(self.start).as_nanos() as u64,
-                    connection: i,
+                    connection: c.index,
                     seq: c.seq,
                     latency_ns: latency,
                     service_ns: Some(latency),
@@ -493,12 +555,12 @@ impl Driver<'_> {
             tally.sent += 1;
             tally.end = Some(tally.end.map_or(now, |e| e.max(now)));
         }
-        let seq = c.seq;
+        let (seq, index) = (c.seq, c.index);
         tally.warnings.push(if self.control.stopped() {
-            format!("connection {i}: stopped while request {seq} waited")
+            format!("connection {index}: stopped while request {seq} waited")
         } else {
             format!(
-                "connection {i}: request {seq} got no response within {:?}; the connection \
+                "connection {index}: request {seq} got no response within {:?}; the connection \
                  stopped there",
                 self.config.response_timeout
             )
