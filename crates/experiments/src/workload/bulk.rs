@@ -12,8 +12,8 @@
 //! | path keys | `path = "emulated"` (required), `rate`, `rtt`, `loss`, `buffer`, `queue`, `sysctl` | |
 //!
 //! Metrics, over the window after `warmup`: `goodput_mbps` (bytes read by the receivers),
-//! `link_pct` (goodput as a share of the shaped rate), `rtt_p50_ms` / `rtt_p95_ms` (every
-//! sender's smoothed RTT, sampled), `retrans_pct` (bytes retransmitted / bytes sent),
+//! `link_pct` (goodput as a share of the shaped rate), `rtt_p50_ms` / `rtt_p95_ms` /
+//! `rtt_mean_ms` (every sender's smoothed RTT, sampled), `retrans_pct` (bytes retransmitted / bytes sent),
 //! `rwnd_limited_pct` (`tcpi_rwnd_limited` as a share of `tcpi_busy_time`: how much of the
 //! time the receiver's window, not the congestion window, held the sender back). Series:
 //! `goodput_mbps` per 100 ms, `rtt_ms` and `cwnd_pkts` (flow 0) per sample, whole round.
@@ -78,7 +78,8 @@ impl Workload for Bulk {
 
 impl VariantPlan for Plan {
     fn metrics(&self) -> Vec<String> {
-        let mut names = vec!["goodput_mbps", "rtt_p50_ms", "rtt_p95_ms", "retrans_pct"];
+        let mut names =
+            vec!["goodput_mbps", "rtt_p50_ms", "rtt_p95_ms", "rtt_mean_ms", "retrans_pct"];
         names.push("rwnd_limited_pct");
         if self.path.rate().is_some() {
             names.push("link_pct");
@@ -106,6 +107,7 @@ impl VariantPlan for Plan {
         m.metric("goodput_mbps", s.goodput_mbps)
             .metric("rtt_p50_ms", s.rtt_p50_ms)
             .metric("rtt_p95_ms", s.rtt_p95_ms)
+            .metric("rtt_mean_ms", s.rtt_mean_ms)
             .metric("retrans_pct", s.retrans_pct)
             .metric("rwnd_limited_pct", s.rwnd_limited_pct);
         if let Some(rate) = self.path.rate() {

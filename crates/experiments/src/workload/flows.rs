@@ -329,6 +329,8 @@ pub struct BulkSummary {
     pub rtt_p50_ms: f64,
     /// 95th percentile.
     pub rtt_p95_ms: f64,
+    /// Mean of the same samples (seed 002 reports an average RTT).
+    pub rtt_mean_ms: f64,
     /// Bytes retransmitted as a share of bytes sent in the window, %.
     pub retrans_pct: f64,
     /// Time limited by the receive window as a share of busy time in the window, %.
@@ -399,6 +401,11 @@ pub fn summarise(samples: &[Sample], warmup: Duration, bucket: Duration) -> Bulk
         goodput_mbps,
         rtt_p50_ms: percentile(&rtts, 0.5),
         rtt_p95_ms: percentile(&rtts, 0.95),
+        rtt_mean_ms: if rtts.is_empty() {
+            f64::NAN
+        } else {
+            rtts.iter().sum::<f64>() / rtts.len() as f64
+        },
         retrans_pct,
         rwnd_limited_pct,
         goodput_series,
