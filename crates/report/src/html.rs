@@ -366,6 +366,7 @@ fn experiment(h: &mut String, i: usize, exp: &ExperimentResult) {
     }
     metrics_table(h, exp);
     table::excluded_rounds(h, exp);
+    table::path_events(h, exp);
     for spec in &exp.plots {
         match plot(exp, spec) {
             Ok(svg) => {

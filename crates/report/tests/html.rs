@@ -352,12 +352,21 @@ fn excluded_rounds_are_listed_with_their_reason_and_counted() {
         "{cc}"
     );
     assert!(cc.contains("<code>bbr</code>: 5 of 6 rounds faithful."));
+    // The round's path event and when it took effect.
+    assert!(
+        cc.contains(
+            "<li><code>bbr</code> <code>5s:blackhole</code>: took effect 0.040 ms after its time \
+             (1 round)</li>"
+        ),
+        "{cc}"
+    );
     let undecided = &html[html.find("<code>undecided</code>").unwrap()..];
     assert_eq!(undecided.matches("data-excluded-round=").count(), 2);
     assert!(undecided.contains("outcome-undecided"));
     // Experiments without excluded rounds say nothing about them.
     let nagle = &html[html.find("id=\"exp-2-").unwrap()..html.find("id=\"exp-3-").unwrap()];
     assert!(!nagle.contains("Excluded rounds") && !nagle.contains("excluded)"));
+    assert!(!nagle.contains("Path events"));
 }
 
 #[test]

@@ -240,3 +240,60 @@ pub(super) fn metrics_table(h: &mut String, exp: &ExperimentResult) {
     }
     h.push_str("</tbody></table></div>\n");
 }
+
+/// The path events of each variant's rounds (`5s:blackhole`) and how long after its time
+/// each took effect on the emulator's clock, over the rounds; nothing without events.
+pub(super) fn path_events(h: &mut String, exp: &ExperimentResult) {
+    let mut items = Vec::new();
+    for v in &exp.variants {
+        // In first-seen order: the event, how late it took effect in each round that reached
+        // it (ms), and in how many rounds the round ended first.
+        let mut events: Vec<(&str, Vec<f64>, usize)> = Vec::new();
+        for e in v.rounds.iter().flat_map(|r| &r.path_events) {
+            let i = match events.iter().position(|(text, ..)| *text == e.event) {
+                Some(i) => i,
+                None => {
+                    events.push((&e.event, Vec::new(), 0));
+                    events.len() - 1
+                }
+            };
+            match e.applied_s {
+                Some(applied) => events[i].1.push((applied - e.at_s) * 1e3),
+                None => events[i].2 += 1,
+            }
+        }
+        for (text, late, missed) in events {
+            let rounds = |n: usize| format!("{n} round{}", if n == 1 { "" } else { "s" });
+            let mut what = Vec::new();
+            if !late.is_empty() {
+                let lo = late.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = late.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let span = if hi - lo < 0.0005 {
+                    format!("{lo:.3} ms")
+                } else {
+                    format!("{lo:.3}–{hi:.3} ms")
+                };
+                what.push(format!("took effect {span} after its time ({})", rounds(late.len())));
+            }
+            if missed > 0 {
+                what.push(format!("not reached in {} (the round ended first)", rounds(missed)));
+            }
+            items.push(format!(
+                "<li><code>{}</code> <code>{}</code>: {}</li>",
+                escape(&v.name),
+                escape(text),
+                what.join("; ")
+            ));
+        }
+    }
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        h,
+        "<h3>Path events</h3>\n<p>Scheduled changes to the emulated path, and how long after \
+         its time each took effect on the emulator's clock.</p>\n<ul class=\"path-events\">\n{}\n\
+         </ul>",
+        items.join("\n")
+    );
+}
