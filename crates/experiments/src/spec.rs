@@ -251,6 +251,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("rcvbuf-capped", include_str!("../../../experiments/rcvbuf-capped.toml")),
     ("bbr-burst", include_str!("../../../experiments/bbr-burst.toml")),
     ("link-downgrade", include_str!("../../../experiments/link-downgrade.toml")),
+    ("tenant-isolation", include_str!("../../../experiments/tenant-isolation.toml")),
 ];
 
 struct Source<'a> {

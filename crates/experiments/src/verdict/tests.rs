@@ -435,6 +435,7 @@ proptest! {
 mod bbr_burst;
 mod builtins;
 mod reconnect_storm;
+mod tenant_isolation;
 
 #[test]
 fn conditions_explain_themselves_with_the_values() {

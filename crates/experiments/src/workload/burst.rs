@@ -23,7 +23,14 @@
 //! | `size` | bytes per order and per fill | `64B` |
 //! | `duration`, `warmup` | measured part, unmeasured start | `2500ms`, `300ms` |
 //! | `resamples` | bootstrap draws of the unimodality test | 200 |
+//! | `order_tos` | the order connection's TOS byte (`IP_TOS`, from its SYN), 0 for none | 0 |
+//! | `htb_latency`, `htb_bulk`, `htb_borrow` | per-tenant htb classes instead of the `tbf` FIFO ([`TenantClasses`]) | none |
 //! | path keys | `path` (`emulated` or `tbf`), `rate`, `rtt`, `buffer`, ... | required |
+//!
+//! The same engine runs `tenant-isolation` (seed 002's per-tenant classes): the orders are the
+//! latency-sensitive tenant, the bulk flows the bursty one, on a `tbf` router path whose single
+//! FIFO `htb_latency`/`htb_bulk` replace with one htb class per tenant (the latency tenant
+//! found by its TOS byte, the rest in the bulk tenant's default class).
 //!
 //! Metrics: `p50_us`, `p99_us`, `p999_us`, `max_us`, `orders_count`; `unimodal_p` (Silverman's
 //! test on the log latencies, [`tcptail_units::stats::modality`]: small = more than one mode);
@@ -44,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use tcptail_report::Series;
 use tcptail_sock::{BbrInfo, BbrPhase};
+use tcptail_units::BitRate;
 use tcptail_units::stats::modality;
 
 use crate::params::{ParamError, Params};
@@ -69,6 +77,107 @@ struct Plan {
     duration: Duration,
     warmup: Duration,
     resamples: usize,
+    order_tos: u8,
+    classes: Option<TenantClasses>,
+}
+
+/// Per-tenant htb classes on the router's bottleneck, replacing its single `tbf` FIFO: the
+/// order (latency) tenant's traffic, marked with TOS `order_tos` from its SYN on, in one
+/// class, everything else (the bulk tenant) in the default class, each class with its own
+/// byte FIFO of the path's buffer size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TenantClasses {
+    /// The link: the htb root class's rate (the path's `rate`).
+    pub link: BitRate,
+    /// The latency tenant's class rate.
+    pub latency: BitRate,
+    /// The bulk tenant's class rate.
+    pub bulk: BitRate,
+    /// Whether a class may borrow up to the link rate (`ceil`) or is capped at its rate.
+    pub borrow: bool,
+    /// Each class's FIFO, bytes.
+    pub buffer_bytes: u64,
+    /// The latency tenant's TOS byte, which the filter matches.
+    pub order_tos: u8,
+}
+
+impl TenantClasses {
+    /// The `tc` command lines, each as its arguments, for device `dev`.
+    pub fn commands(&self, dev: &str) -> Vec<Vec<String>> {
+        let bits = |r: BitRate| format!("{}bit", r.0);
+        let ceil = |r: BitRate| if self.borrow { bits(self.link) } else { bits(r) };
+        // Bursts fit one 64 KB GSO packet, as the tbf path's do.
+        let burst = (self.link.bytes_per_second() / 1000).max(64 * 1024).to_string();
+        let line = |text: String| text.split_whitespace().map(str::to_owned).collect();
+        vec![
+            line(format!("qdisc replace dev {dev} root handle 1: htb default 20")),
+            line(format!(
+                "class add dev {dev} parent 1: classid 1:1 htb rate {l} ceil {l} burst {burst} \
+                 cburst {burst}",
+                l = bits(self.link)
+            )),
+            line(format!(
+                "class add dev {dev} parent 1:1 classid 1:10 htb rate {} ceil {} burst {burst} \
+                 cburst {burst}",
+                bits(self.latency),
+                ceil(self.latency)
+            )),
+            line(format!(
+                "class add dev {dev} parent 1:1 classid 1:20 htb rate {} ceil {} burst {burst} \
+                 cburst {burst}",
+                bits(self.bulk),
+                ceil(self.bulk)
+            )),
+            line(format!(
+                "qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {}",
+                self.buffer_bytes
+            )),
+            line(format!(
+                "qdisc add dev {dev} parent 1:20 handle 20: bfifo limit {}",
+                self.buffer_bytes
+            )),
+            line(format!(
+                "filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip tos {:#04x} 0xfc \
+                 flowid 1:10",
+                self.order_tos
+            )),
+        ]
+    }
+
+    /// Installs the classes on the router's bottleneck of `live` (a `tbf` path).
+    fn install(&self, live: &LivePath) -> Result<(), RunError> {
+        let router = live.router().ok_or_else(|| {
+            RunError::failed("htb tenant classes", "the path has no router (use path = \"tbf\")")
+        })?;
+        for args in self.commands(tcptail_netns::addr::ROUTER_SERVER_IF) {
+            let out = router
+                .command("tc")
+                .args(&args)
+                .output()
+                .map_err(|e| RunError::io("run tc in the router namespace", e))?;
+            if !out.status.success() {
+                return Err(RunError::failed(
+                    format!("tc {}", args.join(" ")),
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let mbit = |r: BitRate| r.0 as f64 / 1e6;
+        format!(
+            "htb on the router: link {:.0} Mbit/s, latency tenant (TOS {:#04x}) {:.0} Mbit/s, \
+             bulk tenant (the default class) {:.0} Mbit/s, {}, {} KB FIFO per class",
+            mbit(self.link),
+            self.order_tos,
+            mbit(self.latency),
+            mbit(self.bulk),
+            if self.borrow { "each may borrow up to the link" } else { "each capped at its rate" },
+            self.buffer_bytes / 1024
+        )
+    }
 }
 
 impl Workload for OrderBursts {
@@ -108,6 +217,8 @@ impl Workload for OrderBursts {
         if resamples < 20 {
             return Err(ParamError::new("resamples", "at least 20"));
         }
+        let order_tos = params.uint("order_tos", 255)?.unwrap_or(0) as u8;
+        let classes = tenant_classes(params, &path, order_tos)?;
         Ok(Box::new(Plan {
             path,
             cc,
@@ -119,8 +230,58 @@ impl Workload for OrderBursts {
             duration,
             warmup,
             resamples,
+            order_tos,
+            classes,
         }))
     }
+}
+
+/// Reads `htb_latency`, `htb_bulk` and `htb_borrow`: per-tenant classes on a `tbf` path.
+fn tenant_classes(
+    params: &Params,
+    path: &PathPlan,
+    order_tos: u8,
+) -> Result<Option<TenantClasses>, ParamError> {
+    let latency = params.rate("htb_latency")?;
+    let bulk = params.rate("htb_bulk")?;
+    let borrow = params.bool("htb_borrow")?;
+    let (latency, bulk) = match (latency, bulk) {
+        (None, None) => {
+            if borrow.is_some() {
+                return Err(ParamError::new("htb_borrow", "only with htb_latency and htb_bulk"));
+            }
+            return Ok(None);
+        }
+        (Some(l), Some(b)) => (l, b),
+        (None, Some(_)) => return Err(ParamError::new("htb_latency", "give both tenants' rates")),
+        (Some(_), None) => return Err(ParamError::new("htb_bulk", "give both tenants' rates")),
+    };
+    let PathShape::Tbf { rate, buffer_bytes } = path.kind else {
+        return Err(ParamError::new(
+            "htb_latency",
+            "tenant classes replace a router's tbf: use path = \"tbf\"",
+        ));
+    };
+    if latency.0 + bulk.0 > rate.0 {
+        return Err(ParamError::new(
+            "htb_bulk",
+            "the two tenants' rates add up to more than the path's rate",
+        ));
+    }
+    if order_tos == 0 {
+        return Err(ParamError::new(
+            "order_tos",
+            "the filter finds the latency tenant by its TOS byte: set order_tos (e.g. 184, EF)",
+        ));
+    }
+    Ok(Some(TenantClasses {
+        link: rate,
+        latency,
+        bulk,
+        borrow: borrow.unwrap_or(false),
+        buffer_bytes,
+        order_tos,
+    }))
 }
 
 /// One order: when it was sent (from the start of sending), its latency, and the BBR state of
@@ -165,6 +326,9 @@ impl VariantPlan for Plan {
     }
 
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        // The machine's load at the start, for reading the round's timing (the vCPUs are
+        // shared; nothing here is pinned).
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let ((orders, bulk_mbps), lateness) =
             self.path.round(ctx, |live| self.run_on(live, ctx))?;
         let mut m = summarise(&orders, self.resamples);
@@ -173,20 +337,29 @@ impl VariantPlan for Plan {
             m.metric("bulk_mbps", mbps);
         }
         m.notes.push(format!(
-            "{} orders measured; order socket {}, {} bulk flow(s) {}",
+            "{} orders measured; order socket {}, {} bulk flow(s) {}; threads not pinned, load \
+             average at the round's start {}",
             orders.len(),
             self.cc,
             self.bulk_flows,
-            self.bulk_cc
+            self.bulk_cc,
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
         ));
         Ok(m)
     }
 
     fn describe(&self) -> String {
+        let path = match &self.classes {
+            Some(c) => c.describe(),
+            None => self.path.describe(),
+        };
+        let tos = match self.order_tos {
+            0 => String::new(),
+            t => format!(" (TOS {t:#04x})"),
+        };
         format!(
-            "{}; bursts of {} x {} B orders every {:.1} ms on one {} connection ({:.0} orders/s); \
-             {} {} bulk flow(s) beside",
-            self.path.describe(),
+            "{path}; bursts of {} x {} B orders every {:.1} ms on one {} connection{tos} ({:.0} \
+             orders/s); {} {} bulk flow(s) beside",
             self.burst,
             self.size,
             self.interval.as_secs_f64() * 1e3,
@@ -205,6 +378,9 @@ impl Plan {
         live: &LivePath,
         ctx: &RoundContext<'_>,
     ) -> Result<(Vec<Order>, Option<f64>), RunError> {
+        if let Some(classes) = &self.classes {
+            classes.install(live)?;
+        }
         let bulk = match self.bulk_flows {
             0 => None,
             n => {
@@ -214,7 +390,8 @@ impl Plan {
             }
         };
         let listener = flows::listen(live)?;
-        let (client, server) = flows::connect(live, &listener, Some(&self.cc), true)?;
+        let (client, server) =
+            flows::connect_marked(live, &listener, Some(&self.cc), true, self.order_tos)?;
         let reader = client.try_clone().map_err(|e| RunError::io("clone the order socket", e))?;
         let stop = AtomicBool::new(false);
         let total = self.warmup + self.duration;

@@ -51,6 +51,19 @@ pub fn connect(
     cc: Option<&str>,
     nodelay: bool,
 ) -> Result<(TcpStream, TcpStream), RunError> {
+    connect_marked(live, listener, cc, nodelay, 0)
+}
+
+/// [`connect`] with the client's packets carrying `tos` in their TOS byte (`IP_TOS`, set
+/// before the SYN, so every packet is marked; 0 leaves it unset), for a qdisc that classifies
+/// by DSCP.
+pub fn connect_marked(
+    live: &LivePath,
+    listener: &TcpListener,
+    cc: Option<&str>,
+    nodelay: bool,
+    tos: u8,
+) -> Result<(TcpStream, TcpStream), RunError> {
     let port = listener.local_addr().map_err(|e| RunError::io("listener address", e))?.port();
     let target = SocketAddr::from((live.server_addr(), port));
     let socket = live
@@ -61,6 +74,9 @@ pub fn connect(
                 s.set_tcp_congestion(cc.as_bytes())?;
             }
             s.set_tcp_nodelay(nodelay)?;
+            if tos != 0 {
+                s.set_tos_v4(u32::from(tos))?;
+            }
             s.connect_timeout(&target.into(), Duration::from_secs(5))?;
             Ok(s)
         })?

@@ -97,3 +97,79 @@ fn a_round_beside_a_bbr_bulk_flow() {
     assert!(m.metrics["bulk_mbps"] > 50.0, "{:?}", m.metrics);
     assert!(m.series.iter().any(|s| s.name == "bulk_gain" && !s.points.is_empty()));
 }
+
+fn tbf(pairs: &[(&str, toml::Value)]) -> Params {
+    let mut all = vec![
+        ("path", toml::Value::from("tbf")),
+        ("rate", "100mbit".into()),
+        ("buffer", "64KB".into()),
+        ("order_tos", 184.into()),
+    ];
+    all.extend(pairs.iter().cloned());
+    Params::from_pairs(all)
+}
+
+#[test]
+fn tenant_classes_are_checked_and_written_as_tc_commands() {
+    let err = |p: Params| workload::plan(&OrderBursts, &p).err().expect("refused");
+    assert_eq!(err(tbf(&[("htb_latency", "50mbit".into())])).key, "htb_bulk");
+    assert_eq!(err(tbf(&[("htb_bulk", "30mbit".into())])).key, "htb_latency");
+    assert_eq!(err(tbf(&[("htb_borrow", true.into())])).key, "htb_borrow");
+    let too_much = [("htb_latency", "80mbit".into()), ("htb_bulk", "30mbit".into())];
+    assert_eq!(err(tbf(&too_much)).key, "htb_bulk");
+    let untagged = tbf(&[
+        ("htb_latency", "50mbit".into()),
+        ("htb_bulk", "30mbit".into()),
+        ("order_tos", 0.into()),
+    ]);
+    assert_eq!(err(untagged).key, "order_tos");
+    let emulated = params(&[("htb_latency", "50mbit".into()), ("htb_bulk", "30mbit".into())]);
+    assert_eq!(err(emulated).key, "htb_latency");
+    let classes = TenantClasses {
+        link: BitRate(100_000_000),
+        latency: BitRate(50_000_000),
+        bulk: BitRate(30_000_000),
+        borrow: false,
+        buffer_bytes: 65536,
+        order_tos: 0xb8,
+    };
+    let lines: Vec<String> = classes.commands("eth9").iter().map(|a| a.join(" ")).collect();
+    assert_eq!(lines[0], "qdisc replace dev eth9 root handle 1: htb default 20");
+    assert_eq!(
+        lines[3],
+        "class add dev eth9 parent 1:1 classid 1:20 htb rate 30000000bit ceil 30000000bit \
+         burst 65536 cburst 65536"
+    );
+    assert_eq!(lines[5], "qdisc add dev eth9 parent 1:20 handle 20: bfifo limit 65536");
+    assert_eq!(
+        lines[6],
+        "filter add dev eth9 parent 1: protocol ip prio 1 u32 match ip tos 0xb8 0xfc flowid 1:10"
+    );
+    let borrowing = TenantClasses { borrow: true, ..classes };
+    assert!(borrowing.commands("d")[2].join(" ").contains("ceil 100000000bit"));
+}
+
+/// A real round (root, namespaces, htb): a bulk BBR tenant capped at 30 Mbit/s by its class,
+/// the order tenant beside it in its own.
+#[test]
+fn a_round_with_tenant_classes() {
+    let plan = workload::plan(
+        &OrderBursts,
+        &tbf(&[
+            ("cc", "bbr".into()),
+            ("burst", 1.into()),
+            ("burst_interval", "2ms".into()),
+            ("duration", "1s".into()),
+            ("warmup", "200ms".into()),
+            ("resamples", 50.into()),
+            ("htb_latency", "50mbit".into()),
+            ("htb_bulk", "30mbit".into()),
+        ]),
+    )
+    .unwrap();
+    assert!(plan.describe().contains("latency tenant (TOS 0xb8) 50 Mbit/s"), "{}", plan.describe());
+    let m = test_support::run_once(plan.as_ref(), 6);
+    let bulk = m.metrics["bulk_mbps"];
+    assert!(bulk > 20.0 && bulk < 32.0, "capped at 30 Mbit/s: {:?}", m.metrics);
+    assert!(m.metrics["orders_count"] >= 300.0, "{:?}", m.metrics);
+}
