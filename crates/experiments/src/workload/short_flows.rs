@@ -133,7 +133,10 @@ impl VariantPlan for Plan {
             "failed",
         ];
         if self.flow_workers > 0 {
-            names.push("fct_p50_ms");
+            names.extend(["fct_p50_ms", "fct_p99_ms"]);
+        }
+        if self.rr_workers > 0 {
+            names.push("rr_p99_ms");
         }
         names.into_iter().map(str::to_owned).collect()
     }
@@ -177,6 +180,8 @@ impl VariantPlan for Plan {
             ("rr_p99_ms", 0.99, &t.rr_ms),
         ] {
             if values.is_empty() {
+                let why = "not measurable: no transfer of this kind completed".to_owned();
+                m.not_measurable.insert(name.to_owned(), why);
                 continue;
             }
             let mut sorted = values.clone();
