@@ -249,6 +249,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("keepalive", include_str!("../../../experiments/keepalive.toml")),
     ("rack", include_str!("../../../experiments/rack.toml")),
     ("rcvbuf-capped", include_str!("../../../experiments/rcvbuf-capped.toml")),
+    ("sysctl-claims", include_str!("../../../experiments/sysctl-claims.toml")),
     ("bbr-burst", include_str!("../../../experiments/bbr-burst.toml")),
     ("link-downgrade", include_str!("../../../experiments/link-downgrade.toml")),
     ("tenant-isolation", include_str!("../../../experiments/tenant-isolation.toml")),

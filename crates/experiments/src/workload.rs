@@ -34,6 +34,7 @@ pub mod sendq;
 pub mod short_flows;
 pub mod split_write;
 pub mod storm;
+pub mod sysctl_claim;
 #[cfg(test)]
 mod test_support;
 
@@ -82,7 +83,7 @@ pub trait Workload: Sync {
 }
 
 /// Every engine.
-pub fn all() -> [&'static dyn Workload; 14] {
+pub fn all() -> [&'static dyn Workload; 15] {
     [
         &rr::RequestResponse,
         &split_write::SplitWrite,
@@ -96,6 +97,7 @@ pub fn all() -> [&'static dyn Workload; 14] {
         &keepalive::KeepaliveEngine,
         &short_flows::ShortFlows,
         &rcvbuf::Rcvbuf,
+        &sysctl_claim::SysctlClaim,
         &burst::OrderBursts,
         &link_downgrade::LinkDowngrade,
     ]

@@ -735,3 +735,26 @@ fn link_downgrade_without_the_loss_is_partly() {
     assert!(d.reason.contains("but it does not lose more for it"), "{}", d.reason);
     assert_eq!(run(0.3, 1.0).verdict, Verdict::NotReproduced);
 }
+
+/// sysctl-claims: seed 002 says tcp_frto = 0 "disables Fast Recovery". Fast recoveries with it
+/// under loss (as Linux does) are `not-reproduced`; none at all would be the seed's effect,
+/// `reproduced`; two rounds far apart cannot tell, `inconclusive`.
+#[test]
+fn sysctl_claims_judges_the_frto_claim_on_fast_recoveries() {
+    let (_, rules) = builtin("sysctl-claims");
+    let with = |values: [f64; 3]| {
+        let mut v =
+            result("frto_off_loss", &[("fast_recoveries", values[1], values[0], values[2])]);
+        v.metrics.get_mut("fast_recoveries").unwrap().values = values.to_vec();
+        vec![v]
+    };
+    let d = decide(&rules, &with([20.0, 22.0, 23.0]));
+    assert_eq!(d.verdict, Verdict::NotReproduced, "{} ({})", d.reason, d.rule);
+    assert!(d.reason.contains("0 disables F-RTO"), "{}", d.reason);
+    let d = decide(&rules, &with([0.0, 0.0, 0.0]));
+    assert_eq!(d.verdict, Verdict::Reproduced, "{} ({})", d.reason, d.rule);
+    let mut noisy = with([0.0, 1.0, 2.0]);
+    noisy[0].metrics.get_mut("fast_recoveries").unwrap().values = vec![0.0, 2.0];
+    let d = decide(&rules, &noisy);
+    assert_eq!(d.verdict, Verdict::Inconclusive, "{} ({})", d.reason, d.rule);
+}
