@@ -42,7 +42,10 @@
 //! # Reason templates
 //!
 //! `{variant.metric}` (and `.min`/`.max`) is replaced by the value to three significant digits
-//! ([`format_value`]), or `n/a` when it has none; `{{` and `}}` are literal braces.
+//! ([`format_value`]), or `n/a` when it has none; so is an arithmetic expression over values
+//! (`{split_cpus.mean_us - same_cpu.mean_us}`, the condition syntax's numbers: `+ - * /`,
+//! parentheses, `min`, `max`, `abs`), `n/a` when a value it needs is missing or it divides by
+//! zero; `{{` and `}}` are literal braces.
 //!
 //! This module never reads files or the clock: it sees values only through [`Values`].
 
@@ -58,7 +61,7 @@ mod finding;
 #[cfg(test)]
 mod tests;
 
-use condition::{Cond, parse_condition};
+use condition::{Cond, Num, parse_condition, parse_number};
 pub use confidence::{ALPHA, Tested, Tri};
 pub use finding::FindingRule;
 
@@ -240,10 +243,13 @@ impl Rule {
         if let Some((_, cond)) = &self.when {
             cond.refs(&mut refs);
         }
-        refs.extend(self.reason.iter().filter_map(|p| match p {
-            Piece::Ref(r) => Some(r.clone()),
-            Piece::Text(_) => None,
-        }));
+        for p in &self.reason {
+            match p {
+                Piece::Ref(r) => refs.push(r.clone()),
+                Piece::Expr(n) => n.refs(&mut refs),
+                Piece::Text(_) => {}
+            }
+        }
         dedup(refs)
     }
 
@@ -316,6 +322,7 @@ fn fill(pieces: &[Piece], values: &dyn Values) -> String {
         .map(|p| match p {
             Piece::Text(t) => t.clone(),
             Piece::Ref(r) => lookup(values, r).map_or_else(|| "n/a".to_string(), format_value),
+            Piece::Expr(n) => n.eval(values).map_or_else(|_| "n/a".to_string(), format_value),
         })
         .collect()
 }
@@ -587,6 +594,8 @@ fn parse_ref(text: &str, variants: &[&str]) -> Result<Ref, String> {
 enum Piece {
     Text(String),
     Ref(Ref),
+    /// An arithmetic expression over values (`{a.x - b.x}`), printed like a value.
+    Expr(Num),
 }
 
 fn parse_template(
@@ -616,11 +625,21 @@ fn parse_template(
                     .ok_or_else(|| err(i, "`{` is not closed: write `{{` for a literal brace"))?;
                 let inner = &text[i + 1..i + 1 + close];
                 let start = i + 1 + (inner.len() - inner.trim_start().len());
-                let r = parse_ref(inner.trim(), variants).map_err(|p| err(start, &p))?;
+                let piece = match parse_ref(inner.trim(), variants) {
+                    Ok(r) => Piece::Ref(r),
+                    // Not a plain reference: an expression, if it has an operator.
+                    Err(_) if inner.contains(['+', '-', '*', '/', '(']) => {
+                        let n = parse_number(inner.trim(), variants).map_err(|e| {
+                            err(start + e.column() - 1, &format!("in the expression: {e}"))
+                        })?;
+                        Piece::Expr(n)
+                    }
+                    Err(p) => return Err(err(start, &p)),
+                };
                 if !literal.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut literal)));
                 }
-                pieces.push(Piece::Ref(r));
+                pieces.push(piece);
                 while rest.next_if(|&(j, _)| j <= i + 1 + close).is_some() {}
             }
             c => literal.push(c),

@@ -87,7 +87,7 @@ impl Num {
         }
     }
 
-    fn refs(&self, out: &mut Vec<Ref>) {
+    pub(super) fn refs(&self, out: &mut Vec<Ref>) {
         match self {
             Num::Lit(_) => {}
             Num::Ref(r) => out.push(r.clone()),
@@ -302,6 +302,18 @@ pub(super) fn parse_condition(text: &str, variants: &[&str]) -> Result<Cond, Rul
             Err(p.err(start, "this is a number, not a condition: compare it with `<`, `>`, ..."))
         }
     }
+}
+
+/// A number-valued expression (`a.x - b.x`, `100 * (a.x - b.x) / a.x`), for a reason's
+/// `{...}` placeholder; errors name `when` and are re-keyed by the caller.
+pub(super) fn parse_number(text: &str, variants: &[&str]) -> Result<Num, RuleError> {
+    let toks = lex(text, variants)?;
+    let mut p = Parser { text, toks, pos: 0, depth: 0 };
+    let (node, start) = p.binary(0)?;
+    if p.peek() != &Tok::End {
+        return Err(p.err(p.at(), "expected an operator or the end"));
+    }
+    p.num(node, start, "a placeholder")
 }
 
 impl Parser<'_> {

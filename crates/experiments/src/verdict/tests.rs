@@ -314,6 +314,30 @@ fn templates() {
     assert!(err("{a.x.p50}").contains("is not a statistic"));
 }
 
+/// A placeholder may be an arithmetic expression over values (the ladder's wake-up part of a
+/// rung is `{split_cpus.mean_us - same_cpu.mean_us}`); it reads `n/a` without a value, and its
+/// references count as the reason's.
+#[test]
+fn template_expressions() {
+    let rule = |text: &str| Rule::compile(&spec(None, text), VARIANTS);
+    let fill = |text: &str| rule(text).map(|rule| rule.reason(&values()));
+    assert_eq!(fill("{b.x - a.y} of {b.x}").unwrap(), "8 of 10");
+    assert_eq!(fill("{100 * (b.x - a.y) / b.x} %").unwrap(), "80 %");
+    assert_eq!(fill("{max(a.x, a.y) * 2} {b.x.max - b.x.min}").unwrap(), "4 4");
+    assert_eq!(fill("{gone.x - a.x}, {a.x / c.zero}").unwrap(), "n/a, n/a");
+    let refs: Vec<String> =
+        rule("{b.x - a.y}").unwrap().references().iter().map(Ref::to_string).collect();
+    assert_eq!(refs, ["b.x", "a.y"]);
+    let err = |text: &str| fill(text).unwrap_err();
+    let e = err("d {b.x - bbr.x}");
+    assert_eq!(e.key, "reason");
+    assert!(e.message.contains("in the expression: column 7 (`bbr.x`): unknown variant `bbr`"));
+    assert_eq!(e.column, 10, "{}", e.message);
+    assert!(err("{b.x - }").message.contains("in the expression"));
+    // A comparison is not a value: refused (as a malformed reference).
+    assert_eq!(err("{b.x < a.x}").key, "reason");
+}
+
 #[test]
 fn formats_three_significant_digits() {
     let cases = [

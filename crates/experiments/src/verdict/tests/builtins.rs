@@ -524,7 +524,7 @@ fn every_builtin_reason_quotes_the_values_its_condition_reads() {
                 .iter()
                 .filter_map(|p| match p {
                     Piece::Ref(r) => Some(r),
-                    Piece::Text(_) => None,
+                    Piece::Text(_) | Piece::Expr(_) => None,
                 })
                 .collect();
             let missing: Vec<String> =
@@ -564,7 +564,7 @@ fn findings_quote_the_values_their_conditions_read() {
                     .into_iter()
                     .filter_map(|p| match p {
                         Piece::Ref(r) => Some(r),
-                        Piece::Text(_) => None,
+                        Piece::Text(_) | Piece::Expr(_) => None,
                     })
                     .collect();
                 let missing: Vec<String> = dedup(read.clone())
