@@ -40,7 +40,16 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
         !config.spin && matches!(config.load, Load::Closed) && config.one_thread_per_connection();
     let tick = Watchdog::tick_for(config.response_timeout, connection::POLL_SLICE);
     let watchdog = Watchdog::new(tick);
+    let sampler = config.tcp_info_interval.map(|_| crate::tcp_sampler::Sampler::default());
+    let sampler_ref = sampler.as_ref();
     let outcomes: Vec<Result<RawRun, BenchError>> = std::thread::scope(|scope| {
+        if let (Some(sampler), Some(period)) = (sampler_ref, config.tcp_info_interval) {
+            let start = &*start;
+            std::thread::Builder::new()
+                .name("tcptail-tcp-info".into())
+                .spawn_scoped(scope, move || sampler.run(period, start))
+                .expect("spawning the tcp_info sampler");
+        }
         let _closer = Closer(&watchdog);
         if blocking {
             std::thread::Builder::new()
@@ -63,6 +72,7 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
                             barrier: &barrier,
                             start: &start,
                             watchdog,
+                            sampler: sampler_ref,
                         };
                         if per_connection {
                             connection::run_connection(config, thread, &shared)
@@ -74,13 +84,21 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
                     .expect("spawning a client thread")
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("client thread panicked")).collect()
+        let outcomes =
+            handles.into_iter().map(|h| h.join().expect("client thread panicked")).collect();
+        if let Some(sampler) = sampler_ref {
+            sampler.finish();
+        }
+        outcomes
     });
     let mut raw = RawRun::default();
     for outcome in outcomes {
         raw.absorb(outcome?, Combine::Parallel);
     }
     raw.samples.sort_by_key(|s| s.intended_ns);
+    if let Some(sampler) = sampler {
+        raw.tcp_info = sampler.into_samples();
+    }
     raw.interrupted = control.stopped();
     Ok(raw)
 }
@@ -98,13 +116,21 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
     let mut warnings = raw.warnings.clone();
     place(config, raw, &mut context, &mut warnings);
     let first = raw.connections.first();
-    let attribution = (config.attribute && !raw.attributed.is_empty()).then(|| {
-        attribution::attribute(
+    let attribution = if config.attribute && !raw.attributed.is_empty() {
+        Some(attribution::attribute(
             &raw.attributed,
             raw.latency.quantile_nanos(0.99),
             tcptail_units::stats::median(&raw.snapshot_costs_ns).unwrap_or(0.0),
-        )
-    });
+        ))
+    } else if !raw.tcp_info.is_empty() {
+        // Without per-request snapshots, the --tcp-info-interval timeline stands in: each
+        // request with the samples of its connection just before and just after it.
+        let timeline = crate::tcp_sampler::timeline_attribution(&raw.samples, &raw.tcp_info);
+        (!timeline.is_empty())
+            .then(|| attribution::attribute(&timeline, raw.latency.quantile_nanos(0.99), 0.0))
+    } else {
+        None
+    };
     let secs = raw.elapsed.as_secs_f64();
     let open = matches!(config.load, Load::Open { .. });
     BenchResult {
@@ -132,6 +158,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         server_apply: first.map(|c| c.welcome.apply.clone()),
         context,
         interrupted: raw.interrupted,
+        tcp_info: raw.tcp_info.clone(),
         warnings,
     }
 }

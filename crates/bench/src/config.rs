@@ -123,6 +123,10 @@ pub struct BenchConfig {
     /// Request/response on long connections, or connect-request-response-close.
     #[serde(default)]
     pub mode: TxMode,
+    /// Read every connection's `tcp_info` this often during the measured part
+    /// ([`crate::tcp_sampler`]).
+    #[serde(default, with = "crate::config::opt_duration_secs")]
+    pub tcp_info_interval: Option<Duration>,
     /// Pin the client's threads to this CPU.
     pub client_cpu: Option<usize>,
     /// Ask the server to pin its connection threads to this CPU.
@@ -170,6 +174,7 @@ impl BenchConfig {
             threads: 0,
             depth: 1,
             mode: TxMode::Rr,
+            tcp_info_interval: None,
             client_cpu: None,
             server_cpu: None,
             spin: false,
@@ -218,6 +223,18 @@ impl BenchConfig {
         }
         if u64::from(self.depth) * u64::from(self.request_len) > MAX_PIPELINE_BYTES {
             return Err(ConfigError::PipelineBytes(self.depth, self.request_len));
+        }
+        if let Some(every) = self.tcp_info_interval {
+            if every.is_zero() {
+                return Err(ConfigError::TcpInfoInterval("must be longer than zero".into()));
+            }
+            if self.mode == TxMode::Crr {
+                return Err(ConfigError::TcpInfoInterval(
+                    "needs connections that live through the run; --mode crr closes each after \
+                     one request (use --mode rr)"
+                        .into(),
+                ));
+            }
         }
         if self.depth > 1 && (matches!(self.load, Load::Open { .. }) || self.mode == TxMode::Crr) {
             return Err(ConfigError::DepthWithout);
@@ -302,6 +319,9 @@ pub enum ConfigError {
          many requests outstanding as its rate needs; --mode crr has one per connection)"
     )]
     DepthWithout,
+    /// A `--tcp-info-interval` that cannot be sampled.
+    #[error("--tcp-info-interval: {0}")]
+    TcpInfoInterval(String),
     /// Zero duration or count.
     #[error("--duration/--count: the run would measure nothing")]
     EmptyRun,
@@ -335,6 +355,28 @@ pub enum ConfigError {
         /// CPUs allowed.
         allowed: Vec<usize>,
     },
+}
+
+/// Serde helper: an optional `Duration` as floating-point seconds or null.
+pub mod opt_duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes seconds or null.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads seconds or null.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<f64>::deserialize(d)?
+            .map(|secs| Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// Serde helper: a `Duration` as floating-point seconds.

@@ -66,6 +66,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) start: &'a OnceLock<Instant>,
     /// Keeps the deadlines of blocking receives.
     pub(crate) watchdog: &'a Arc<Watchdog>,
+    /// Reads every connection's `tcp_info` on a period, when asked for.
+    pub(crate) sampler: Option<&'a crate::tcp_sampler::Sampler>,
 }
 
 pub(crate) fn run_connection(
@@ -167,6 +169,9 @@ fn prepare(
     conn.closed_loop(config, control, warm_start, warmup, false, index)
         .map_err(|e| e.into_bench_error(index))?;
     conn.m = Partial::measuring(control);
+    if let Some(sampler) = shared.sampler {
+        sampler.watch(index, &conn.stream, conn.is_bbr);
+    }
     Ok(conn)
 }
 
@@ -668,6 +673,7 @@ impl Partial {
             elapsed: end.saturating_duration_since(start),
             achieved_rate,
             attributed: m.attributed,
+            tcp_info: Vec::new(),
             snapshot_costs_ns: tcptail_units::stats::median(&costs).into_iter().collect(),
             samples: m.samples,
             connections: outcomes,

@@ -21,6 +21,7 @@
 //!   a virtual machine run tens to hundreds of microseconds late.
 //! - [`interval`]: interval histograms while a run goes (live lines, HdrHistogram logs).
 //! - [`stats`]: HDR-histogram percentiles and summaries; pure functions of the samples.
+//! - [`tcp_sampler`]: `tcp_info` of every connection on a fixed period, on the requests' clock.
 //! - [`attribution`]: which kernel state (BBR phase, cwnd, retransmits, ...) sets the slowest
 //!   requests apart from the typical ones.
 //! - [`context`]: CPU placement, steal, competing load, cpuidle driver, kernel version.
@@ -49,6 +50,7 @@ pub mod run;
 pub mod server;
 pub mod stats;
 pub mod sys;
+pub mod tcp_sampler;
 mod watchdog;
 pub mod wire;
 pub mod xdp;

@@ -68,6 +68,11 @@ pub struct BenchResult {
     pub context: RunContext,
     /// True when the run was stopped early (Ctrl-C): the numbers are partial.
     pub interrupted: bool,
+    /// `--tcp-info-interval`: every connection's `tcp_info` over the run (`t_ns` on the
+    /// requests' clock: nanoseconds since the measured start, like the samples'
+    /// `intended_ns`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tcp_info: Vec<crate::tcp_sampler::TcpInfoSample>,
     /// What a reader must know before trusting the numbers: unanswered requests, a server
     /// that could not pin itself, a congestion control that was not applied, ...
     #[serde(default)]
@@ -99,6 +104,45 @@ pub struct SampleRecord {
     /// Whether a response came.
     pub answered: bool,
 }
+
+/// Writes `--tcp-info-interval` samples as CSV, one row per connection per period.
+pub fn write_tcp_info_csv<W: io::Write>(
+    samples: &[crate::tcp_sampler::TcpInfoSample],
+    out: W,
+) -> csv::Result<()> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(TCP_INFO_CSV_HEADER.split(','))?;
+    for s in samples {
+        let k = &s.state;
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        w.write_record([
+            s.t_ns.to_string(),
+            s.connection.to_string(),
+            k.cwnd.to_string(),
+            k.unacked.to_string(),
+            k.srtt_us.to_string(),
+            s.rttvar_us.to_string(),
+            k.rto_us.to_string(),
+            format!("{:?}", k.ca_state),
+            k.total_retrans.to_string(),
+            s.retrans.to_string(),
+            s.lost.to_string(),
+            opt(k.pacing_rate),
+            opt(s.delivery_rate),
+            opt(k.notsent_bytes.map(u64::from)),
+            k.bbr_phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+            opt(s.bbr_bw),
+            opt(s.bbr_min_rtt_us.map(u64::from)),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The header of [`write_tcp_info_csv`] rows.
+pub const TCP_INFO_CSV_HEADER: &str = "t_ns,connection,cwnd,unacked,srtt_us,rttvar_us,rto_us,\
+ca_state,total_retrans,retrans,lost,pacing_rate,delivery_rate,notsent_bytes,bbr_phase,bbr_bw,\
+bbr_min_rtt_us";
 
 /// Writes samples as CSV with a header row.
 pub fn write_samples_csv<W: io::Write>(samples: &[SampleRecord], out: W) -> csv::Result<()> {

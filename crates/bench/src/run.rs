@@ -121,6 +121,8 @@ pub struct RawRun {
     pub elapsed: Duration,
     /// Achieved send rate (open loop), per second.
     pub achieved_rate: Option<f64>,
+    /// `--tcp-info-interval`: every connection's kernel state over the run.
+    pub tcp_info: Vec<crate::tcp_sampler::TcpInfoSample>,
     /// Attribution inputs.
     pub attributed: Vec<AttributedSample>,
     /// Median cost of one kernel snapshot, ns, per connection that took snapshots.
@@ -178,6 +180,7 @@ impl RawRun {
             }
         }
         self.attributed.extend(other.attributed);
+        self.tcp_info.extend(other.tcp_info);
         self.snapshot_costs_ns.extend(other.snapshot_costs_ns);
         self.samples.extend(other.samples);
         self.connections.extend(other.connections);

@@ -237,6 +237,14 @@ struct MeasureArgs {
     /// nanoseconds; one per --interval, 1s by default; matrix rows tagged).
     #[arg(long, value_name = "FILE")]
     hdr_log: Option<PathBuf>,
+    /// Read every connection's tcp_info (and BBR's state) this often during the run, e.g.
+    /// 10ms: into the JSON (`tcp_info`, on the requests' clock) and the attribution (keeps
+    /// every request's sample in memory).
+    #[arg(long, value_name = "DURATION")]
+    tcp_info_interval: Option<HumanDuration>,
+    /// Write the --tcp-info-interval samples to this CSV file.
+    #[arg(long, value_name = "FILE", requires = "tcp_info_interval", conflicts_with = "matrix")]
+    tcp_info_csv: Option<PathBuf>,
     /// Seed for Poisson spacing.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -342,7 +350,9 @@ impl MeasureArgs {
         config.server_cpu = server_cpu;
         config.spin = self.spin;
         config.attribute = self.attribute;
-        config.keep_samples = self.samples.is_some();
+        config.tcp_info_interval = self.tcp_info_interval.map(|d| d.0);
+        // The timeline attribution pairs each request with the samples around it.
+        config.keep_samples = self.samples.is_some() || self.tcp_info_interval.is_some();
         config.spin_window = self.spin_window.0;
         config.seed = self.seed;
         config.response_timeout = self.response_timeout.0;
@@ -508,6 +518,12 @@ fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
     let result = client::summarise(&config, &raw, &raw_probe);
     if let Some(path) = &opts.samples {
         write_samples(path, &raw.samples)?;
+    }
+    if let Some(path) = &opts.tcp_info_csv {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("--tcp-info-csv {}", path.display()))?;
+        report::write_tcp_info_csv(&raw.tcp_info, std::io::BufWriter::new(file))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     let mut stdout = std::io::stdout().lock();
     if one_line {

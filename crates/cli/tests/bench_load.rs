@@ -326,3 +326,55 @@ fn interim_lines_survive_ctrl_c_and_the_final_result_follows() {
     let final_count = last["requests"].as_u64().unwrap() + last["unanswered"].as_u64().unwrap();
     assert_eq!(sum, final_count);
 }
+
+#[test]
+fn tcp_info_is_sampled_per_connection_on_the_requests_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("tcp_info.csv");
+    let samples = dir.path().join("s.csv");
+    let v = run_json(&[
+        "bench",
+        "local",
+        "--duration",
+        "1s",
+        "--connections",
+        "2",
+        "--tcp-info-interval",
+        "10ms",
+        "--tcp-info-csv",
+        csv.to_str().unwrap(),
+        "--samples",
+        samples.to_str().unwrap(),
+    ]);
+    let info = v["tcp_info"].as_array().expect("tcp_info samples");
+    for conn in 0..2 {
+        let times: Vec<u64> = info
+            .iter()
+            .filter(|s| s["connection"] == conn)
+            .map(|s| s["t_ns"].as_u64().unwrap())
+            .collect();
+        // About one per 10 ms over the 1 s run (a loaded machine wakes the sampler late).
+        assert!(times.len() >= 30 && times.len() <= 110, "connection {conn}: {}", times.len());
+        assert!(times.windows(2).all(|w| w[0] < w[1]));
+        assert!(*times.last().unwrap() < 1_600_000_000);
+    }
+    assert!(info.iter().all(|s| s["cwnd"].as_u64().unwrap() > 0 && s["srtt_us"].is_u64()));
+    // Same clock as the requests: both start at the measured start and cover the same second.
+    let requests = std::fs::read_to_string(&samples).unwrap();
+    let first_request: u64 =
+        requests.lines().nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(first_request < 50_000_000, "{first_request}");
+    assert!(info[0]["t_ns"].as_u64().unwrap() < 50_000_000);
+    // The attribution reads the timeline when no per-request snapshots were taken.
+    assert!(v["attribution"].is_object(), "{}", v["attribution"]);
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    assert!(rows.starts_with("t_ns,connection,cwnd,"));
+    assert_eq!(rows.lines().count(), info.len() + 1);
+    // Connect per request has no connection to follow.
+    let out = std::process::Command::new(bin())
+        .args(["bench", "local", "--mode", "crr", "--tcp-info-interval", "10ms", "--count", "10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--tcp-info-interval: needs connections"));
+}

@@ -197,6 +197,9 @@ impl<'a> ThreadLoop<'a> {
                 epoll
                     .add(stream.as_fd(), slots.len() as u64, EPOLL_IN)
                     .map_err(|e| err(index, "watching the socket", e))?;
+                if let Some(sampler) = shared.sampler {
+                    sampler.watch(index, &stream, is_bbr);
+                }
                 Some(stream)
             };
             slots.push(Slot {
