@@ -582,6 +582,24 @@ pub fn summarise(orders: &[Order], resamples: usize) -> Measurement {
     };
     let all: Vec<&Order> = orders.iter().collect();
     let slow: Vec<&Order> = orders.iter().filter(|o| o.latency_us > slow_above).collect();
+    let phases: Vec<BbrPhase> = orders.iter().filter_map(|o| o.own.map(|b| b.phase())).collect();
+    if !phases.is_empty() {
+        let mut seen: Vec<(BbrPhase, usize)> = Vec::new();
+        for p in &phases {
+            match seen.iter_mut().find(|(q, _)| q == p) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((*p, 1)),
+            }
+        }
+        seen.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+        let text: Vec<String> = seen
+            .iter()
+            .map(|(p, n)| {
+                format!("{} {:.1} %", p.as_str(), 100.0 * *n as f64 / phases.len() as f64)
+            })
+            .collect();
+        m.notes.push(format!("the order socket's BBR phase at send: {}", text.join(", ")));
+    }
     if orders.iter().any(|o| o.own.is_some()) {
         m.metric("slow_own_up_pct", share(&slow, &|o| up(&o.own)))
             .metric("all_own_up_pct", share(&all, &|o| up(&o.own)));

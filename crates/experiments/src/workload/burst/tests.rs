@@ -61,6 +61,12 @@ fn a_slow_cluster_sent_in_probe_bw_up_is_found_and_attributed() {
     assert!(get("all_own_up_pct") > 15.0 && get("all_own_up_pct") < 20.0, "{m:?}");
     assert_eq!(get("slow_bulk_up_pct"), 0.0);
     assert_eq!(get("orders_count"), 4000.0);
+    assert!(
+        m.notes.iter().any(|n| n
+            == "the order socket's BBR phase at send: probe-bw-cruise 82.5 %, probe-bw-up 17.5 %"),
+        "{:?}",
+        m.notes
+    );
     // One cluster only: unimodal; no slow cluster of any size.
     let one: Vec<Order> = orders
         .iter()
