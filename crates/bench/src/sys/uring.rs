@@ -125,8 +125,11 @@ impl Ring {
         if let Some(idle) = options.sqpoll_idle_ms {
             builder.setup_sqpoll(idle);
         } else {
-            // One thread submits and reaps; completions are run when it enters the kernel.
-            builder.setup_single_issuer().setup_coop_taskrun();
+            // One thread submits and reaps; the receive's task work (the copy into a provided
+            // buffer) is deferred to that thread's next wait for completions, which the kernel
+            // wakes it for, instead of interrupting it. The flag tells a spinning loop that
+            // work is waiting (the crate's submit then enters to run it).
+            builder.setup_single_issuer().setup_defer_taskrun().setup_taskrun_flag();
         }
         let ring = builder.build(options.entries).map_err(|e| {
             io::Error::new(e.kind(), format!("io_uring_setup: {e} (is io_uring disabled here?)"))
