@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `"frto"` | one bulk flow through an emulated path with a little loss and a delay spike (path events): a retransmission timeout fires during the spike although nothing was lost | `spurious_rtos` (`TcpExtTCPSpuriousRTOs`, F-RTO's undos), `loss_undos` (`TcpExtTCPLossUndo`, every undo of a timeout's recovery), `fast_recoveries` (`TcpExtTCPSackRecovery` + `TcpExtTCPRenoRecovery`), `timeouts` (`TcpExtTCPTimeouts`), `retrans_pct` |
 //! | `"metrics"` | a bulk flow through a loss burst (path event) that cuts its ssthresh, closed; then a new connection to the same server | `next_ssthresh_cached` (1 when the new connection starts with a finite ssthresh, i.e. the closed one's), `next_ssthresh_segs` (0 when not cached), `lossy_ssthresh_segs` |
+//! | `"fin_timeout"` | `connections` connections closed by the client while the server keeps its end open (orphans in FIN_WAIT2), and as many closed by both (TIME_WAIT); counted just after and once `net.ipv4.tcp_fin_timeout` (at most 30 s here) has passed | `finwait2_early`, `finwait2_after`, `timewait_early`, `timewait_after`, `fin_timeout_s` |
 //! | `"timewait"` | `connections` short connections, each closed by the client first (the client holds TIME_WAIT) | `timewait_count` (client sockets in TIME_WAIT 200 ms after the last close), `tw_overflow` (`TcpExtTCPTimeWaitOverflow`) |
 //!
 //! Other keys: `connections` (timewait, default 64), `duration` (frto and the lossy flow of
@@ -33,6 +34,7 @@ enum Claim {
     Frto,
     Metrics,
     Timewait,
+    FinTimeout,
 }
 
 #[derive(Debug)]
@@ -53,11 +55,18 @@ impl Workload for SysctlClaim {
     }
 
     fn plan(&self, params: &Params) -> Result<Box<dyn VariantPlan>, ParamError> {
-        let claim = match params.choice("claim", &["frto", "metrics", "timewait"])?.as_deref() {
+        let claims = ["frto", "metrics", "timewait", "fin_timeout"];
+        let claim = match params.choice("claim", &claims)?.as_deref() {
             Some("frto") => Claim::Frto,
             Some("metrics") => Claim::Metrics,
             Some("timewait") => Claim::Timewait,
-            _ => return Err(ParamError::new("claim", "required: frto, metrics or timewait")),
+            Some("fin_timeout") => Claim::FinTimeout,
+            _ => {
+                return Err(ParamError::new(
+                    "claim",
+                    "required: frto, metrics, timewait or fin_timeout",
+                ));
+            }
         };
         let cc = flows::cc_param(params)?;
         let connections = params.uint("connections", 4096)?.unwrap_or(64) as usize;
@@ -70,11 +79,20 @@ impl Workload for SysctlClaim {
         }
         let path = PathPlan::from_params(params)?;
         let emulated = matches!(path.kind, PathShape::Emulated(_));
-        if claim != Claim::Timewait && !emulated {
+        if matches!(claim, Claim::Frto | Claim::Metrics) && !emulated {
             return Err(ParamError::new(
                 "path",
                 "the frto and metrics claims need path = \"emulated\" (loss and events)",
             ));
+        }
+        if claim == Claim::FinTimeout {
+            let fin = fin_timeout(&path).map_err(|e| ParamError::new("sysctl", e))?;
+            if fin > Duration::from_secs(30) {
+                return Err(ParamError::new(
+                    "sysctl",
+                    "net.ipv4.tcp_fin_timeout at most 30 s here: the round waits it out",
+                ));
+            }
         }
         Ok(Box::new(Plan { path, claim, cc, connections, duration }))
     }
@@ -131,13 +149,31 @@ fn bulk(
     info
 }
 
-/// Client sockets in TIME_WAIT (state 06 in `/proc/net/tcp`), in the client namespace.
-fn timewait_count(live: &LivePath) -> Result<usize, RunError> {
+/// Client sockets in `state` (`/proc/net/tcp`'s hex code: 05 FIN_WAIT2, 06 TIME_WAIT), in
+/// the client namespace.
+fn state_count(live: &LivePath, state: &str) -> Result<usize, RunError> {
     let text = live
         .client()
         .run(|| std::fs::read_to_string("/proc/thread-self/net/tcp"))?
         .map_err(|e| RunError::io("read /proc/net/tcp", e))?;
-    Ok(text.lines().skip(1).filter(|l| l.split_whitespace().nth(3) == Some("06")).count())
+    Ok(text.lines().skip(1).filter(|l| l.split_whitespace().nth(3) == Some(state)).count())
+}
+
+/// Client sockets in TIME_WAIT.
+fn timewait_count(live: &LivePath) -> Result<usize, RunError> {
+    state_count(live, "06")
+}
+
+/// `net.ipv4.tcp_fin_timeout` as the variant sets it (the kernel's 60 s otherwise).
+fn fin_timeout(path: &PathPlan) -> Result<Duration, String> {
+    match path.sysctls.get("net.ipv4.tcp_fin_timeout") {
+        None => Ok(Duration::from_secs(60)),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("net.ipv4.tcp_fin_timeout = '{v}': whole seconds")),
+    }
 }
 
 impl Plan {
@@ -197,6 +233,47 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// `connections` orphaned by the client while the server keeps its end open (FIN_WAIT2,
+    /// which tcp_fin_timeout limits) and as many closed by both (TIME_WAIT, which it does not):
+    /// how many of each are left just after closing and once tcp_fin_timeout has passed.
+    fn fin_timeout(
+        &self,
+        live: &LivePath,
+        ctx: &RoundContext<'_>,
+    ) -> Result<Measurement, RunError> {
+        let wait = fin_timeout(&self.path).map_err(|e| RunError::failed("tcp_fin_timeout", e))?;
+        let listener = flows::listen(live)?;
+        let mut held = Vec::new();
+        for _ in 0..self.connections {
+            let (client, server) = flows::connect(live, &listener, None, true)?;
+            drop(client);
+            held.push(server);
+            let (client, mut server) = flows::connect(live, &listener, None, true)?;
+            drop(client);
+            let mut buf = [0u8; 16];
+            let _ = server.read(&mut buf);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let (fw_early, tw_early) = (state_count(live, "05")?, timewait_count(live)?);
+        let until = Instant::now() + wait + Duration::from_millis(1500);
+        while Instant::now() < until {
+            if (ctx.stop_requested)() {
+                return Err(RunError::Interrupted);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut m = Measurement::default();
+        m.metric("finwait2_early", fw_early as f64)
+            .metric("finwait2_after", state_count(live, "05")? as f64)
+            .metric("timewait_early", tw_early as f64)
+            .metric("timewait_after", timewait_count(live)? as f64)
+            .metric("fin_timeout_s", wait.as_secs_f64());
+        drop(held);
+        Ok(m)
+    }
+}
+
 impl VariantPlan for Plan {
     fn metrics(&self) -> Vec<String> {
         let names: &[&str] = match self.claim {
@@ -207,6 +284,13 @@ impl VariantPlan for Plan {
                 &["lossy_ssthresh_segs", "next_ssthresh_cached", "next_ssthresh_segs"]
             }
             Claim::Timewait => &["timewait_count", "tw_overflow"],
+            Claim::FinTimeout => &[
+                "finwait2_early",
+                "finwait2_after",
+                "timewait_early",
+                "timewait_after",
+                "fin_timeout_s",
+            ],
         };
         names.iter().map(|s| (*s).to_owned()).collect()
     }
@@ -216,6 +300,7 @@ impl VariantPlan for Plan {
             Claim::Frto => self.frto(live, ctx),
             Claim::Metrics => self.metrics(live, ctx),
             Claim::Timewait => self.timewait(live),
+            Claim::FinTimeout => self.fin_timeout(live, ctx),
         })?;
         Ok(Measurement { lateness, ..m })
     }
@@ -233,6 +318,10 @@ impl VariantPlan for Plan {
             Claim::Timewait => {
                 format!("{} connections closed by the client first", self.connections)
             }
+            Claim::FinTimeout => format!(
+                "{} connections orphaned in FIN_WAIT2 and {} closed into TIME_WAIT",
+                self.connections, self.connections
+            ),
         };
         format!("{}; {what}", self.path.describe())
     }
@@ -254,6 +343,14 @@ mod tests {
             "connections"
         );
         assert!(workload::plan(&SysctlClaim, &veth(vec![("claim", "timewait".into())])).is_ok());
+        let fin = |v: &str| {
+            let mut t = toml::map::Map::new();
+            t.insert("net.ipv4.tcp_fin_timeout".into(), v.into());
+            veth(vec![("claim", "fin_timeout".into()), ("sysctl", toml::Value::Table(t))])
+        };
+        assert_eq!(err(fin("60")).key, "sysctl", "the round would wait a minute");
+        assert_eq!(err(fin("2s")).key, "sysctl");
+        assert!(workload::plan(&SysctlClaim, &fin("2")).is_ok());
         let p = test_support::emulated("10mbit", "10ms", &[("claim", "metrics".into())]);
         assert!(workload::plan(&SysctlClaim, &p).is_ok());
     }
