@@ -194,7 +194,7 @@ impl BenchConfig {
 
     /// Whether the run keeps the one-blocking-thread-per-connection loops (the floor's shape,
     /// which one connection's numbers are measured with); anything else runs each thread's
-    /// connections on an event loop ([`crate::connection::event_loop`]).
+    /// connections on an event loop (`connection::event_loop`).
     pub fn one_thread_per_connection(&self) -> bool {
         self.thread_count() == self.connections && self.depth == 1 && self.mode == TxMode::Rr
     }

@@ -1,7 +1,7 @@
 //! Interval histograms: the latencies of a run cut into consecutive intervals while it runs,
 //! for live interim lines (`--interval`) and HdrHistogram interval logs (`--hdr-log`).
 //!
-//! Every measuring thread records into its own [`IntervalSlot`] (an uncontended lock per
+//! Every measuring thread records into its own `IntervalSlot` (an uncontended lock per
 //! sample, taken only when intervals are asked for); whoever reports calls
 //! [`IntervalRecorder::take`] at each interval's end, which empties every slot into one
 //! histogram whose start and end are the moments of the two cuts, so no sample is lost or
