@@ -41,6 +41,8 @@ use crate::wire::{Welcome, WireError};
 
 /// The largest response written from one buffer; longer ones go out in chunks of it.
 pub const RESPONSE_BUF_LEN: usize = 64 * 1024;
+/// Largest batch of gathered responses to pipelined requests written in one send.
+const BATCH_LEN: usize = 64 * 1024;
 
 /// How a connection ended, when not by the peer closing it.
 pub(super) enum End {
@@ -255,6 +257,8 @@ fn serve(
     let mut resp = vec![0u8; (hello.reply_len as usize).min(RESPONSE_BUF_LEN)];
     let mut parser =
         FrameParser::new(FrameKind::Request, hello.request_len).with_max_reply_len(hello.reply_len);
+    // Responses to pipelined requests, sent together (bounded: at most BATCH_LEN + one).
+    let mut batch: Vec<u8> = Vec::new();
     let mut idle = Stall::new(config.idle_timeout);
     let mut spinning_idle = Stall::new(config.policy.spin_cap);
     let out = Sender { stream, spin, shared, timeout: config.write_timeout };
@@ -300,8 +304,30 @@ fn serve(
             let (used, request) = parser.advance(&rbuf[start..end])?;
             start += used;
             let Some(request) = request else { break };
-            out.response(&mut resp, request.reply_len as usize, request.seq)?;
+            let len = request.reply_len as usize;
+            // Pipelined requests (more bytes behind this one) get their small responses
+            // gathered into one send; a lone request is answered straight from `resp`, as
+            // before, so a ping-pong costs what it did.
+            let gather = len <= resp.len() && (!batch.is_empty() || start < end);
+            if gather {
+                if batch.len() + len > BATCH_LEN {
+                    out.all(&batch)?;
+                    batch.clear();
+                }
+                wire::encode_response(&mut resp[..len], request.seq);
+                batch.extend_from_slice(&resp[..len]);
+            } else {
+                if !batch.is_empty() {
+                    out.all(&batch)?;
+                    batch.clear();
+                }
+                out.response(&mut resp, len, request.seq)?;
+            }
             *requests += 1;
+        }
+        if !batch.is_empty() {
+            out.all(&batch)?;
+            batch.clear();
         }
         // What is left is either nothing or a partial header (< HEADER_LEN bytes): move it to
         // the front so the next receive has the whole buffer minus at most 23 bytes.
