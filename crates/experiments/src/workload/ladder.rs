@@ -21,7 +21,7 @@
 //! `duration` (default 1 s: one "run"), `warmup` (default 200 ms), `cpu` (the server's CPU).
 //! Metrics per run: `min_us`, `mean_us`, `p50_us`, `p95_us`, `p99_us`, `p999_us`, `max_us`,
 //! `tx_per_s`, `samples_count`; the AF_XDP rungs add `kicks_per_request`, `kick_p50_us` and
-//! `kick_p99_us` (the transmit side's `sendto()` calls, [`datagram`]). Series: `latency_us`.
+//! `kick_p99_us` (the transmit side's `sendto()` calls). Series: `latency_us`.
 //! The datagram rungs (`udp*`, `af-xdp*`) run on the plain veth path only.
 //!
 //! A rung this host cannot take returns [`RunError::NotApplicable`] with what was found, so
