@@ -52,8 +52,8 @@ pub enum PathChange {
     Blackhole,
     /// End a blackhole.
     Restore,
-    /// A new constant rate; on a trace-driven direction, the trace scaled to this mean (see
-    /// the [module docs](self)).
+    /// A new constant rate; on a trace-driven direction, the trace scaled to this mean,
+    /// keeping its shape.
     Rate(BitRate),
     /// Independent loss with probability `p` for `duration`, replacing the path's loss model.
     LossBurst {
