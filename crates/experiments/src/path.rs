@@ -53,6 +53,20 @@ pub struct PathPlan {
 }
 
 impl PathPlan {
+    /// [`PathPlan::from_params`] for an engine that needs the built-in emulator (`path =
+    /// "emulated"`): loss, events, ECN or its own report; any other path is refused in the
+    /// `workload`'s name.
+    pub fn emulated_from_params(params: &Params, workload: &str) -> Result<PathPlan, ParamError> {
+        let path = PathPlan::from_params(params)?;
+        if !matches!(path.kind, PathShape::Emulated(_)) {
+            return Err(ParamError::new(
+                "path",
+                format!("the {workload} workload needs path = \"emulated\""),
+            ));
+        }
+        Ok(path)
+    }
+
     /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue`, `event` and `sysctl`.
     pub fn from_params(params: &Params) -> Result<PathPlan, ParamError> {
         let kind =

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathPlan, PathShape};
+use crate::path::PathPlan;
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, BulkFlows};
 use crate::workload::{VariantPlan, Workload};
@@ -107,10 +107,7 @@ impl Workload for Bloat {
                 "must leave room for at least 10 probes after the warm-up",
             ));
         }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new("path", "the bloat workload needs path = \"emulated\""));
-        }
+        let path = PathPlan::emulated_from_params(params, "bloat")?;
         Ok(Box::new(Plan {
             path,
             cc,

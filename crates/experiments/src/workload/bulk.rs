@@ -23,9 +23,9 @@ use std::time::Duration;
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathPlan, PathShape};
+use crate::path::PathPlan;
 use crate::round::{Measurement, RoundContext, RunError};
-use crate::workload::flows::{self, BulkFlows};
+use crate::workload::flows::{self, BulkFlows, BulkShape};
 use crate::workload::{VariantPlan, Workload};
 
 /// The `bulk` engine.
@@ -35,11 +35,7 @@ pub struct Bulk;
 #[derive(Debug)]
 struct Plan {
     path: PathPlan,
-    cc: String,
-    flows: usize,
-    duration: Duration,
-    warmup: Duration,
-    sample: Duration,
+    shape: BulkShape,
 }
 
 impl Workload for Bulk {
@@ -48,31 +44,9 @@ impl Workload for Bulk {
     }
 
     fn plan(&self, params: &Params) -> Result<Box<dyn VariantPlan>, ParamError> {
-        let cc = flows::cc_param(params)?;
-        let flows = params.uint("flows", 64)?.unwrap_or(1);
-        if flows == 0 {
-            return Err(ParamError::new("flows", "at least one flow"));
-        }
-        let duration = params.duration("duration")?.unwrap_or(Duration::from_secs(10));
-        let warmup = params.duration("warmup")?.unwrap_or(Duration::from_secs(2));
-        let sample = params.duration("sample")?.unwrap_or(Duration::from_millis(10));
-        if duration < Duration::from_millis(500) {
-            return Err(ParamError::new("duration", "at least 500ms"));
-        }
-        if warmup + Duration::from_millis(300) > duration {
-            return Err(ParamError::new(
-                "warmup",
-                "must leave at least 300ms of the duration to measure",
-            ));
-        }
-        if sample < Duration::from_millis(1) || sample > Duration::from_millis(100) {
-            return Err(ParamError::new("sample", "between 1ms and 100ms"));
-        }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new("path", "the bulk workload needs path = \"emulated\""));
-        }
-        Ok(Box::new(Plan { path, cc, flows: flows as usize, duration, warmup, sample }))
+        let shape = BulkShape::from_params(params, Duration::from_millis(500), "at least 500ms")?;
+        let path = PathPlan::emulated_from_params(params, "bulk")?;
+        Ok(Box::new(Plan { path, shape }))
     }
 }
 
@@ -89,11 +63,11 @@ impl VariantPlan for Plan {
 
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (samples, lateness) = self.path.round(ctx, |live| {
-            let flows = BulkFlows::start(live, self.flows, Some(&self.cc), None)?;
+            let flows = BulkFlows::start(live, self.shape.flows, Some(&self.shape.cc), None)?;
             let samples = flows::sample_for(
                 &flows,
-                self.duration,
-                self.sample,
+                self.shape.duration,
+                self.shape.sample,
                 ctx.stop_requested,
                 ctx.progress,
             );
@@ -102,7 +76,7 @@ impl VariantPlan for Plan {
             stopped?;
             Ok::<_, RunError>(samples)
         })?;
-        let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100));
+        let s = flows::summarise(&samples, self.shape.warmup, Duration::from_millis(100));
         let mut m = Measurement { lateness, ..Measurement::default() };
         m.metric("goodput_mbps", s.goodput_mbps)
             .metric("rtt_p50_ms", s.rtt_p50_ms)
@@ -116,7 +90,7 @@ impl VariantPlan for Plan {
         m.series.push(Series::time("goodput_mbps", s.goodput_series));
         m.series.push(Series::time("rtt_ms", s.rtt_series));
         m.series.push(Series::time("cwnd_pkts", s.cwnd_series));
-        m.notes.extend(flows::window_note(self.duration, self.warmup, self.path.rtt()));
+        m.notes.extend(flows::window_note(self.shape.duration, self.shape.warmup, self.path.rtt()));
         Ok(m)
     }
 
@@ -124,11 +98,11 @@ impl VariantPlan for Plan {
         format!(
             "{}; {} {} flow{}, {:.0} s per round of which {:.0} s warm-up",
             self.path.describe(),
-            self.flows,
-            self.cc,
-            if self.flows == 1 { "" } else { "s" },
-            self.duration.as_secs_f64(),
-            self.warmup.as_secs_f64()
+            self.shape.flows,
+            self.shape.cc,
+            if self.shape.flows == 1 { "" } else { "s" },
+            self.shape.duration.as_secs_f64(),
+            self.shape.warmup.as_secs_f64()
         )
     }
 }

@@ -30,9 +30,9 @@ use tcptail_report::Series;
 use tcptail_sock::tcp_info::TcpiOptions;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathPlan, PathShape};
+use crate::path::PathPlan;
 use crate::round::{Measurement, RoundContext, RunError};
-use crate::workload::flows::{self, BulkFlows, Sample};
+use crate::workload::flows::{self, BulkFlows, BulkShape, Sample};
 use crate::workload::{VariantPlan, Workload};
 
 /// The `ecn` engine.
@@ -42,11 +42,7 @@ pub struct Ecn;
 #[derive(Debug)]
 struct Plan {
     path: PathPlan,
-    cc: String,
-    flows: usize,
-    duration: Duration,
-    warmup: Duration,
-    sample: Duration,
+    shape: BulkShape,
 }
 
 const METRICS: [&str; 13] = [
@@ -71,31 +67,13 @@ impl Workload for Ecn {
     }
 
     fn plan(&self, params: &Params) -> Result<Box<dyn VariantPlan>, ParamError> {
-        let cc = flows::cc_param(params)?;
-        let flows = params.uint("flows", 64)?.unwrap_or(1);
-        if flows == 0 {
-            return Err(ParamError::new("flows", "at least one flow"));
-        }
-        let duration = params.duration("duration")?.unwrap_or(Duration::from_secs(10));
-        let warmup = params.duration("warmup")?.unwrap_or(Duration::from_secs(2));
-        let sample = params.duration("sample")?.unwrap_or(Duration::from_millis(10));
-        if duration < Duration::from_millis(1500) {
-            return Err(ParamError::new("duration", "at least 1500ms (the last second is read)"));
-        }
-        if warmup + Duration::from_millis(300) > duration {
-            return Err(ParamError::new(
-                "warmup",
-                "must leave at least 300ms of the duration to measure",
-            ));
-        }
-        if sample < Duration::from_millis(1) || sample > Duration::from_millis(100) {
-            return Err(ParamError::new("sample", "between 1ms and 100ms"));
-        }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new("path", "the ecn workload needs path = \"emulated\""));
-        }
-        Ok(Box::new(Plan { path, cc, flows: flows as usize, duration, warmup, sample }))
+        let shape = BulkShape::from_params(
+            params,
+            Duration::from_millis(1500),
+            "at least 1500ms (the last second is read)",
+        )?;
+        let path = PathPlan::emulated_from_params(params, "ecn")?;
+        Ok(Box::new(Plan { path, shape }))
     }
 }
 
@@ -114,7 +92,7 @@ impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (run, lateness, report) = self.path.round_with_report(ctx, |live| {
             let before = live.client().nstat()?;
-            let flows = BulkFlows::start(live, self.flows, Some(&self.cc), None)?;
+            let flows = BulkFlows::start(live, self.shape.flows, Some(&self.shape.cc), None)?;
             let negotiated = flows
                 .senders()
                 .first()
@@ -123,8 +101,8 @@ impl VariantPlan for Plan {
                 .is_some_and(|i| i.options.0 & TcpiOptions::ECN != 0);
             let samples = flows::sample_for(
                 &flows,
-                self.duration,
-                self.sample,
+                self.shape.duration,
+                self.shape.sample,
                 ctx.stop_requested,
                 ctx.progress,
             );
@@ -139,7 +117,7 @@ impl VariantPlan for Plan {
             RunError::failed("read the emulator's report", "an emulated path has one")
         })?;
         let rate_mbps = self.path.rate().map_or(f64::NAN, |r| r.0 as f64 / 1e6);
-        let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100));
+        let s = flows::summarise(&samples, self.shape.warmup, Duration::from_millis(100));
         let grown = extra.after.since(&extra.before);
         let counts = EmulatorCounts::of(&report);
         let mut m = Measurement { lateness, ..Measurement::default() };
@@ -158,7 +136,7 @@ impl VariantPlan for Plan {
             .metric("last_s_link_pct", 100.0 * last_second_mbps(&samples) / rate_mbps);
         m.series.push(Series::time("goodput_mbps", s.goodput_series));
         m.series.push(Series::time("rtt_ms", s.rtt_series));
-        m.notes.extend(flows::window_note(self.duration, self.warmup, self.path.rtt()));
+        m.notes.extend(flows::window_note(self.shape.duration, self.shape.warmup, self.path.rtt()));
         Ok(m)
     }
 
@@ -166,11 +144,11 @@ impl VariantPlan for Plan {
         format!(
             "{}; {} {} flow{}, {:.0} s per round of which {:.0} s warm-up",
             self.path.describe(),
-            self.flows,
-            self.cc,
-            if self.flows == 1 { "" } else { "s" },
-            self.duration.as_secs_f64(),
-            self.warmup.as_secs_f64()
+            self.shape.flows,
+            self.shape.cc,
+            if self.shape.flows == 1 { "" } else { "s" },
+            self.shape.duration.as_secs_f64(),
+            self.shape.warmup.as_secs_f64()
         )
     }
 }

@@ -35,6 +35,54 @@ pub fn cc_param(params: &Params) -> Result<String, ParamError> {
     Ok(params.choice("cc", CCS)?.unwrap_or_else(|| "cubic".into()))
 }
 
+/// What a bulk-flow engine (`bulk`, `ecn`) reads besides its path: congestion control, how
+/// many flows, and the round's timing.
+#[derive(Debug, Clone)]
+pub struct BulkShape {
+    /// Congestion control of every flow (`cc`).
+    pub cc: String,
+    /// Parallel flows (`flows`, 1..=64, default 1).
+    pub flows: usize,
+    /// Sending time per round, warm-up included (`duration`, default 10 s).
+    pub duration: Duration,
+    /// Time excluded from the measurements (`warmup`, default 2 s).
+    pub warmup: Duration,
+    /// `tcp_info` sampling interval (`sample`, 1-100 ms, default 10 ms).
+    pub sample: Duration,
+}
+
+impl BulkShape {
+    /// Reads and checks `cc`, `flows`, `duration`, `warmup` and `sample`; a `duration`
+    /// shorter than `min_duration` is refused with `why_min` as the problem.
+    pub fn from_params(
+        params: &Params,
+        min_duration: Duration,
+        why_min: &str,
+    ) -> Result<BulkShape, ParamError> {
+        let cc = cc_param(params)?;
+        let flows = params.uint("flows", 64)?.unwrap_or(1);
+        if flows == 0 {
+            return Err(ParamError::new("flows", "at least one flow"));
+        }
+        let duration = params.duration("duration")?.unwrap_or(Duration::from_secs(10));
+        let warmup = params.duration("warmup")?.unwrap_or(Duration::from_secs(2));
+        let sample = params.duration("sample")?.unwrap_or(Duration::from_millis(10));
+        if duration < min_duration {
+            return Err(ParamError::new("duration", why_min));
+        }
+        if warmup + Duration::from_millis(300) > duration {
+            return Err(ParamError::new(
+                "warmup",
+                "must leave at least 300ms of the duration to measure",
+            ));
+        }
+        if sample < Duration::from_millis(1) || sample > Duration::from_millis(100) {
+            return Err(ParamError::new("sample", "between 1ms and 100ms"));
+        }
+        Ok(BulkShape { cc, flows: flows as usize, duration, warmup, sample })
+    }
+}
+
 /// A listener in the server namespace on an ephemeral port.
 pub fn listen(live: &LivePath) -> Result<TcpListener, RunError> {
     let addr = live.server_addr();

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathPlan, PathShape};
+use crate::path::PathPlan;
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, percentile};
 use crate::workload::{VariantPlan, Workload};
@@ -82,13 +82,7 @@ impl Workload for IdleRestart {
         if bursts == 0 {
             return Err(ParamError::new("bursts", "at least one burst"));
         }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new(
-                "path",
-                "the idle-restart workload needs path = \"emulated\"",
-            ));
-        }
+        let path = PathPlan::emulated_from_params(params, "idle-restart")?;
         Ok(Box::new(Plan {
             path,
             cc,

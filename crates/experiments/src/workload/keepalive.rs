@@ -67,7 +67,7 @@ use socket2::{SockRef, TcpKeepalive};
 use tcptail_emu::PathChange;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathPlan, PathShape};
+use crate::path::PathPlan;
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows;
 use crate::workload::{JointPlan, VariantPlan, Workload};
@@ -193,13 +193,7 @@ struct Shared {
 
 impl Shared {
     fn from_params(params: &Params) -> Result<Shared, ParamError> {
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new(
-                "path",
-                "the keepalive workload needs path = \"emulated\"",
-            ));
-        }
+        let path = PathPlan::emulated_from_params(params, "keepalive")?;
         let blackholes: Vec<Duration> = path
             .events
             .iter()

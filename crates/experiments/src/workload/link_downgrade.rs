@@ -48,7 +48,7 @@ use tcptail_report::Series;
 use tcptail_units::BitRate;
 
 use crate::params::{ParamError, Params};
-use crate::path::{PathPlan, PathShape};
+use crate::path::PathPlan;
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, BulkFlows, Sample};
 use crate::workload::{VariantPlan, Workload};
@@ -97,13 +97,7 @@ impl Workload for LinkDowngrade {
         if time_scale == 0 {
             return Err(ParamError::new("alert_time_scale", "at least 1"));
         }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new(
-                "path",
-                "the link-downgrade workload needs path = \"emulated\"",
-            ));
-        }
+        let path = PathPlan::emulated_from_params(params, "link-downgrade")?;
         let steps: Vec<_> = path
             .events
             .iter()

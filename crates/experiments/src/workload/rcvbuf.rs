@@ -47,7 +47,7 @@ use tcptail_sock::{BufferSize, OptionOutcome, Profile, apply_profile};
 use tcptail_units::ByteSize;
 
 use crate::params::{ParamError, Params};
-use crate::path::{LivePath, PathPlan, PathShape};
+use crate::path::{LivePath, PathPlan};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows;
 use crate::workload::{VariantPlan, Workload};
@@ -109,10 +109,7 @@ impl Workload for Rcvbuf {
         if warmup >= duration {
             return Err(ParamError::new("warmup", "shorter than duration"));
         }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new("path", "the rcvbuf workload needs path = \"emulated\""));
-        }
+        let path = PathPlan::emulated_from_params(params, "rcvbuf")?;
         Ok(Box::new(Plan { path, cc, mode, rcvbuf, cap, duration, warmup }))
     }
 }

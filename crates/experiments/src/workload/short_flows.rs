@@ -47,7 +47,7 @@ use tcptail_netns::nstat::Counters;
 use tcptail_report::Series;
 
 use crate::params::{ParamError, Params};
-use crate::path::{LivePath, PathPlan, PathShape};
+use crate::path::{LivePath, PathPlan};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows;
 use crate::workload::{VariantPlan, Workload};
@@ -95,13 +95,7 @@ impl Workload for ShortFlows {
         if duration < Duration::from_millis(500) {
             return Err(ParamError::new("duration", "at least 500ms"));
         }
-        let path = PathPlan::from_params(params)?;
-        if !matches!(path.kind, PathShape::Emulated(_)) {
-            return Err(ParamError::new(
-                "path",
-                "the short-flows workload needs path = \"emulated\"",
-            ));
-        }
+        let path = PathPlan::emulated_from_params(params, "short-flows")?;
         Ok(Box::new(Plan { path, cc, flow_workers, flow_size, rr_workers, request_size, duration }))
     }
 }
