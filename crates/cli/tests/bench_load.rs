@@ -105,19 +105,7 @@ fn out_of_order_server() -> (u16, std::thread::JoinHandle<()>) {
     let port = listener.local_addr().unwrap().port();
     let thread = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        let hello = wire::read_hello(&mut s).unwrap();
-        let welcome = wire::Welcome {
-            apply: tcptail_sock::apply_profile(std::os::fd::AsFd::as_fd(&s), &hello.profile),
-            congestion: None,
-            server_cpu: None,
-            requested_cpu: None,
-            pinned: None,
-            spin: false,
-            kernel: "swapping".into(),
-            version: "test".into(),
-            idle_timeout_seconds: None,
-        };
-        wire::write_welcome(&mut s, &welcome).unwrap();
+        let hello = common::welcome_bench_client(&mut s, "swapping");
         let mut request = vec![0u8; hello.request_len as usize];
         let mut pending = Vec::new();
         while s.read_exact(&mut request).is_ok() {

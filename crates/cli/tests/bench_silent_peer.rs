@@ -3,6 +3,8 @@
 //! open loop (non-blocking sockets) and closed loop (blocking receives whose deadline the
 //! watchdog keeps), and Ctrl-C while a request waits still ends the run with its result.
 
+mod common;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Command as StdCommand, Stdio};
@@ -31,25 +33,12 @@ fn f(v: &Value, path: &[&str]) -> f64 {
 /// A peer that completes the handshake, reads requests, and never answers one; the receiver
 /// gets one message when the first request's bytes arrive.
 fn silent_peer() -> (u16, std::thread::JoinHandle<()>, mpsc::Receiver<()>) {
-    use tcptail_bench::wire;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (first_request, requested) = mpsc::channel();
     let thread = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        let hello = wire::read_hello(&mut s).unwrap();
-        let welcome = wire::Welcome {
-            apply: tcptail_sock::apply_profile(std::os::fd::AsFd::as_fd(&s), &hello.profile),
-            congestion: None,
-            server_cpu: None,
-            requested_cpu: None,
-            pinned: None,
-            spin: false,
-            kernel: "silent".into(),
-            version: "test".into(),
-            idle_timeout_seconds: None,
-        };
-        wire::write_welcome(&mut s, &welcome).unwrap();
+        common::welcome_bench_client(&mut s, "silent");
         let mut sink = [0u8; 4096];
         while let Ok(1..) = s.read(&mut sink) {
             let _ = first_request.send(());

@@ -2,6 +2,8 @@
 //! integration: Prometheus from Debian scrapes the exporter, series arrive with sane values and
 //! the send-queue-delay alert fires when a slow reader pushes the delay above its budget.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -37,13 +39,7 @@ fn exporter(extra: &[&str]) -> (Guard, SocketAddr) {
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .parse()
-        .unwrap();
+    let addr = common::printed_address(&line);
     (Guard(child), addr)
 }
 

@@ -3,6 +3,8 @@
 //! bounded, idle and non-reading clients are cut off by the timeouts; TLS and basic auth from a
 //! node_exporter-style web config (curl as the client), gzip when asked.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -38,13 +40,7 @@ impl Exporter {
             .unwrap();
         let mut line = String::new();
         BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line
-            .split("://")
-            .nth(1)
-            .and_then(|s| s.split('/').next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .parse()
-            .unwrap();
+        let addr = common::printed_address(&line);
         Exporter { child, addr }
     }
 

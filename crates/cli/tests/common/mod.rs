@@ -195,3 +195,37 @@ pub fn wait_for_stderr(guard: &mut Guard, prefix: &str) {
     rx.recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|_| panic!("no stderr line starting with {prefix:?} within 30 s"));
 }
+
+/// The address a server printed as `... http://ADDR/...` or `https://ADDR/...` on its first
+/// line (the exporter's "listening" line).
+pub fn printed_address(line: &str) -> std::net::SocketAddr {
+    line.split("://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+/// Answers a bench client's handshake on `s` the way a real server would (its profile
+/// applied, the `kernel` named) and returns the client's Hello: the start of the hand-written
+/// servers that misbehave afterwards.
+pub fn welcome_bench_client(
+    s: &mut std::net::TcpStream,
+    kernel: &str,
+) -> tcptail_bench::wire::HelloConfig {
+    use tcptail_bench::wire;
+    let hello = wire::read_hello(&mut *s).unwrap();
+    let welcome = wire::Welcome {
+        apply: tcptail_sock::apply_profile(std::os::fd::AsFd::as_fd(&*s), &hello.profile),
+        congestion: None,
+        server_cpu: None,
+        requested_cpu: None,
+        pinned: None,
+        spin: false,
+        kernel: kernel.into(),
+        version: "test".into(),
+        idle_timeout_seconds: None,
+    };
+    wire::write_welcome(&mut *s, &welcome).unwrap();
+    hello
+}
