@@ -141,15 +141,7 @@ impl VariantPlan for Plan {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "{}; {} {} flow{}, {:.0} s per round of which {:.0} s warm-up",
-            self.path.describe(),
-            self.shape.flows,
-            self.shape.cc,
-            if self.shape.flows == 1 { "" } else { "s" },
-            self.shape.duration.as_secs_f64(),
-            self.shape.warmup.as_secs_f64()
-        )
+        self.shape.describe(&self.path)
     }
 }
 

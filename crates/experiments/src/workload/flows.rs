@@ -81,6 +81,19 @@ impl BulkShape {
         }
         Ok(BulkShape { cc, flows: flows as usize, duration, warmup, sample })
     }
+
+    /// The variant as the report describes it: the path, then the flows and the round's timing.
+    pub fn describe(&self, path: &crate::path::PathPlan) -> String {
+        format!(
+            "{}; {} {} flow{}, {:.0} s per round of which {:.0} s warm-up",
+            path.describe(),
+            self.flows,
+            self.cc,
+            if self.flows == 1 { "" } else { "s" },
+            self.duration.as_secs_f64(),
+            self.warmup.as_secs_f64()
+        )
+    }
 }
 
 /// A listener in the server namespace on an ephemeral port.
