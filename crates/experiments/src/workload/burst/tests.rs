@@ -156,26 +156,57 @@ fn tenant_classes_are_checked_and_written_as_tc_commands() {
 }
 
 /// A real round (root, namespaces, htb): a bulk BBR tenant capped at 30 Mbit/s by its class,
-/// the order tenant beside it in its own.
+/// the order tenant beside it in its own. The reference is the same round with borrowing (the
+/// bulk class's ceil is the 100 Mbit/s link), run just before it: what this host can push
+/// through the path right now, so that neither bound depends on the host's speed.
 #[test]
 fn a_round_with_tenant_classes() {
-    let plan = workload::plan(
-        &OrderBursts,
-        &tbf(&[
-            ("cc", "bbr".into()),
-            ("burst", 1.into()),
-            ("burst_interval", "2ms".into()),
-            ("duration", "1s".into()),
-            ("warmup", "200ms".into()),
-            ("resamples", 50.into()),
-            ("htb_latency", "50mbit".into()),
-            ("htb_bulk", "30mbit".into()),
-        ]),
-    )
-    .unwrap();
-    assert!(plan.describe().contains("latency tenant (TOS 0xb8) 50 Mbit/s"), "{}", plan.describe());
-    let m = test_support::run_once(plan.as_ref(), 6);
-    let bulk = m.metrics["bulk_mbps"];
-    assert!(bulk > 20.0 && bulk < 32.0, "capped at 30 Mbit/s: {:?}", m.metrics);
-    assert!(m.metrics["orders_count"] >= 300.0, "{:?}", m.metrics);
+    let round = |borrow: bool| {
+        let plan = workload::plan(
+            &OrderBursts,
+            &tbf(&[
+                ("cc", "bbr".into()),
+                ("burst", 1.into()),
+                ("burst_interval", "2ms".into()),
+                ("duration", "1s".into()),
+                ("warmup", "200ms".into()),
+                ("resamples", 50.into()),
+                ("htb_latency", "50mbit".into()),
+                ("htb_bulk", "30mbit".into()),
+                ("htb_borrow", borrow.into()),
+            ]),
+        )
+        .unwrap();
+        let text = plan.describe();
+        assert!(text.contains("latency tenant (TOS 0xb8) 50 Mbit/s"), "{text}");
+        let m = test_support::run_once(plan.as_ref(), 6);
+        assert!(m.metrics["orders_count"] >= 300.0, "{:?}", m.metrics);
+        m.metrics["bulk_mbps"]
+    };
+    // Above the cap: htb lets a class run ahead of its rate by one burst (64 KiB, 0.5 Mbit over
+    // the >= 1.2 s window) and the window's ends count up to one BDP in flight (~0.3 Mbit): 32
+    // leaves room for both and still fails when the class does not cap the flow at 30 Mbit/s,
+    // provided the host can push more than that now, which the borrowing round shows. A host
+    // too busy to push 36 Mbit/s through an open class cannot tell the cap from its own limit:
+    // try again, up to three pairs, then fail saying so.
+    let mut reference = Vec::new();
+    for _ in 0..3 {
+        let open = round(true);
+        let capped = round(false);
+        assert!(capped < 32.0, "capped at 30 Mbit/s, got {capped:.1} (open class: {open:.1})");
+        reference.push((open, capped));
+        if open > 36.0 {
+            // Below: the capped flow gets the rate this host could push, up to the cap. The two
+            // rounds are seconds apart on a shared machine whose share for the flow swings by
+            // up to 2x between them (19.7 vs 28 Mbit/s seen in CI under load), so half of it;
+            // that still catches what would break the class: a rate in bytes (1/8 of it), a
+            // class that never gets its rate, bulk traffic filed under the wrong class.
+            let floor = 0.5 * open.min(30.0);
+            assert!(capped > floor, "capped {capped:.1} < {floor:.1} (open class: {open:.1})");
+            return;
+        }
+    }
+    panic!(
+        "the open class never carried more than the 30 Mbit/s cap: (open, capped) {reference:?}"
+    );
 }
