@@ -22,12 +22,17 @@
 //!
 //! A verdict rule's comparisons are decided with stated confidence ([`confidence`]): a
 //! comparison of two variants' values is an exact one-sided rank test over their faithful
-//! rounds, one against a constant an exact sign test, each at 95 %. A comparison the rounds
-//! cannot decide either way is *undecided*; the first rule whose condition is undecided stops
-//! the rules with [`Verdict::Inconclusive`], whose reason names the comparisons and about how
-//! many rounds would decide them. A deciding rule's reason is followed by the tests that
-//! decided it and the 95 % intervals of the medians it read. Findings keep the plain
-//! comparison of the values shown.
+//! rounds, one against a constant a t-test, each at 95 %. A comparison the rounds cannot
+//! decide either way is *undecided*, whichever way its medians lean: a rule is false only on
+//! evidence against it. The first rule whose condition is undecided stops the rules with
+//! [`Verdict::Inconclusive`], whose reason names the comparisons and about how many rounds
+//! would decide them, with one exception: once a test has shown a `reproduced` rule false
+//! (the seed's effect is excluded), an undecided `partly` rule below it is passed over and
+//! named in the evidence ("a smaller effect can be neither shown nor excluded"), since
+//! `partly` claims an effect the rounds must show. So `not-reproduced` needs the seed's effect
+//! excluded or the opposite shown, and otherwise the verdict is `inconclusive`. A deciding
+//! rule's reason is followed by the tests that decided it and the 95 % intervals of the
+//! medians it read. Findings keep the plain comparison of the values shown.
 //!
 //! # Unknown values
 //!
@@ -358,19 +363,32 @@ pub fn decide(rules: &[Rule], values: &dyn Values) -> Decision {
 
 /// The deciding rule's decision (its `rules` still empty) and that rule's index.
 fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<usize>) {
+    // A `reproduced` rule that a test showed false: the seed's effect is excluded.
+    let mut refuted = false;
+    // `partly` rules passed over undecided after that, with their undecided comparisons.
+    let mut unshown: Vec<String> = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         match rule.holds(values) {
-            Ok(Tri::No) => continue,
+            Ok(Tri::No) => {
+                refuted |= rule.verdict == Verdict::Reproduced
+                    && rule.tests(values).iter().any(|(_, t)| t.truth == Tri::No);
+                continue;
+            }
+            Ok(Tri::Undecided) if refuted && rule.verdict == Verdict::Partly => {
+                // The seed's effect is excluded; a smaller one that the rounds can neither
+                // show nor exclude is not claimed ("partly" needs evidence for it), but said.
+                unshown.push(format!(
+                    "the rule at line {} ({} when `{}`): {}",
+                    rule.line,
+                    rule.verdict,
+                    rule.when().unwrap_or_default(),
+                    undecided_tests(rule, values).join("; ")
+                ));
+                continue;
+            }
             Ok(Tri::Undecided) => {
                 let text = rule.when().unwrap_or_default();
-                let undecided: Vec<String> = rule
-                    .tests(values)
-                    .into_iter()
-                    .filter(|(_, t)| t.truth == Tri::Undecided)
-                    .map(|(cmp, t)| {
-                        format!("`{cmp}` ({}; needs {})", t.test, t.needs.unwrap_or_default())
-                    })
-                    .collect();
+                let undecided = undecided_tests(rule, values);
                 let read = rule.values_read(values);
                 let reason = format!(
                     "the rule at line {} ({} when `{text}`) cannot be decided at {:.0} % \
@@ -418,7 +436,7 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                     .collect();
                 // Rules above the final one often repeat a comparison: quote each once.
                 let evidence = dedup(evidence);
-                let evidence = if evidence.is_empty() {
+                let mut evidence = if evidence.is_empty() {
                     String::new()
                 } else {
                     format!(
@@ -428,6 +446,13 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
                         intervals(rule, values)
                     )
                 };
+                if !unshown.is_empty() {
+                    evidence.push_str(&format!(
+                        " [A smaller effect than the seed's can be neither shown nor excluded \
+                         from these rounds: {}.]",
+                        unshown.join("; ")
+                    ));
+                }
                 let decision = Decision {
                     verdict: rule.verdict,
                     reason: rule.reason(values),
@@ -475,6 +500,16 @@ fn first_applicable(rules: &[Rule], values: &dyn Values) -> (Decision, Option<us
         rules: Vec::new(),
     };
     (decision, None)
+}
+
+/// `rule`'s comparisons that the rounds cannot decide, each with its test and what would
+/// decide it.
+fn undecided_tests(rule: &Rule, values: &dyn Values) -> Vec<String> {
+    rule.tests(values)
+        .into_iter()
+        .filter(|(_, t)| t.truth == Tri::Undecided)
+        .map(|(cmp, t)| format!("`{cmp}` ({}; needs {})", t.test, t.needs.unwrap_or_default()))
+        .collect()
 }
 
 /// The intervals of the medians `rule` reads, as ` Intervals of the medians: a.x 120

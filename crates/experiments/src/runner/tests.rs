@@ -175,10 +175,16 @@ fn rounds_fold_into_medians_with_spread_and_a_verdict() {
     let lateness = e.lateness.expect("merged");
     assert_eq!((lateness.paths, lateness.worst_p99_us), (3, 300.0));
 
+    // No effect, with rounds tight enough to exclude the rule's 2x (10-12 against 20-24);
+    // rounds of 1-3 against 2-6 could not, and are inconclusive.
+    let results =
+        run(&[prepared([10.0, 10.0, 10.0], None, &log)], &options(dir.path()), &Silent, &|| false)
+            .unwrap();
+    assert_eq!(results.experiments[0].verdict, Verdict::NotReproduced);
     let results =
         run(&[prepared([1.0, 1.0, 1.0], None, &log)], &options(dir.path()), &Silent, &|| false)
             .unwrap();
-    assert_eq!(results.experiments[0].verdict, Verdict::NotReproduced);
+    assert_eq!(results.experiments[0].verdict, Verdict::Inconclusive);
 }
 
 #[test]

@@ -14,8 +14,10 @@
 //!
 //! The statistic a reference names (`.min`, `.max` or the median) only matters for the printed
 //! value: the test reads every faithful round of the variant. A comparison the test cannot
-//! decide counts as false when the two sides' medians do not point toward it (the data does
-//! not lean toward the claim), and as undecided only when they do. Comparisons of compound
+//! decide stays undecided whichever way the two sides' medians lean: "false" needs evidence
+//! against it (the opposite comparison accepted at the same level, i.e. an effect as large as
+//! the one compared with is excluded), never only medians that point the other way; the test's
+//! description says when they do. Comparisons of compound
 //! expressions (`a - b < 3`, `max(a, b)`), `==`/`!=`, and values without per-round data keep
 //! the plain comparison of the values shown; a `min(...)` or `max(...)` of values on one side
 //! is the comparisons with each of its arguments (`a > max(b, c)` is `a > b and a > c`). Three rounds against three, every round of one
@@ -114,6 +116,18 @@ pub(super) fn test(op: &str, a: &Num, b: &Num, values: &dyn Values) -> Option<Te
     // Normalise to "left above right".
     let (l, r) = if op.starts_with('>') { (l, r) } else { (r, l) };
     let neg = |xs: &[f64]| xs.iter().map(|x| -x).collect::<Vec<f64>>();
+    let rounds_on_a_side = matches!(l, Side::Rounds(_)) || matches!(r, Side::Rounds(_));
+    if let (true, Some(x), Some(y)) = (rounds_on_a_side, constant(&l), constant(&r)) {
+        // No spread on either side (a count the configuration fixes, e.g. the ports of a
+        // narrowed range): nothing for a test to weigh; the rounds show the comparison exactly.
+        let holds = if op.ends_with('=') { x >= y } else { x > y };
+        let test = format!(
+            "every round the same on each side ({} and {}): compared exactly",
+            format_value(x),
+            format_value(y)
+        );
+        return Some(Tested { truth: holds.into(), test, needs: None });
+    }
     let (yes, no, test, needs) = match (&l, &r) {
         (Side::Rounds(x), Side::Rounds(y)) => {
             let yes = stats::rank_test_greater(x, y)?;
@@ -128,7 +142,7 @@ pub(super) fn test(op: &str, a: &Num, b: &Num, values: &dyn Values) -> Option<Te
         (Side::Const(_), Side::Const(_)) => return None,
     };
     let (cl, cr) = (centre(&l), centre(&r));
-    let leans_for = if op.ends_with('=') { cl >= cr } else { cl > cr };
+    let leans_for = cl >= cr;
     let truth = if yes <= ALPHA {
         Tri::Yes
     } else if no <= ALPHA {
@@ -137,25 +151,30 @@ pub(super) fn test(op: &str, a: &Num, b: &Num, values: &dyn Values) -> Option<Te
         Tri::Undecided
     };
     let needs = (truth == Tri::Undecided).then(|| match needs {
-        Some((n, has)) => format!("about {n} rounds per variant (has {has})"),
+        // The rounds that would decide it in the direction the medians lean.
+        Some((n, has)) if leans_for => format!("about {n} rounds per variant (has {has})"),
+        Some((n, has)) => {
+            format!("about {n} rounds per variant (has {has}) to show it does not hold")
+        }
         None => "a larger effect: more rounds would not decide it".to_owned(),
     });
-    let tested =
-        Tested { truth, test: format!("{test}: p = {} for, {} against", p(yes), p(no)), needs };
-    Some(lean(tested, leans_for))
+    let mut test = format!("{test}: p = {} for, {} against", p(yes), p(no));
+    if truth == Tri::Undecided && !leans_for {
+        // Medians pointing away are no evidence against the comparison: it stays undecided
+        // (issue 14: "not-reproduced" needs the opposite shown), and the reader sees the lean.
+        test.push_str(", the medians lean against it");
+    }
+    Some(Tested { truth, test, needs })
 }
 
-/// A test that decides neither way, on rounds whose medians do not even point toward the
-/// comparison (`leans_for` false), counts as false: a claim is inconclusive only when the data
-/// leans toward it but cannot confirm it at the stated confidence, and not reproduced when it
-/// does not lean toward it.
-fn lean(mut t: Tested, leans_for: bool) -> Tested {
-    if t.truth == Tri::Undecided && !leans_for {
-        t.truth = Tri::No;
-        t.test.push_str(", not significant either way and the medians lean against it");
-        t.needs = None;
+/// The one value of a side without spread: a constant, or rounds that all measured the same
+/// (two at least, or a single round against a constant would count as exact).
+fn constant(s: &Side) -> Option<f64> {
+    match s {
+        Side::Const(c) => Some(*c),
+        Side::Rounds(xs) if xs.len() >= 2 && xs.iter().all(|x| *x == xs[0]) => Some(xs[0]),
+        Side::Rounds(_) => None,
     }
-    t
 }
 
 /// The median of a side (its rounds', or the constant).

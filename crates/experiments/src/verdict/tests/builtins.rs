@@ -248,7 +248,7 @@ fn tuning_ladder_needs_more_than_a_lower_median() {
     let partly = &d.rules[1];
     assert!(partly.fired);
     assert_eq!(partly.outcome, Outcome::Undecided);
-    assert_eq!(partly.evaluated.as_deref(), Some("85 < 20 ~ or 88 < 20 ~ or 264 < 60 ~"));
+    assert_eq!(partly.evaluated.as_deref(), Some("85 < 18 ~ or 88 < 18 ~ or 264 < 54 ~"));
     // The busy-poll finding is decided from busy_poll against same_cpu.
     let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
     let busy = FindingRule::compile(&e.findings[0], &names).unwrap();
@@ -719,8 +719,8 @@ fn rack_without_a_rack_off_kernel_is_not_applicable() {
     assert_eq!(run(0.0, 0.0, 0.0).verdict, Verdict::Inconclusive);
 }
 
-/// `link-downgrade`: BBR pacing above the new rate for longer than CUBIC without losing more
-/// for it is `partly`; BBR settling first is `not-reproduced`.
+/// `link-downgrade`: BBR pacing above the new rate for more than 1.5x as long as CUBIC
+/// without losing 1.5x as much for it is `partly`; BBR settling first is `not-reproduced`.
 #[test]
 fn link_downgrade_without_the_loss_is_partly() {
     let (_, rules) = builtin("link-downgrade");
@@ -732,7 +732,7 @@ fn link_downgrade_without_the_loss_is_partly() {
     assert_eq!(run(2.2, 20.0).verdict, Verdict::Reproduced);
     let d = run(2.2, 1.0);
     assert_eq!(d.verdict, Verdict::Partly, "{}", d.reason);
-    assert!(d.reason.contains("but it does not lose more for it"), "{}", d.reason);
+    assert!(d.reason.contains("but it does not lose 1.5x as much for it"), "{}", d.reason);
     assert_eq!(run(0.3, 1.0).verdict, Verdict::NotReproduced);
 }
 
