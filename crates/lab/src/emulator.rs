@@ -48,6 +48,16 @@
 //!   with the endpoints on both vCPUs. Without offload [`Threads::PerDirection`] forwarded
 //!   more (unshaped 2.3-2.9 Gbit/s against 1.6-1.8 Gbit/s); with offload neither wins beyond
 //!   the noise of a loaded machine (4.2-5.7 against 4.8-5.9 Gbit/s, 3 runs each).
+//! - **Reader and releaser threads** ([`Threads::Split`]: two per direction;
+//!   [`Threads::Pipeline`]: one reader for both devices, one releaser for both models): the
+//!   reader stamps and parses each packet right after its TUN read and hands it over a
+//!   lock-free channel (`std::sync::mpsc`); the releaser owns the model, admits the packets at
+//!   their stamps before every poll of the model (so the model never runs ahead of an arrival
+//!   it has not seen, beyond the microseconds between a read and its send) and writes the
+//!   releases; buffers go back to the reader's pool on a second channel. A releaser that
+//!   sleeps is woken by an eventfd only when it announced its sleep, so a busy one costs the
+//!   reader no system call. Wire semantics are those of one thread: the same model sees the
+//!   same segments at the same stamps.
 //! - **Bounded turns** ([`EmulatorOptions::batch`]): each direction reads and writes at most
 //!   `batch` packets per turn; draining one direction's releases without bound left the ACKs
 //!   of a 25 ms path 13 ms late (median) and cut goodput.
@@ -111,6 +121,7 @@
 //! All system calls go through `rustix` (safe wrappers); this module has no `unsafe`.
 
 mod clock;
+mod handoff;
 mod kernel;
 mod lane;
 mod report;
@@ -136,8 +147,8 @@ pub use report::{DirectionReport, EmulatorReport, LatenessSummary, TuningStatus}
 
 use clock::MonoClock;
 use kernel::DeviceDrops;
-use lane::{Endpoint, Lane, LaneObserver};
-use run::{Finished, Shared, Tunings, Worker};
+use lane::{Endpoint, Lane, LaneObserver, Reader};
+use run::{Finished, ReaderWorker, Shared, Tunings, Worker};
 
 /// The longest a running emulator takes to notice a termination signal.
 pub const MAX_STOP_LATENCY: Duration = run::MAX_SLEEP;
@@ -151,6 +162,20 @@ pub enum Threads {
     Single,
     /// One thread per direction.
     PerDirection,
+    /// Each direction over two threads: a reader (TUN reads, stamping, parsing) hands packets
+    /// to a releaser (the model, timed releases, TUN writes) through a lock-free channel.
+    Split,
+    /// Two threads for both directions: one reads both devices, one runs both models and
+    /// writes (the stages of [`Threads::Split`] without a second pair of threads).
+    Pipeline,
+}
+
+/// What one emulator thread runs.
+enum Job {
+    /// Lanes reading their own devices or fed by readers: the timed event loop.
+    Release(Vec<Lane>),
+    /// Readers feeding lanes on other threads.
+    Read(Vec<Reader>),
 }
 
 /// How a thread sleeps until shortly before the next release.
@@ -392,11 +417,35 @@ impl Emulator {
             device_drops(&devices[1], &mut setup_errors),
         ];
         let (client, server) = (Arc::new(client), Arc::new(server));
-        let up = Lane::new("up", client.clone(), server.clone(), path.up, options.buffer_size);
-        let down = Lane::new("down", server, client, path.down, options.buffer_size);
-        let groups = match options.threads {
-            Threads::Single => vec![vec![up, down]],
-            Threads::PerDirection => vec![vec![up], vec![down]],
+        let size = options.buffer_size;
+        let jobs = match options.threads {
+            Threads::Single | Threads::PerDirection => {
+                let up = Lane::with_device("up", client.clone(), server.clone(), path.up, size);
+                let down = Lane::with_device("down", server, client, path.down, size);
+                if options.threads == Threads::Single {
+                    vec![Job::Release(vec![up, down])]
+                } else {
+                    vec![Job::Release(vec![up]), Job::Release(vec![down])]
+                }
+            }
+            Threads::Split | Threads::Pipeline => {
+                let setup = |e| EmulatorError::Setup { what: "hand-off eventfd", source: e };
+                let (up_reader, up) =
+                    Lane::split("up", client.clone(), server.clone(), path.up, size)
+                        .map_err(setup)?;
+                let (down_reader, down) =
+                    Lane::split("down", server, client, path.down, size).map_err(setup)?;
+                if options.threads == Threads::Split {
+                    vec![
+                        Job::Read(vec![up_reader]),
+                        Job::Release(vec![up]),
+                        Job::Read(vec![down_reader]),
+                        Job::Release(vec![down]),
+                    ]
+                } else {
+                    vec![Job::Read(vec![up_reader, down_reader]), Job::Release(vec![up, down])]
+                }
+            }
         };
         let mut handle = EmulatorHandle {
             shared: shared.clone(),
@@ -411,16 +460,25 @@ impl Emulator {
             setup_errors,
         };
         let (ready_tx, ready_rx) = mpsc::channel();
-        for (i, lanes) in groups.into_iter().enumerate() {
-            let worker =
-                Worker::new(lanes, shared.clone(), clock, &options).with_wake(options.wake);
+        for (i, job) in jobs.into_iter().enumerate() {
             let (opts, ready) = (options.clone(), ready_tx.clone());
+            let run: Box<dyn FnOnce() -> Finished + Send> = match job {
+                Job::Release(lanes) => {
+                    let worker =
+                        Worker::new(lanes, shared.clone(), clock, &options).with_wake(options.wake);
+                    Box::new(move || worker.run())
+                }
+                Job::Read(readers) => {
+                    let worker = ReaderWorker::new(readers, shared.clone(), clock, &options);
+                    Box::new(move || worker.run())
+                }
+            };
             let thread = std::thread::Builder::new()
                 .name(format!("tcptail-emu-{i}"))
                 .spawn(move || {
                     let _ = ready.send(run::tune_current_thread(&opts));
                     drop(ready);
-                    worker.run()
+                    run()
                 })
                 .map_err(EmulatorError::Thread)?;
             handle.threads.push(thread);
@@ -552,7 +610,7 @@ impl EmulatorHandle {
         Some(report)
     }
 
-    fn assemble(&self, finished: Vec<Finished>) -> EmulatorReport {
+    fn assemble(&self, mut finished: Vec<Finished>) -> EmulatorReport {
         let now = self.clock.now();
         let mut errors = Vec::new();
         let (mut sleeps, mut timer_arms, mut rests, mut by_signal) = (0, 0, 0, false);
@@ -560,6 +618,12 @@ impl EmulatorHandle {
         let mut cpu = Duration::ZERO;
         let mut lateness = report::LatenessHistogram::default();
         let (mut up, mut down) = (None, None);
+        // A split lane's counters of reading come from its reader thread.
+        let mut intakes: Vec<_> = finished
+            .iter_mut()
+            .flat_map(|f| f.intakes.drain(..))
+            .map(|i| (i.label(), i.into_counters()))
+            .collect();
         for f in finished {
             sleeps += f.sleeps;
             timer_arms += f.timer_arms;
@@ -571,7 +635,8 @@ impl EmulatorHandle {
             for lane in f.lanes {
                 lateness.merge(lane.lateness());
                 let label = lane.label();
-                let (dir, log_error) = lane.finish(now);
+                let intake = intakes.iter().position(|i| i.0 == label);
+                let (dir, log_error) = lane.finish(now, intake.map(|i| intakes.swap_remove(i).1));
                 errors.extend(log_error);
                 if label == "up" { up = Some(dir) } else { down = Some(dir) }
             }

@@ -1,10 +1,13 @@
 //! One direction of forwarding: read packets from one TUN device, pass their segments through
 //! the model, write them to the other TUN device when they come due.
 //!
-//! A [`Lane`] owns its [`Direction`] model, a [`RunAssembler`], pools of packet buffers, a
-//! write backlog and its counters. It never blocks and never sleeps: reads and writes are
-//! non-blocking, and the event loop ([`super::run`]) decides when to call it and how long to
-//! wait.
+//! The reading side is an [`Intake`]: the input device, pools of packet buffers and the read
+//! counters. The rest is a [`Lane`]: its [`Direction`] model, a [`RunAssembler`], a write
+//! backlog and its counters. A lane either owns its intake ([`Lane::with_device`]: one thread
+//! reads and releases) or takes its packets from a reader thread through a
+//! [`super::handoff`] ([`Lane::split`]). Neither blocks nor sleeps: reads and writes are
+//! non-blocking, and the event loops ([`super::run`]) decide when to call them and how long
+//! to wait.
 //!
 //! # Segmentation offload
 //!
@@ -30,8 +33,9 @@
 //! - A write that finds the device busy (`EAGAIN`) keeps the run at the head of the write
 //!   backlog; later runs queue behind it, so order is kept.
 //! - Lateness is measured for every segment on the clock read just before its frame's write.
-//! - Buffers circulate: read buffer -> shared packet -> written (last run) -> back to the pool.
-//!   Pools allocate only when they run dry and keep a bounded number of spare buffers.
+//! - Buffers circulate: read buffer -> shared packet -> written (last run) -> back to the
+//!   intake's pool (through a [`Recycler`], also within one thread). Pools allocate only when
+//!   they run dry and no buffer has come back, and keep a bounded number of spare buffers.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -47,6 +51,7 @@ use tcptail_emu::{Nanos, Stats};
 use tcptail_netns::TunDevice;
 
 use super::clock::MonoClock;
+use super::handoff::{self, Arrival, Buf, Receiving, Recycler, Returns, Sending};
 use super::report::{DirectionReport, LatenessHistogram};
 
 /// A packet device: a non-blocking descriptor that reads and writes one packet per call (a
@@ -126,8 +131,6 @@ const GSO_POOL_INITIAL: usize = 32;
 /// once: a pure ACK would otherwise pin 64 KiB for a whole one-way delay.
 pub(crate) const SMALL_PACKET: usize = 2048;
 
-type Buf = Box<[u8]>;
-
 /// The observers of one direction: statistics, and optionally a Mahimahi log.
 #[derive(Debug)]
 pub(crate) struct LaneObserver {
@@ -182,32 +185,52 @@ impl Pool {
     }
 }
 
-/// The read buffers of one lane: full-size reads, and (on a `virtio_net_hdr` device) small
+/// The read buffers of one intake: full-size reads, and (on a `virtio_net_hdr` device) small
 /// buffers that short packets are copied into.
 #[derive(Debug)]
 struct Buffers {
     read: Pool,
     small: Option<Pool>,
+    /// Buffers handed back by the lane once their packets are written or dropped.
+    returns: Returns,
 }
 
 impl Buffers {
-    fn new(vnet_hdr: bool, buffer_size: usize) -> Buffers {
+    fn new(vnet_hdr: bool, buffer_size: usize, returns: Returns) -> Buffers {
         if vnet_hdr {
             Buffers {
                 read: Pool::with_limits(GSO_READ_SIZE, GSO_POOL_INITIAL, GSO_POOL_MAX),
                 small: Some(Pool::new(SMALL_PACKET)),
+                returns,
             }
         } else {
-            Buffers { read: Pool::new(buffer_size), small: None }
+            Buffers { read: Pool::new(buffer_size), small: None, returns }
         }
     }
 
-    /// Takes back the buffer of a packet nothing else refers to any more (otherwise the last
-    /// segment to go frees it).
-    fn reclaim(&mut self, packet: Arc<GsoPacket>) {
-        if let Ok(packet) = Arc::try_unwrap(packet) {
-            self.put(packet.into_buffer());
+    /// Takes back what the lane returned, into the pools of their sizes.
+    fn collect_returns(&mut self) {
+        while let Some(buf) = self.returns.take() {
+            self.put(buf);
         }
+    }
+
+    /// A full-size read buffer.
+    #[inline]
+    fn read_buffer(&mut self) -> Buf {
+        if self.read.free.is_empty() {
+            self.collect_returns();
+        }
+        self.read.get()
+    }
+
+    /// A small buffer (a `virtio_net_hdr` device only).
+    #[inline]
+    fn small_buffer(&mut self) -> Option<Buf> {
+        if self.small.as_ref()?.free.is_empty() {
+            self.collect_returns();
+        }
+        self.small.as_mut().map(Pool::get)
     }
 
     /// Returns `buf` to the pool of its size.
@@ -219,16 +242,23 @@ impl Buffers {
     }
 }
 
-/// Counters of one lane.
-#[derive(Debug, Default)]
-struct Counters {
-    forwarded: Count,
+/// Counters of the reading side.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct IntakeCounters {
     reads: u64,
-    writes: u64,
     copied_bytes: u64,
     read_errors: u64,
     oversize_drops: u64,
     malformed_drops: u64,
+    last_error: Option<String>,
+}
+
+/// Counters of the releasing side.
+#[derive(Debug, Default)]
+struct Counters {
+    forwarded: Count,
+    writes: u64,
+    copied_bytes: u64,
     write_errors: u64,
     write_retries: u64,
 }
@@ -241,50 +271,31 @@ enum Written {
     Busy,
 }
 
-/// One direction of forwarding; see the [module docs](self).
+/// The reading side of one direction: reads packets from the input device, stamps and parses
+/// them, and delivers them (to its own lane, or through a hand-off to a releaser thread).
 #[derive(Debug)]
-pub(crate) struct Lane {
+pub(crate) struct Intake {
     label: &'static str,
     from: Arc<Endpoint>,
-    to: Arc<Endpoint>,
-    model: Direction<Segment, LaneObserver>,
-    runs: RunAssembler,
     buffers: Buffers,
     spare: Option<Buf>,
-    backlog: VecDeque<Run>,
-    scratch: [u8; MAX_FRAME_HEADER],
-    next_id: u64,
-    counters: Counters,
-    lateness: LatenessHistogram,
-    last_error: Option<String>,
+    counters: IntakeCounters,
     input_closed: bool,
 }
 
-impl Lane {
-    /// A lane from `from` to `to` (both with or both without `virtio_net_hdr`s; the caller
-    /// checks). `buffer_size` is the read buffer of a device without them.
-    pub(crate) fn new(
+impl Intake {
+    fn new(
         label: &'static str,
         from: Arc<Endpoint>,
-        to: Arc<Endpoint>,
-        model: Direction<Segment, LaneObserver>,
         buffer_size: usize,
-    ) -> Lane {
-        let policy = RunPolicy::for_rate(&model.spec().rate);
-        Lane {
+        returns: Returns,
+    ) -> Intake {
+        Intake {
             label,
-            buffers: Buffers::new(from.vnet_hdr(), buffer_size),
+            buffers: Buffers::new(from.vnet_hdr(), buffer_size, returns),
             from,
-            to,
-            model,
-            runs: RunAssembler::new(policy),
             spare: None,
-            backlog: VecDeque::new(),
-            scratch: [0; MAX_FRAME_HEADER],
-            next_id: 0,
-            counters: Counters::default(),
-            lateness: LatenessHistogram::default(),
-            last_error: None,
+            counters: IntakeCounters::default(),
             input_closed: false,
         }
     }
@@ -299,11 +310,6 @@ impl Lane {
         &self.from
     }
 
-    /// The device packets are written to.
-    pub(crate) fn output(&self) -> &Endpoint {
-        &self.to
-    }
-
     /// Whether the input device went away (no more reads are attempted).
     pub(crate) fn input_closed(&self) -> bool {
         self.input_closed
@@ -312,7 +318,256 @@ impl Lane {
     /// Stops reading from the input device, recording why.
     pub(crate) fn close_input(&mut self, why: String) {
         self.input_closed = true;
-        self.last_error = Some(why);
+        self.counters.last_error = Some(why);
+    }
+
+    /// Reads up to `max` packets (and about [`TURN_BYTES`]), stamps each right after its read
+    /// and hands it, parsed, to `deliver`. Returns how many packets were read.
+    pub(crate) fn read_batch(
+        &mut self,
+        clock: &MonoClock,
+        max: usize,
+        mut deliver: impl FnMut(Nanos, Arc<GsoPacket>),
+    ) -> usize {
+        if self.input_closed {
+            return 0;
+        }
+        let (mut read, mut bytes) = (0, 0);
+        while read < max && bytes < TURN_BYTES {
+            let mut buf = self.spare.take().unwrap_or_else(|| self.buffers.read_buffer());
+            match rustix::io::read(&*self.from, &mut buf[..]) {
+                Ok(n) if n > 0 && n < buf.len() => {
+                    read += 1;
+                    bytes += n;
+                    self.counters.reads += 1;
+                    let now = clock.now();
+                    let buf = match self.buffers.small.is_some() && n <= SMALL_PACKET {
+                        true => {
+                            let mut copy = self.buffers.small_buffer().expect("a small pool");
+                            copy[..n].copy_from_slice(&buf[..n]);
+                            self.counters.copied_bytes += n as u64;
+                            self.spare = Some(buf);
+                            copy
+                        }
+                        false => buf,
+                    };
+                    if let Some(packet) = self.parse(buf, n) {
+                        deliver(now, packet);
+                    }
+                }
+                Ok(0) => {
+                    self.spare = Some(buf);
+                    break;
+                }
+                Ok(n) => {
+                    // Filled the whole buffer: the packet may have been cut. Never forward it.
+                    read += 1;
+                    self.counters.reads += 1;
+                    self.counters.oversize_drops += 1;
+                    self.counters.last_error = Some(format!(
+                        "{}: a {n}-byte read filled the {}-byte buffer (MTU larger than \
+                         buffer_size?); packet dropped",
+                        self.label,
+                        buf.len()
+                    ));
+                    self.spare = Some(buf);
+                }
+                Err(Errno::INTR) => self.spare = Some(buf),
+                Err(e) => {
+                    self.spare = Some(buf);
+                    if e != Errno::AGAIN {
+                        self.counters.read_errors += 1;
+                        self.counters.last_error = Some(format!("{}: read: {e}", self.label));
+                    }
+                    break;
+                }
+            }
+        }
+        read
+    }
+
+    /// Parses the `n` bytes read into `buf`; a malformed packet is counted and dropped.
+    fn parse(&mut self, buf: Buf, n: usize) -> Option<Arc<GsoPacket>> {
+        match GsoPacket::parse(buf, n, self.from.vnet_hdr()) {
+            Ok(packet) => Some(Arc::new(packet)),
+            Err(rejected) => {
+                self.counters.malformed_drops += 1;
+                self.counters.last_error = Some(format!(
+                    "{}: a {n}-byte packet from {} could not be segmented ({}); dropped",
+                    self.label,
+                    self.from.name(),
+                    rejected.error
+                ));
+                self.buffers.put(rejected.buffer);
+                None
+            }
+        }
+    }
+
+    /// The counters, for the direction's report.
+    pub(crate) fn into_counters(self) -> IntakeCounters {
+        self.counters
+    }
+}
+
+/// A reader thread's share of a split direction: its intake and the hand-off's sending end.
+#[derive(Debug)]
+pub(crate) struct Reader {
+    pub(crate) intake: Intake,
+    handoff: Sending,
+}
+
+impl Reader {
+    /// Reads a batch (see [`Intake::read_batch`]) into the hand-off and wakes the releaser if
+    /// it sleeps. Returns how many packets were read.
+    pub(crate) fn read_batch(&mut self, clock: &MonoClock, max: usize) -> usize {
+        let handoff = &self.handoff;
+        let n = self.intake.read_batch(clock, max, |now, packet| {
+            // The releaser only goes away when the emulator stops.
+            let _ = handoff.send((now, packet));
+        });
+        if n > 0 {
+            handoff.notify();
+        }
+        n
+    }
+}
+
+/// Where a lane's packets come from.
+#[derive(Debug)]
+enum Input {
+    /// Read by the lane itself.
+    Device(Intake),
+    /// Read by a reader thread.
+    Handoff(Receiving),
+}
+
+/// One direction of forwarding; see the [module docs](self).
+#[derive(Debug)]
+pub(crate) struct Lane {
+    label: &'static str,
+    input: Input,
+    to: Arc<Endpoint>,
+    model: Direction<Segment, LaneObserver>,
+    runs: RunAssembler,
+    recycler: Recycler,
+    /// Packets read in this turn, before they enter the model (reused).
+    arrivals: Vec<Arrival>,
+    backlog: VecDeque<Run>,
+    scratch: [u8; MAX_FRAME_HEADER],
+    next_id: u64,
+    counters: Counters,
+    lateness: LatenessHistogram,
+    last_error: Option<String>,
+}
+
+impl Lane {
+    /// A lane that reads `from` itself and writes `to` (both with or both without
+    /// `virtio_net_hdr`s; the caller checks). `buffer_size` is the read buffer of a device
+    /// without them.
+    pub(crate) fn with_device(
+        label: &'static str,
+        from: Arc<Endpoint>,
+        to: Arc<Endpoint>,
+        model: Direction<Segment, LaneObserver>,
+        buffer_size: usize,
+    ) -> Lane {
+        let (recycler, returns) = handoff::returns();
+        let intake = Intake::new(label, from, buffer_size, returns);
+        Lane::new(label, Input::Device(intake), to, model, recycler)
+    }
+
+    /// A direction split over two threads: the [`Reader`] reads `from`, the lane releases to
+    /// `to`.
+    pub(crate) fn split(
+        label: &'static str,
+        from: Arc<Endpoint>,
+        to: Arc<Endpoint>,
+        model: Direction<Segment, LaneObserver>,
+        buffer_size: usize,
+    ) -> std::io::Result<(Reader, Lane)> {
+        let (recycler, returns) = handoff::returns();
+        let (sending, receiving) = handoff::channel()?;
+        let reader =
+            Reader { intake: Intake::new(label, from, buffer_size, returns), handoff: sending };
+        Ok((reader, Lane::new(label, Input::Handoff(receiving), to, model, recycler)))
+    }
+
+    fn new(
+        label: &'static str,
+        input: Input,
+        to: Arc<Endpoint>,
+        model: Direction<Segment, LaneObserver>,
+        recycler: Recycler,
+    ) -> Lane {
+        let policy = RunPolicy::for_rate(&model.spec().rate);
+        Lane {
+            label,
+            input,
+            to,
+            model,
+            runs: RunAssembler::new(policy),
+            recycler,
+            arrivals: Vec::new(),
+            backlog: VecDeque::new(),
+            scratch: [0; MAX_FRAME_HEADER],
+            next_id: 0,
+            counters: Counters::default(),
+            lateness: LatenessHistogram::default(),
+            last_error: None,
+        }
+    }
+
+    /// `up` or `down`.
+    pub(crate) fn label(&self) -> &'static str {
+        self.label
+    }
+
+    /// The device packets are written to.
+    pub(crate) fn output(&self) -> &Endpoint {
+        &self.to
+    }
+
+    /// The descriptor to poll for new packets while sleeping: the input device, or the
+    /// hand-off's eventfd. `None` once the input device went away.
+    pub(crate) fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.input {
+            Input::Device(intake) if intake.input_closed() => None,
+            Input::Device(intake) => Some(intake.input().as_fd()),
+            Input::Handoff(receiving) => Some(receiving.wake_fd().as_fd()),
+        }
+    }
+
+    /// About to sleep: `false` if a packet is already waiting in the hand-off.
+    pub(crate) fn prepare_sleep(&self) -> bool {
+        match &self.input {
+            Input::Device(_) => true,
+            Input::Handoff(receiving) => receiving.prepare_sleep(),
+        }
+    }
+
+    /// After a sleep, with what polling [`Lane::wake_fd`] reported. An input device that
+    /// reported an error or hang-up is no longer read; the message says why.
+    pub(crate) fn woke(&mut self, revents: rustix::event::PollFlags) -> Option<String> {
+        use rustix::event::PollFlags;
+        match &mut self.input {
+            Input::Handoff(receiving) => {
+                receiving.woke(revents.contains(PollFlags::IN));
+                None
+            }
+            Input::Device(intake) => {
+                if !revents.intersects(PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL) {
+                    return None;
+                }
+                let why = format!(
+                    "{}: input device {} reported {revents:?}; no longer reading it",
+                    self.label,
+                    intake.input().name()
+                );
+                intake.close_input(why.clone());
+                Some(why)
+            }
+        }
     }
 
     /// Whether releases are waiting for the output device to become writable.
@@ -326,80 +581,38 @@ impl Lane {
         self.runs.next_wakeup(&self.model)
     }
 
-    /// Reads up to `max` packets (and about [`TURN_BYTES`]) and hands their segments to the
-    /// model. Returns how many packets were read.
+    /// Takes up to `max` new packets (and about [`TURN_BYTES`] read from a device) into the
+    /// model: reads its device, or takes what the reader thread handed over. Returns how many
+    /// packets came in.
     pub(crate) fn read_batch(&mut self, clock: &MonoClock, max: usize) -> usize {
-        if self.input_closed {
-            return 0;
-        }
-        let (mut read, mut bytes) = (0, 0);
-        while read < max && bytes < TURN_BYTES {
-            let mut buf = self.spare.take().unwrap_or_else(|| self.buffers.read.get());
-            match rustix::io::read(&*self.from, &mut buf[..]) {
-                Ok(n) if n > 0 && n < buf.len() => {
-                    read += 1;
-                    bytes += n;
-                    self.counters.reads += 1;
-                    let now = clock.now();
-                    let buf = match &mut self.buffers.small {
-                        Some(small) if n <= SMALL_PACKET => {
-                            let mut copy = small.get();
-                            copy[..n].copy_from_slice(&buf[..n]);
-                            self.counters.copied_bytes += n as u64;
-                            self.spare = Some(buf);
-                            copy
-                        }
-                        _ => buf,
-                    };
-                    self.admit(now, buf, n);
+        match &mut self.input {
+            Input::Device(intake) => {
+                let mut arrivals = std::mem::take(&mut self.arrivals);
+                let n = intake.read_batch(clock, max, |now, p| arrivals.push((now, p)));
+                for (now, packet) in arrivals.drain(..) {
+                    self.admit(now, packet);
                 }
-                Ok(0) => {
-                    self.spare = Some(buf);
-                    break;
-                }
-                Ok(n) => {
-                    // Filled the whole buffer: the packet may have been cut. Never forward it.
-                    read += 1;
-                    self.counters.reads += 1;
-                    self.counters.oversize_drops += 1;
-                    self.last_error = Some(format!(
-                        "{}: a {n}-byte read filled the {}-byte buffer (MTU larger than \
-                         buffer_size?); packet dropped",
-                        self.label,
-                        buf.len()
-                    ));
-                    self.spare = Some(buf);
-                }
-                Err(Errno::INTR) => self.spare = Some(buf),
-                Err(e) => {
-                    self.spare = Some(buf);
-                    if e != Errno::AGAIN {
-                        self.counters.read_errors += 1;
-                        self.last_error = Some(format!("{}: read: {e}", self.label));
-                    }
-                    break;
-                }
+                self.arrivals = arrivals;
+                n
             }
+            Input::Handoff(_) => self.take_handoff(max),
         }
-        read
     }
 
-    /// Parses the `n` bytes read into `buf` and enqueues each segment at `now`.
-    fn admit(&mut self, now: Nanos, buf: Buf, n: usize) {
-        let packet = match GsoPacket::parse(buf, n, self.from.vnet_hdr()) {
-            Ok(packet) => Arc::new(packet),
-            Err(rejected) => {
-                self.counters.malformed_drops += 1;
-                self.last_error = Some(format!(
-                    "{}: a {n}-byte packet from {} could not be segmented ({}); dropped",
-                    self.label,
-                    self.from.name(),
-                    rejected.error
-                ));
-                self.buffers.put(rejected.buffer);
-                return;
-            }
-        };
+    /// Admits up to `max` packets waiting in the hand-off, in order at their stamps.
+    fn take_handoff(&mut self, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Input::Handoff(receiving) = &self.input else { break };
+            let Some((now, packet)) = receiving.try_recv() else { break };
+            self.admit(now, packet);
+            n += 1;
+        }
+        n
+    }
+
+    /// Enqueues each segment of `packet`, read at `now`.
+    fn admit(&mut self, now: Nanos, packet: Arc<GsoPacket>) {
         for segment in Segment::all(&packet) {
             let id = self.next_id;
             self.next_id += 1;
@@ -408,7 +621,16 @@ impl Lane {
             // last of its segments does.
             let _ = self.model.enqueue(now, Packet { id, len, payload: segment });
         }
-        self.buffers.reclaim(packet);
+        self.recycler.reclaim(packet);
+    }
+
+    /// The next run due at `now`. Packets the reader thread stamped up to now enter the model
+    /// first, so that the model never runs ahead of an arrival it has not seen.
+    fn poll_run(&mut self, now: Nanos) -> Option<Run> {
+        if matches!(self.input, Input::Handoff(_)) {
+            self.take_handoff(usize::MAX);
+        }
+        self.runs.poll(now, &mut self.model)
     }
 
     /// Writes up to `max` runs (and about [`TURN_BYTES`]) that have come due (the write
@@ -420,7 +642,7 @@ impl Lane {
         while done < max && bytes < TURN_BYTES {
             let run = match self.backlog.pop_front() {
                 Some(run) => run,
-                None => match self.runs.poll(clock.now(), &mut self.model) {
+                None => match self.poll_run(clock.now()) {
                     Some(run) => run,
                     None => return done,
                 },
@@ -428,7 +650,7 @@ impl Lane {
             match self.write(&run, clock) {
                 Written::Done => {
                     bytes += run.wire_bytes() as usize;
-                    self.buffers.reclaim(run.into_packet());
+                    self.recycler.reclaim(run.into_packet());
                     done += 1;
                 }
                 Written::Busy => {
@@ -436,7 +658,7 @@ impl Lane {
                     // Move what is due behind the blocked head, so the model's clock and the
                     // observer keep up; it is written in order once the device drains.
                     let now = clock.now();
-                    while let Some(r) = self.runs.poll(now, &mut self.model) {
+                    while let Some(r) = self.poll_run(now) {
                         self.backlog.push_back(r);
                     }
                     return done;
@@ -497,12 +719,29 @@ impl Lane {
     }
 
     /// Ends the lane at `now`: processes link events up to `now` so the statistics are
-    /// complete, flushes the log, and returns the report and any log error.
-    pub(crate) fn finish(self, now: Nanos) -> (DirectionReport, Option<String>) {
+    /// complete, flushes the log, and returns the report and any log error. A split lane
+    /// gets its reader's counters in `intake` (its threads have all stopped).
+    pub(crate) fn finish(
+        self,
+        now: Nanos,
+        intake: Option<IntakeCounters>,
+    ) -> (DirectionReport, Option<String>) {
         let mut model = self.model;
         model.advance(now);
         let in_backlog: u64 = self.backlog.iter().map(|r| u64::from(r.segments())).sum();
-        let held = model.backlog().packets() as u64 + in_backlog + self.runs.held() as u64;
+        // Packets the reader handed over that never reached the model.
+        let mut in_handoff = 0u64;
+        let intake = match self.input {
+            Input::Device(intake) => intake.into_counters(),
+            Input::Handoff(receiving) => {
+                while let Some((_, packet)) = receiving.try_recv() {
+                    in_handoff += u64::from(packet.layout().segments());
+                }
+                intake.unwrap_or_default()
+            }
+        };
+        let held =
+            model.backlog().packets() as u64 + in_backlog + in_handoff + self.runs.held() as u64;
         let LaneObserver { stats, log } = model.into_observer();
         let log_error = log
             .and_then(|log| log.finish().err())
@@ -510,19 +749,19 @@ impl Lane {
         let report = DirectionReport {
             stats: stats.summary(),
             forwarded: self.counters.forwarded,
-            reads: self.counters.reads,
+            reads: intake.reads,
             writes: self.counters.writes,
-            copied_bytes: self.counters.copied_bytes,
+            copied_bytes: intake.copied_bytes + self.counters.copied_bytes,
             lateness: self.lateness.summary(),
-            read_errors: self.counters.read_errors,
-            oversize_drops: self.counters.oversize_drops,
-            malformed_drops: self.counters.malformed_drops,
+            read_errors: intake.read_errors,
+            oversize_drops: intake.oversize_drops,
+            malformed_drops: intake.malformed_drops,
             write_errors: self.counters.write_errors,
             write_retries: self.counters.write_retries,
             kernel_drops_before_read: None,
             kernel_drops_after_write: None,
             held_at_stop: held,
-            last_error: self.last_error,
+            last_error: self.last_error.or(intake.last_error),
         };
         (report, log_error)
     }

@@ -18,6 +18,11 @@
 //! stretch, which absorbs the tens of µs an idle vCPU needs to wake. Blocking waits are capped
 //! at [`MAX_SLEEP`] so a termination signal is noticed promptly.
 //!
+//! A split direction's releaser runs this same loop: its lanes take their packets from a
+//! reader thread's hand-off (polling its eventfd instead of the device), and
+//! [`ReaderWorker`] is the reader's loop: read into the hand-offs, block until a device has
+//! more.
+//!
 //! # Tuning
 //!
 //! Each emulator thread first sets its timer slack, `SCHED_FIFO` priority and CPU affinity as
@@ -36,7 +41,7 @@ use rustix::time::{Itimerspec, TimerfdFlags, TimerfdTimerFlags, Timespec};
 use tcptail_emu::Nanos;
 
 use super::clock::{self, MonoClock};
-use super::lane::Lane;
+use super::lane::{Intake, Lane, Reader};
 use super::report::TuningStatus;
 use super::{EmulatorOptions, Wake};
 
@@ -131,6 +136,8 @@ pub(crate) struct Tunings {
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub(crate) lanes: Vec<Lane>,
+    /// A reader thread's intakes (their lanes ran on a releaser thread).
+    pub(crate) intakes: Vec<Intake>,
     pub(crate) sleeps: u64,
     pub(crate) timer_arms: u64,
     pub(crate) rests: u64,
@@ -284,10 +291,10 @@ impl Worker {
                 }
             }
         };
-        let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         Finished {
-            cpu: Duration::new(cpu.tv_sec.max(0) as u64, cpu.tv_nsec.clamp(0, 999_999_999) as u32),
+            cpu: thread_cpu(),
             lanes: self.lanes,
+            intakes: Vec::new(),
             sleeps: self.sleeps,
             timer_arms: self.timer_arms,
             rests: self.rests,
@@ -311,24 +318,45 @@ impl Worker {
         if use_timer && let Some(d) = deadline {
             self.arm(d);
         }
+        // A split lane's reader must wake us for a new packet; if one already waits, do not
+        // sleep at all.
+        if !self.lanes.iter().all(Lane::prepare_sleep) {
+            for lane in &mut self.lanes {
+                lane.woke(PollFlags::empty());
+            }
+            return;
+        }
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(6);
         fds.push(PollFd::new(&self.shared.wake, PollFlags::IN));
         if let Some(timer) = self.timer.as_ref().filter(|_| use_timer) {
             fds.push(PollFd::new(timer, PollFlags::IN));
         }
         let first_lane = fds.len();
-        for lane in &self.lanes {
-            if !lane.input_closed() {
-                fds.push(PollFd::new(lane.input(), PollFlags::IN));
-            }
+        let polled: Vec<bool> = self.lanes.iter().map(|l| l.wake_fd().is_some()).collect();
+        for fd in self.lanes.iter().filter_map(Lane::wake_fd) {
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
         }
         for lane in self.lanes.iter().filter(|l| l.blocked()) {
             fds.push(PollFd::new(lane.output(), PollFlags::OUT));
         }
         let ts: Timespec = clock::timeout(if use_timer { MAX_SLEEP } else { timeout });
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(0) | Err(Errno::INTR) => return,
-            Ok(_) => {}
+        let result = rustix::event::poll(&mut fds, Some(&ts));
+        let mut revents = Vec::with_capacity(self.lanes.len());
+        let mut i = first_lane;
+        for &p in &polled {
+            revents.push(if p && result.is_ok() { fds[i].revents() } else { PollFlags::empty() });
+            i += usize::from(p);
+        }
+        let timer_fired =
+            result.is_ok() && use_timer && fds.get(1).is_some_and(|f| !f.revents().is_empty());
+        drop(fds);
+        for (lane, revents) in self.lanes.iter_mut().zip(revents) {
+            if let Some(why) = lane.woke(revents) {
+                self.errors.push(why);
+            }
+        }
+        match result {
+            Ok(_) | Err(Errno::INTR) => {}
             Err(e) => {
                 // Cannot happen with valid descriptors; avoid a hot loop and say so once.
                 if self.errors.len() < 16 {
@@ -338,34 +366,10 @@ impl Worker {
                 return;
             }
         }
-        let gone = PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL;
-        let mut closed = Vec::new();
-        let mut i = first_lane;
-        for (index, lane) in self.lanes.iter().enumerate() {
-            if lane.input_closed() {
-                continue;
-            }
-            if fds[i].revents().intersects(gone) {
-                closed.push((index, fds[i].revents()));
-            }
-            i += 1;
-        }
-        let timer_fired = use_timer && fds.get(1).is_some_and(|f| !f.revents().is_empty());
-        drop(fds);
         if timer_fired && let Some(timer) = &self.timer {
             let mut ticks = [0u8; 8];
             let _ = rustix::io::read(timer, &mut ticks);
             self.armed = None;
-        }
-        for (index, revents) in closed {
-            let lane = &mut self.lanes[index];
-            let why = format!(
-                "{}: input device {} reported {revents:?}; no longer reading it",
-                lane.label(),
-                lane.input().name()
-            );
-            self.errors.push(why.clone());
-            lane.close_input(why);
         }
     }
 
@@ -388,6 +392,130 @@ impl Worker {
                 if self.errors.len() < 16 {
                     self.errors.push(format!("timerfd_settime: {e}"));
                 }
+            }
+        }
+    }
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(cpu.tv_sec.max(0) as u64, cpu.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
+/// The event loop of a reader thread ([`super::Threads::Split`], [`super::Threads::Pipeline`]):
+/// read what is there into the hand-offs, otherwise block in `ppoll` until a device has a
+/// packet or a stop is requested. It never waits for a time: releases are the releaser's.
+/// It rests like [`Worker`] after [`EmulatorOptions::max_busy`] of continuous reading.
+pub(crate) struct ReaderWorker {
+    readers: Vec<Reader>,
+    shared: Arc<Shared>,
+    clock: MonoClock,
+    batch: usize,
+    max_busy: Option<Duration>,
+    rest: Duration,
+    last_block: Nanos,
+    sleeps: u64,
+    rests: u64,
+    errors: Vec<String>,
+}
+
+impl ReaderWorker {
+    pub(crate) fn new(
+        readers: Vec<Reader>,
+        shared: Arc<Shared>,
+        clock: MonoClock,
+        options: &EmulatorOptions,
+    ) -> ReaderWorker {
+        ReaderWorker {
+            readers,
+            shared,
+            clock,
+            batch: options.batch,
+            max_busy: options.max_busy,
+            rest: options.rest,
+            last_block: Nanos::ZERO,
+            sleeps: 0,
+            rests: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Runs until stopped; returns the intakes for reporting.
+    pub(crate) fn run(mut self) -> Finished {
+        let by_signal = loop {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break false;
+            }
+            if tcptail_netns::signal::shutdown_requested() {
+                break true;
+            }
+            let mut progress = false;
+            for reader in &mut self.readers {
+                progress |= reader.read_batch(&self.clock, self.batch) > 0;
+            }
+            let now = self.clock.now();
+            if let Some(max_busy) = self.max_busy
+                && now - self.last_block > max_busy
+            {
+                self.rests += 1;
+                std::thread::sleep(self.rest);
+                self.last_block = self.clock.now();
+                continue;
+            }
+            if !progress {
+                self.wait();
+                self.last_block = self.clock.now();
+            }
+        };
+        Finished {
+            cpu: thread_cpu(),
+            lanes: Vec::new(),
+            intakes: self.readers.into_iter().map(|r| r.intake).collect(),
+            sleeps: self.sleeps,
+            timer_arms: 0,
+            rests: self.rests,
+            spinless_windows: 0,
+            by_signal,
+            errors: self.errors,
+        }
+    }
+
+    /// Blocks until an input device is readable or a stop is requested (at most
+    /// [`MAX_SLEEP`]).
+    fn wait(&mut self) {
+        self.sleeps += 1;
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
+        fds.push(PollFd::new(&self.shared.wake, PollFlags::IN));
+        let open: Vec<usize> =
+            (0..self.readers.len()).filter(|&i| !self.readers[i].intake.input_closed()).collect();
+        for &i in &open {
+            fds.push(PollFd::new(self.readers[i].intake.input(), PollFlags::IN));
+        }
+        match rustix::event::poll(&mut fds, Some(&clock::timeout(MAX_SLEEP))) {
+            Ok(0) | Err(Errno::INTR) => return,
+            Ok(_) => {}
+            Err(e) => {
+                if self.errors.len() < 16 {
+                    self.errors.push(format!("ppoll: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                return;
+            }
+        }
+        let gone = PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL;
+        let revents: Vec<PollFlags> = fds[1..].iter().map(PollFd::revents).collect();
+        drop(fds);
+        for (&i, revents) in open.iter().zip(revents) {
+            if revents.intersects(gone) {
+                let intake = &mut self.readers[i].intake;
+                let why = format!(
+                    "{}: input device {} reported {revents:?}; no longer reading it",
+                    intake.label(),
+                    intake.input().name()
+                );
+                self.errors.push(why.clone());
+                intake.close_input(why);
             }
         }
     }

@@ -120,7 +120,8 @@ fn invalid_spec_is_rejected_before_anything_starts() {
 
 #[test]
 fn forwards_both_ways_in_order_never_early() {
-    for threads in [Threads::Single, Threads::PerDirection] {
+    let layouts = [Threads::Single, Threads::PerDirection, Threads::Split, Threads::Pipeline];
+    for threads in layouts {
         for wake in [Wake::Ppoll, Wake::Timerfd] {
             let options = EmulatorOptions { threads, wake, ..Default::default() };
             let r = rig(path(3, 1), options);
@@ -146,6 +147,7 @@ fn forwards_both_ways_in_order_never_early() {
             assert_eq!(report.up.lateness.count, u64::from(n));
             assert_eq!(report.lateness.count, 2 * u64::from(n));
             assert_eq!(report.up.stats.arrivals.packets, u64::from(n));
+            assert_eq!((report.up.reads, report.down.reads), (u64::from(n), u64::from(n)));
             assert_eq!(report.up.held_at_stop, 0);
             assert!(report.lateness.p50_us <= report.lateness.max_us);
             assert!(report.errors.is_empty(), "{:?}", report.errors);
@@ -156,25 +158,28 @@ fn forwards_both_ways_in_order_never_early() {
 
 #[test]
 fn busy_output_delays_packets_but_never_drops_or_reorders() {
-    // The server side's queue holds few datagrams (net.unix.max_dgram_qlen): writes hit EAGAIN.
-    let r = rig(path(0, 0), EmulatorOptions::default());
-    let n = 200;
-    for i in 0..n {
-        r.client.send(&packet(i, 300)).unwrap();
+    for threads in [Threads::Single, Threads::Split] {
+        // The server side's queue holds few datagrams (net.unix.max_dgram_qlen): writes hit
+        // EAGAIN.
+        let r = rig(path(0, 0), EmulatorOptions { threads, ..Default::default() });
+        let n = 200;
+        for i in 0..n {
+            r.client.send(&packet(i, 300)).unwrap();
+        }
+        // Nothing is read on the server side until the emulator has taken every packet: it
+        // then holds more than the output takes.
+        r.wait_until_read();
+        let mut buf = [0u8; 2048];
+        for i in 0..n {
+            let len = r.server.recv(&mut buf).unwrap();
+            assert_eq!((len, seq_of(&buf)), (300, i), "{threads:?}");
+        }
+        let report = r.handle.stop();
+        assert_eq!(report.up.forwarded.packets, u64::from(n));
+        assert!(report.up.write_retries > 0, "the output never filled: {:?}", report.up);
+        assert_eq!(report.up.write_errors, 0);
+        assert_eq!(report.up.held_at_stop, 0);
     }
-    // Nothing is read on the server side until the emulator has taken every packet: it then
-    // holds more than the output takes.
-    r.wait_until_read();
-    let mut buf = [0u8; 2048];
-    for i in 0..n {
-        let len = r.server.recv(&mut buf).unwrap();
-        assert_eq!((len, seq_of(&buf)), (300, i));
-    }
-    let report = r.handle.stop();
-    assert_eq!(report.up.forwarded.packets, u64::from(n));
-    assert!(report.up.write_retries > 0, "the output never filled: {:?}", report.up);
-    assert_eq!(report.up.write_errors, 0);
-    assert_eq!(report.up.held_at_stop, 0);
 }
 
 #[test]
