@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use tcptail_emu::{DirectionSpec, LossModel, PathSpec, QueueLimit, QueueSpec, Reorder};
 use tcptail_lab::emulator::{
-    Emulator, EmulatorHandle, EmulatorOptions, EmulatorReport, TuningStatus,
+    Emulator, EmulatorHandle, EmulatorOptions, EmulatorReport, Threads, TuningStatus,
 };
 use tcptail_netns::addr::{SERVER_ADDR, TUN_IF};
 use tcptail_netns::{Cleanup, NetSysctl, Topology, ensure_root};
@@ -329,12 +329,21 @@ fn pattern(offset: u64) -> u8 {
 
 #[test]
 fn fifty_megabytes_over_the_offload_path_with_loss_and_reordering_arrive_intact() {
+    fifty_megabytes_with_loss_and_reordering(Threads::Single);
+}
+
+#[test]
+fn fifty_megabytes_through_reader_and_releaser_threads_arrive_intact() {
+    fifty_megabytes_with_loss_and_reordering(Threads::Split);
+}
+
+fn fifty_megabytes_with_loss_and_reordering(threads: Threads) {
     let _serial = require_root();
     let mut spec = symmetric(1_000_000_000, Duration::from_millis(1), 4_000_000);
     spec.up.loss = Some(LossModel::Bernoulli { p: 0.01 });
     // 1 % of the segments held back 2 ms: the rest of their packet overtakes them.
     spec.up.reorder = Some(Reorder { p: 0.01, gap: Duration::from_millis(2) });
-    let mut lab = Lab::start(spec, EmulatorOptions { seed: 5, ..Default::default() });
+    let mut lab = Lab::start(spec, EmulatorOptions { seed: 5, threads, ..Default::default() });
     let listener = lab.listen();
     let port = listener.local_addr().unwrap().port();
     const TOTAL: u64 = 50_000_000;
