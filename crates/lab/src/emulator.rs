@@ -143,7 +143,7 @@ use tcptail_emu::segment::Segment;
 use tcptail_emu::{LogHeader, MahimahiLog, Nanos, Path, PathSpec, SpecError, Stats};
 use tcptail_netns::TunPair;
 
-pub use report::{DirectionReport, EmulatorReport, LatenessSummary, TuningStatus};
+pub use report::{DirectionReport, EmulatorReport, LatenessSummary, ThreadCpu, TuningStatus};
 
 use clock::MonoClock;
 use kernel::DeviceDrops;
@@ -219,7 +219,8 @@ pub struct EmulatorOptions {
     /// Bytes per packet buffer of a device without `virtio_net_hdr`s; must exceed the TUN MTU
     /// (default 2048; 256..=65536). Offload devices always read into 64 KiB buffers.
     pub buffer_size: usize,
-    /// `SCHED_FIFO` priority of the emulator thread(s), 1..=99 (default `Some(10)`).
+    /// `SCHED_FIFO` priority of the emulator thread(s), 1..=99 (default `Some(10)`); reader
+    /// threads ([`Threads::Split`], [`Threads::Pipeline`]) run one below it.
     pub fifo_priority: Option<i32>,
     /// Timer slack of the emulator thread(s) (default 1 ns).
     pub timer_slack: Option<Duration>,
@@ -461,7 +462,12 @@ impl Emulator {
         };
         let (ready_tx, ready_rx) = mpsc::channel();
         for (i, job) in jobs.into_iter().enumerate() {
-            let (opts, ready) = (options.clone(), ready_tx.clone());
+            let (mut opts, ready) = (options.clone(), ready_tx.clone());
+            if matches!(job, Job::Read(_)) {
+                // One below the releasers, so that a release that comes due preempts a
+                // reader on the same CPU (equal SCHED_FIFO priorities never preempt).
+                opts.fifo_priority = opts.fifo_priority.map(|p| (p - 1).max(1));
+            }
             let run: Box<dyn FnOnce() -> Finished + Send> = match job {
                 Job::Release(lanes) => {
                     let worker =
@@ -616,6 +622,7 @@ impl EmulatorHandle {
         let (mut sleeps, mut timer_arms, mut rests, mut by_signal) = (0, 0, 0, false);
         let mut spinless_windows = 0;
         let mut cpu = Duration::ZERO;
+        let mut thread_cpu = Vec::new();
         let mut lateness = report::LatenessHistogram::default();
         let (mut up, mut down) = (None, None);
         // A split lane's counters of reading come from its reader thread.
@@ -624,7 +631,12 @@ impl EmulatorHandle {
             .flat_map(|f| f.intakes.drain(..))
             .map(|i| (i.label(), i.into_counters()))
             .collect();
-        for f in finished {
+        for (i, f) in finished.into_iter().enumerate() {
+            thread_cpu.push(ThreadCpu {
+                name: format!("tcptail-emu-{i}"),
+                role: f.role.clone(),
+                cpu_s: f.cpu.as_secs_f64(),
+            });
             sleeps += f.sleeps;
             timer_arms += f.timer_arms;
             spinless_windows += f.spinless_windows;
@@ -665,6 +677,7 @@ impl EmulatorHandle {
             spinless_windows,
             duration_s: self.started.elapsed().as_secs_f64(),
             cpu_s: cpu.as_secs_f64(),
+            thread_cpu,
             stopped_by_signal: by_signal,
             errors,
         }

@@ -8,6 +8,21 @@ use tcptail_netns::{Group, Topology};
 
 const PORT: &str = "5201";
 
+/// `SCHED_FIFO` priority of the iperf3 processes with `--endpoints-fifo`: below the
+/// emulator's 10, like the delay probe's `--probe-fifo`.
+const ENDPOINT_FIFO: &str = "5";
+
+/// iperf3 as a command in one namespace: plain, or under `chrt -f` when `fifo`.
+fn iperf3(topo: &Topology, server: bool, fifo: bool) -> std::process::Command {
+    let program = if fifo { "chrt" } else { "iperf3" };
+    let mut command =
+        if server { topo.server_command(program) } else { topo.client_command(program) };
+    if fifo {
+        command.args(["-f", ENDPOINT_FIFO, "iperf3"]);
+    }
+    command
+}
+
 /// What one iperf3 flow measured.
 pub struct Flow {
     /// Goodput: payload bits per second, as received (iperf3's `end.sum_received`: bytes
@@ -24,20 +39,33 @@ pub struct Flow {
 }
 
 /// Goodput (payload bits per second, as received) of one iperf3 TCP flow client -> server
-/// with congestion control `cc`, omitting the first `omit` seconds.
-pub fn goodput(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<f64, String> {
-    flow(topo, secs, omit, cc).map(|f| f.bps)
+/// with congestion control `cc`, omitting the first `omit` seconds; both iperf3 processes
+/// `SCHED_FIFO` when `fifo`.
+pub fn goodput(
+    topo: &mut Topology,
+    secs: u32,
+    omit: u32,
+    cc: &str,
+    fifo: bool,
+) -> Result<f64, String> {
+    flow(topo, secs, omit, cc, fifo).map(|f| f.bps)
 }
 
 /// [`goodput`] with the endpoints' CPU use. (`cc` is set per socket:
 /// a namespace can only default to the host's "allowed" algorithms, and the host default may
 /// be BBR, whose PROBE_RTT costs about 2 % of goodput every 10 s.)
-pub fn flow(topo: &mut Topology, secs: u32, omit: u32, cc: &str) -> Result<Flow, String> {
-    let mut server = topo.server_command("iperf3");
+pub fn flow(
+    topo: &mut Topology,
+    secs: u32,
+    omit: u32,
+    cc: &str,
+    fifo: bool,
+) -> Result<Flow, String> {
+    let mut server = iperf3(topo, true, fifo);
     server.args(["-s", "-1", "-J", "-p", PORT]).stdout(Stdio::null()).stderr(Stdio::null());
     topo.processes().spawn("iperf3-server", server, Group::Own).map_err(|e| e.to_string())?;
     wait_listening(topo)?;
-    let mut client = topo.client_command("iperf3");
+    let mut client = iperf3(topo, false, fifo);
     let (secs, omit) = (secs.to_string(), omit.to_string());
     client.args(["-c", &tcptail_netns::addr::SERVER_ADDR.to_string(), "-p", PORT]);
     client.args(["-t", &secs, "-O", &omit, "-C", cc, "-J", "--get-server-output"]);

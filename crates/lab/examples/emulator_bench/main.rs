@@ -12,6 +12,7 @@
 //!         [--threads single|per|split|pipeline]
 //!         [--cpu N] [--no-fifo] [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N]
 //!         [--log-dir DIR] [--json (full emulator reports on stderr)]
+//!         [--endpoints-fifo (iperf3 under `chrt -f 5`, veth's too)]
 //! ```
 //!
 //! - `delay`: open-loop 64-byte TCP echo through the emulator with `d` ms each way; prints
@@ -27,6 +28,11 @@
 //! - `longfat`: seed 002's path (10 Gbit/s, 120 ms RTT, a 150 MB bottleneck buffer): one BBR
 //!   flow's goodput and the release lateness.
 //! - `rate`: one iperf3 flow through `r` Mbit/s; goodput / (r × 1448/1500).
+//!
+//! `--endpoints-fifo` runs both iperf3 processes (the veth reference's too) `SCHED_FIFO` 5,
+//! below the emulator: on a machine shared with other work, ordinary endpoints get only their
+//! fair share of the CPUs and become the limit of every row; with it, the rows show what the
+//! emulator and the endpoints can carry on these CPUs.
 //!
 //! Every row prints the emulator's peak RSS (this process's `VmHWM`, reset before the row).
 //! `--tun plain` opens the TUN devices without `IFF_VNET_HDR` (one MTU packet per system
@@ -64,6 +70,7 @@ struct Args {
     json: bool,
     veth: bool,
     probe_fifo: bool,
+    endpoints_fifo: bool,
     cc: String,
     options: EmulatorOptions,
 }
@@ -92,6 +99,7 @@ fn parse() -> Res<Args> {
         json: false,
         veth: true,
         probe_fifo: false,
+        endpoints_fifo: false,
         cc: if cmd == "longfat" { "bbr" } else { "cubic" }.to_owned(),
         options: EmulatorOptions::default(),
         cmd,
@@ -132,6 +140,7 @@ fn parse() -> Res<Args> {
             "--json" => a.json = true,
             "--no-veth" => a.veth = false,
             "--probe-fifo" => a.probe_fifo = true,
+            "--endpoints-fifo" => a.endpoints_fifo = true,
             "--cc" => a.cc = val()?,
             "--log-dir" => a.options.mahimahi_log_dir = Some(val()?.into()),
             "--wake" => {
@@ -212,32 +221,39 @@ fn peak_rss_mb() -> f64 {
     kb.map_or(f64::NAN, |kb| kb / 1e3)
 }
 
-/// Where the time goes, per GB forwarded in the up direction: system calls (reads and writes
-/// of both directions, waits, timer arms and rests), segments per write, the emulator threads' CPU (seconds per
-/// GB and share of one CPU) and the endpoints' CPU (iperf3 sender / receiver, % of one CPU).
+/// Where the time goes, per GB forwarded in the up direction: system calls (reads, empty
+/// reads and writes of both directions, waits, timer arms and rests), segments per write,
+/// the emulator threads' CPU (seconds per GB, share of one CPU, and each thread's seconds per
+/// GB by role) and the endpoints' CPU (iperf3 sender / receiver, % of one CPU).
 fn costs(r: &EmulatorReport, flow: &iperf::Flow) -> String {
     let gb = (r.up.forwarded.bytes as f64 / 1e9).max(1e-9);
     let (reads, writes) =
         ((r.up.reads + r.down.reads) as f64, (r.up.writes + r.down.writes) as f64);
+    // A batch of reads ends with one that finds nothing: a system call as well.
+    let empty = (r.up.empty_reads + r.down.empty_reads) as f64;
     // Every ppoll (a sleep), timerfd_settime and rest (nanosleep) is a system call too.
     let (polls, arms, rests) = (r.sleeps as f64, r.timer_arms as f64, r.rests as f64);
-    let calls = reads + writes + polls + arms + rests;
+    let calls = reads + empty + writes + polls + arms + rests;
     let per_write = r.up.forwarded.packets as f64 / r.up.writes.max(1) as f64;
     // The kernel copies each byte into the emulator (read) and out of it (write).
     let copied = (r.up.copied_bytes + r.down.copied_bytes) as f64;
     let copies = 2.0 + copied / (r.up.forwarded.bytes + r.down.forwarded.bytes).max(1) as f64;
+    let threads: Vec<String> =
+        r.thread_cpu.iter().map(|t| format!("{} {:.2}", t.role, t.cpu_s / gb)).collect();
     format!(
-        "{:.0} calls/GB (read {:.0}, write {:.0}, ppoll {:.0}, timerfd_settime {:.0}, rest \
-         {:.0}), {per_write:.1} seg/write, {copies:.3} copies/byte, emulator {:.2} CPU-s/GB \
-         ({:.0} % of a CPU), iperf3 {:.0} / {:.0} %",
+        "{:.0} calls/GB (read {:.0} + {:.0} empty, write {:.0}, ppoll {:.0}, timerfd_settime \
+         {:.0}, rest {:.0}), {per_write:.1} seg/write, {copies:.3} copies/byte, emulator {:.2} \
+         CPU-s/GB ({:.0} % of a CPU; per thread: {}), iperf3 {:.0} / {:.0} %",
         calls / gb,
         reads / gb,
+        empty / gb,
         writes / gb,
         polls / gb,
         arms / gb,
         rests / gb,
         r.cpu_s / gb,
         100.0 * r.cpu_s / r.duration_s.max(1e-9),
+        threads.join(", "),
         flow.cpu_percent.0,
         flow.cpu_percent.1
     )
@@ -334,7 +350,7 @@ fn veth_goodput(a: &Args, buffers: u64) -> Res<f64> {
         .sysctl(NetSysctl::TcpWmem, mem)
         .build(&cleanup)
         .map_err(|e| e.to_string())?;
-    iperf::goodput(&mut topo, a.secs, 2, &a.cc)
+    iperf::goodput(&mut topo, a.secs, 2, &a.cc, a.endpoints_fifo)
 }
 
 fn throughput(a: &Args) -> Res<()> {
@@ -359,8 +375,9 @@ fn throughput(a: &Args) -> Res<()> {
         // Enough window for 10 Gbit/s over the round trip, at least 64 MB.
         let bdp = (10e9 / 8.0 * (2.0 * one_way.as_secs_f64() + 0.001)) as u64;
         let buffers = (2 * bdp).max(64 << 20);
-        let (flow, report) =
-            through_emulator(spec, a, buffers, |topo| iperf::flow(topo, a.secs, 2, &a.cc))?;
+        let (flow, report) = through_emulator(spec, a, buffers, |topo| {
+            iperf::flow(topo, a.secs, 2, &a.cc, a.endpoints_fifo)
+        })?;
         let bps = flow.bps;
         let ratio = veth.map_or(f64::NAN, |v| bps / v);
         let ok = bps >= 10e9 && (veth.is_none() || ratio >= 0.4);
@@ -392,8 +409,9 @@ fn longfat(a: &Args) -> Res<()> {
     let mut options = a.options.clone();
     options.lateness_bound = options.lateness_bound.max(Duration::from_millis(1));
     let b = Args { options, ..a.clone() };
-    let (flow, report) =
-        through_emulator(spec, &b, buffers, |topo| iperf::flow(topo, a.secs, 5, &a.cc))?;
+    let (flow, report) = through_emulator(spec, &b, buffers, |topo| {
+        iperf::flow(topo, a.secs, 5, &a.cc, a.endpoints_fifo)
+    })?;
     let bps = flow.bps;
     let ok = bps >= 0.9 * rate.0 as f64 && report.lateness.p99_us <= 1000.0;
     let up = &report.up.stats;
@@ -458,8 +476,9 @@ fn rate(a: &Args) -> Res<()> {
         // is well under 1 % of the total.
         let secs = if rate.0 < 1_000_000 { a.secs.max(30) } else { a.secs };
         let buffers = (8 * bdp).max(6 << 20);
-        let (flow, report) =
-            through_emulator(spec, a, buffers, |topo| iperf::flow(topo, secs, 2, &a.cc))?;
+        let (flow, report) = through_emulator(spec, a, buffers, |topo| {
+            iperf::flow(topo, secs, 2, &a.cc, a.endpoints_fifo)
+        })?;
         let payload = rate.0 as f64 * 1448.0 / 1500.0;
         let link = link_rate(&report, 3.0) / rate.0 as f64;
         let up = &report.up.stats;

@@ -246,6 +246,7 @@ impl Buffers {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct IntakeCounters {
     reads: u64,
+    empty_reads: u64,
     copied_bytes: u64,
     read_errors: u64,
     oversize_drops: u64,
@@ -375,7 +376,9 @@ impl Intake {
                 Err(Errno::INTR) => self.spare = Some(buf),
                 Err(e) => {
                     self.spare = Some(buf);
-                    if e != Errno::AGAIN {
+                    if e == Errno::AGAIN {
+                        self.counters.empty_reads += 1;
+                    } else {
                         self.counters.read_errors += 1;
                         self.counters.last_error = Some(format!("{}: read: {e}", self.label));
                     }
@@ -521,6 +524,11 @@ impl Lane {
     /// `up` or `down`.
     pub(crate) fn label(&self) -> &'static str {
         self.label
+    }
+
+    /// Whether the lane reads its own device (rather than a reader thread's hand-off).
+    pub(crate) fn reads_itself(&self) -> bool {
+        matches!(self.input, Input::Device(_))
     }
 
     /// The device packets are written to.
@@ -750,6 +758,7 @@ impl Lane {
             stats: stats.summary(),
             forwarded: self.counters.forwarded,
             reads: intake.reads,
+            empty_reads: intake.empty_reads,
             writes: self.counters.writes,
             copied_bytes: intake.copied_bytes + self.counters.copied_bytes,
             lateness: self.lateness.summary(),

@@ -146,6 +146,9 @@ pub struct DirectionReport {
     pub forwarded: Count,
     /// Frames read from the near device (a GSO frame carries up to 64 KiB of segments).
     pub reads: u64,
+    /// Reads that found nothing (`EAGAIN`): each is a system call too, the one that ends a
+    /// batch of reads.
+    pub empty_reads: u64,
     /// Frames written to the far device (a run of consecutive segments each).
     pub writes: u64,
     /// Bytes the emulator copied in userspace: short packets moved out of their 64 KiB read
@@ -233,11 +236,25 @@ pub struct EmulatorReport {
     /// into and out of the TUN devices count here, and so does the receiving namespace's
     /// network stack, which runs in the writing thread.
     pub cpu_s: f64,
+    /// Each thread's share of [`EmulatorReport::cpu_s`], in start order.
+    pub thread_cpu: Vec<ThreadCpu>,
     /// Whether the thread stopped because a termination signal was received.
     pub stopped_by_signal: bool,
     /// Problems that did not stop forwarding: a TUN device that went away, a log or report
     /// file that could not be written.
     pub errors: Vec<String>,
+}
+
+/// One emulator thread's CPU time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadCpu {
+    /// The thread's name (`tcptail-emu-N`, as `perf` and `top -H` show it).
+    pub name: String,
+    /// What it does: `forward` (reads and releases), `read` or `release`, with the lanes it
+    /// serves, e.g. `release up,down`.
+    pub role: String,
+    /// Its CPU time (user and system) in seconds.
+    pub cpu_s: f64,
 }
 
 impl EmulatorReport {

@@ -147,6 +147,8 @@ pub(crate) struct Finished {
     pub(crate) spinless_windows: u64,
     /// The thread's CPU time.
     pub(crate) cpu: Duration,
+    /// What the thread did: `forward`, `read` or `release`, and its lanes.
+    pub(crate) role: String,
 }
 
 /// Applies the configured latency settings to the calling thread.
@@ -291,8 +293,11 @@ impl Worker {
                 }
             }
         };
+        let labels: Vec<&str> = self.lanes.iter().map(Lane::label).collect();
+        let role = if self.lanes.iter().all(Lane::reads_itself) { "forward" } else { "release" };
         Finished {
             cpu: thread_cpu(),
+            role: format!("{role} {}", labels.join(",")),
             lanes: self.lanes,
             intakes: Vec::new(),
             sleeps: self.sleeps,
@@ -468,8 +473,10 @@ impl ReaderWorker {
                 self.last_block = self.clock.now();
             }
         };
+        let labels: Vec<&str> = self.readers.iter().map(|r| r.intake.label()).collect();
         Finished {
             cpu: thread_cpu(),
+            role: format!("read {}", labels.join(",")),
             lanes: Vec::new(),
             intakes: self.readers.into_iter().map(|r| r.intake).collect(),
             sleeps: self.sleeps,

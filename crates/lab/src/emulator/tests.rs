@@ -152,6 +152,16 @@ fn forwards_both_ways_in_order_never_early() {
             assert!(report.lateness.p50_us <= report.lateness.max_us);
             assert!(report.errors.is_empty(), "{:?}", report.errors);
             assert_eq!((report.threads, report.wake), (threads, wake));
+            let roles: Vec<&str> = report.thread_cpu.iter().map(|t| t.role.as_str()).collect();
+            let expected: &[&str] = match threads {
+                Threads::Single => &["forward up,down"],
+                Threads::PerDirection => &["forward up", "forward down"],
+                Threads::Split => &["read up", "release up", "read down", "release down"],
+                Threads::Pipeline => &["read up,down", "release up,down"],
+            };
+            assert_eq!(roles, expected);
+            // Every batch of reads ends with one that finds nothing.
+            assert!(report.up.empty_reads > 0 && report.down.empty_reads > 0);
         }
     }
 }
