@@ -118,6 +118,11 @@ fn a_run_that_never_recovers_projects_recovery_from_the_time_wait_timers() {
 /// Real rounds (root, namespaces, veth): a 100-port range at 150 attempts/s for 1.5 s is
 /// exhausted by TIME_WAIT with EADDRNOTAVAIL (EADDRINUSE when binding first), while the same
 /// storm on pooled connections never fails.
+///
+/// The bounds come from port accounting, not from how fast this host kept the schedule: a
+/// session's port stays in TIME_WAIT for 60 s, far past the round, so at most one session per
+/// port succeeds and every attempt beyond the range's size fails; a loaded host makes fewer
+/// attempts (each goes as soon as it can), never more successes.
 #[test]
 fn a_narrow_range_is_exhausted_and_a_pool_is_not() {
     let base = |extra: &[(&str, toml::Value)]| {
@@ -131,20 +136,38 @@ fn a_narrow_range_is_exhausted_and_a_pool_is_not() {
         p.extend(extra.iter().cloned());
         workload::plan(&ReconnectStorm, &params(&p)).unwrap()
     };
-    let narrow = test_support::run_once(base(&[]).as_ref(), 1);
     let get = |m: &Measurement, k: &str| m.metrics[k];
-    assert!(get(&narrow, "connect_failures") >= 50.0, "{narrow:?}");
-    // A loaded machine may time out the odd handshake too (ETIMEDOUT, counted apart).
+    // Attempts beyond the range, which must all fail; the storm has to outrun the range for
+    // the test to see anything (225 attempts are scheduled for 100 ports).
+    let beyond = |m: &Measurement| {
+        let (attempts, ports) = (get(m, "attempts_count"), get(m, "ports_count"));
+        assert_eq!(ports, 100.0, "{m:?}");
+        assert!(attempts > ports + 20.0, "too few attempts to exhaust the range: {m:?}");
+        attempts - ports
+    };
+    let narrow = test_support::run_once(base(&[]).as_ref(), 1);
     let failures = get(&narrow, "connect_failures");
+    assert!(failures >= beyond(&narrow), "{narrow:?}");
+    assert!(get(&narrow, "sessions_ok_count") <= 100.0, "{narrow:?}");
+    // A loaded machine may time out the odd handshake too (ETIMEDOUT, counted apart).
     assert!(get(&narrow, "eaddrnotavail_count") >= 0.9 * failures, "{narrow:?}");
-    assert!(get(&narrow, "tw_peak_count") >= 90.0, "{narrow:?}");
+    // Every successful session's port is in TIME_WAIT at the end; the sampler sees them all
+    // unless its last tick came before the last few sessions closed.
+    assert!(get(&narrow, "tw_peak_count") >= 0.9 * get(&narrow, "sessions_ok_count"), "{narrow:?}");
     assert!(get(&narrow, "recover_s") > 50.0, "{narrow:?}");
+    // Attempts never run ahead of their schedule (the k-th of all clients is due at k x 6.7
+    // ms), so the first failure, the 101st attempt, cannot come before 0.667 s; a late host
+    // only moves it later (exactly when is the unit tests' business, on recorded attempts).
     let exhaust = get(&narrow, "exhaust_s");
-    assert!((0.4..1.2).contains(&exhaust), "100 ports at 150/s: {narrow:?}");
+    assert!(exhaust >= 0.6, "100 ports at 150/s: {narrow:?}");
     let bound = test_support::run_once(base(&[("bind_first", true.into())]).as_ref(), 2);
-    assert!(get(&bound, "eaddrinuse_count") >= 50.0, "{bound:?}");
+    let failures = get(&bound, "connect_failures");
+    assert!(failures >= beyond(&bound), "{bound:?}");
+    assert!(get(&bound, "eaddrinuse_count") >= 0.9 * failures, "{bound:?}");
+    // Pooled: every attempt succeeds, more of them than the range has ports.
     let pooled = test_support::run_once(base(&[("pooled", true.into())]).as_ref(), 3);
+    beyond(&pooled);
     assert_eq!(get(&pooled, "connect_failures"), 0.0, "{pooled:?}");
-    assert!(get(&pooled, "sessions_ok_count") >= 200.0, "{pooled:?}");
+    assert_eq!(get(&pooled, "sessions_ok_count"), get(&pooled, "attempts_count"), "{pooled:?}");
     assert_eq!(get(&pooled, "recover_s"), 0.0);
 }
