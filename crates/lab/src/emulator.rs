@@ -32,8 +32,9 @@
 //! for every packet; a run whose p99 exceeds [`EmulatorOptions::lateness_bound`] carries
 //! [`EmulatorReport::lateness_flag`]. When offered more than the thread can forward (about
 //! 1.5 Gbit/s of full-size packets on a 2-vCPU VM with a long delay without offload; with it
-//! the thread needs 0.8-0.9 CPU-seconds per GB, so 10 Gbit/s is a whole vCPU), the backlog
-//! shows up as lateness and the run is flagged rather than silently queueing in the kernel.
+//! the thread needs 0.33-0.36 CPU-seconds per GB unshaped and 0.8-1.2 behind a 10 Gbit/s
+//! link, so 10 Gbit/s is a whole vCPU), the backlog shows up as lateness and the run is
+//! flagged rather than silently queueing in the kernel.
 //!
 //! # Design, as measured on a 2-vCPU KVM guest (`scripts/bench-emulator`)
 //!
@@ -56,8 +57,22 @@
 //!   it has not seen, beyond the microseconds between a read and its send) and writes the
 //!   releases; buffers go back to the reader's pool on a second channel. A releaser that
 //!   sleeps is woken by an eventfd only when it announced its sleep, so a busy one costs the
-//!   reader no system call. Wire semantics are those of one thread: the same model sees the
-//!   same segments at the same stamps.
+//!   reader no system call; readers run one `SCHED_FIFO` priority below the releasers (equal
+//!   priorities never preempt, and a reader busy at 10 Gbit/s held its releaser's due
+//!   releases back). Wire semantics are those of one thread: the same model sees the same
+//!   segments at the same stamps. Measured (2026-11-26, load average 9-19 on the 2 vCPUs,
+//!   `scripts/bench-emulator --quick`), it does not pay on this machine, so
+//!   [`Threads::Single`] stays the default: the split costs more CPU per GB than one
+//!   thread (unshaped 0.66 against 0.33-0.36 CPU-s/GB; seed 002's path 1.55-1.67 against
+//!   1.07-1.19), because every packet crosses threads (the reader sleeps and wakes per
+//!   burst, about 20k `ppoll`s per GB, and wakes the releaser by eventfd), and the second
+//!   CPU it would use is the one the endpoints need. Unshaped it forwarded 8.9 Gbit/s against
+//!   8.5-11.1 (one thread), 8.1 (per direction) and 7.2 (pipeline), veth 5.4 in the same run;
+//!   with the endpoints `SCHED_FIFO` (`--endpoints-fifo`) 17.1 against 19.0, 20.2 and 17.9.
+//!   On seed 002's path it carried more (4.0-5.5 against 3.0-4.9 Gbit/s) but released later
+//!   (lateness p99 5-47 ms against 0.24-2.7 ms, flagged), and a delay probe's RTT error p50
+//!   rose from 0.08-0.11 to 0.15-0.25 ms (two wake-ups per packet instead of one). It is the
+//!   layout for a machine with CPUs to spare.
 //! - **Bounded turns** ([`EmulatorOptions::batch`]): each direction reads and writes at most
 //!   `batch` packets per turn; draining one direction's releases without bound left the ACKs
 //!   of a 25 ms path 13 ms late (median) and cut goodput.
@@ -79,30 +94,45 @@
 //!   of the original payload with one `writev`, so user space copies only headers and packets
 //!   under 2 KiB (0.2-0.6 % of the bytes). TUN has no zero-copy path for a
 //!   process (vhost-net's is for the kernel), so two copies is the floor of this design.
-//! - **Where the time goes** (`perf`, unshaped flow, ~0.8-0.9 CPU-s per GB): the TUN reads
-//!   ~36 % of the thread (a quarter of it the copy), the TUN writes ~43 % (the receiving
-//!   namespace's IP/TCP stack runs in the writer's softirq: ~9 %; the copy ~7 %), arming the
-//!   timerfd up to ~18 % (in a KVM guest, reprogramming the vCPU's timer exits to the
-//!   host; [`EmulatorReport::timer_arms`] counts the calls), the model under 5 %. About 67k
-//!   system calls per GB: 21k reads, 21k writes, 14k ppolls, 12-13k timer arms. Spinning
-//!   through every wait under 30 µs instead of sleeping removed the timer arms and a third
-//!   of the system calls, but neither CPU per GB (0.79-0.93 against 0.79-0.85) nor lateness
-//!   (p99 0.27 / 1.41 against 0.25 / 0.27 ms) improved at load 17, so it was not kept.
-//! - **Seed 002's path is past one thread's capacity**: the thread forwards about 1.1-1.3 GB/s
-//!   (0.8-0.9 CPU-s/GB), i.e. 9-10 Gbit/s with nothing else to do, and a 10 Gbit/s BBR flow
-//!   probes at 1.25x its rate every few round trips (2.9x in startup). While the offered
-//!   load exceeds what the thread can read and write, releases fall behind: lateness p99
-//!   39 ms on a quiet machine, 0.2-56 ms at load 10-13 (a 4 s run 0.23 ms, a 16 s run 2.5-39
-//!   ms). It is not preemption: the thread (`SCHED_FIFO`) saw one involuntary context switch
-//!   in such a run, no direct reclaim or compaction. The way past it is to pipeline a
-//!   direction over two threads (one reading into the model, one releasing; at 64 KiB per
-//!   packet a lock per packet is cheap), which needs the sender and receiver to fit on what
-//!   is left of the machine.
+//! - **Where the time goes** (`scripts/bench-emulator` (e): `perf` per emulator thread of
+//!   the benchmark's own process; the report's [`EmulatorReport::thread_cpu`] and
+//!   [`DirectionReport::empty_reads`]). Unshaped, one thread needs 0.33-0.36 CPU-s per GB:
+//!   TUN writes 45 % of its samples (a third of that the receiving namespace's TCP stack,
+//!   which runs in the writer's softirq), TUN reads 16 %, the model 16 % and the lane's
+//!   runs, buffers and lateness 7 % (about 44 segments per 64 KiB packet, each through loss,
+//!   queue, link and delay line), `ppoll` 4 %; the kernel's two copies are a quarter of it.
+//!   About 60k system calls per GB: 20k reads, 16-20k empty reads (the `EAGAIN` that ends a
+//!   batch), 20k writes, 2-3k `ppoll`s; 35-42 segments per write, 2.004 copies per byte.
+//!   Behind a 10 Gbit/s link the same thread needs 0.8-1.2 CPU-s per GB: a 64 KiB run is due
+//!   every 52 µs, and between runs the thread sleeps (a `timerfd_settime`, which in a KVM
+//!   guest reprograms the vCPU's timer through the host: up to a quarter of the thread in an
+//!   earlier profile, and a `ppoll`) or, while its work stays under a quarter of the time,
+//!   spins (1.6M empty reads per GB are spin iterations). Spinning through every wait under
+//!   30 µs instead of sleeping removed the timer arms and a third of the system calls, but
+//!   neither CPU per GB (0.79-0.93 against 0.79-0.85) nor lateness (p99 0.27 / 1.41 against
+//!   0.25 / 0.27 ms) improved at load 17, so it was not kept.
+//! - **Seed 002's path needs more than two shared vCPUs**: at 10 Gbit/s (1.25 GB/s) the
+//!   emulator needs 1.0-1.5 vCPUs (0.8-1.2 CPU-s/GB, above) and iperf3's sender about 0.45
+//!   (0.36 CPU-s/GB: 85 % of a CPU at 19 Gbit/s), the whole machine. A 10 Gbit/s BBR flow
+//!   also probes at 1.25x its rate every few round trips (2.9x in startup). With the
+//!   endpoints ordinary tasks on a machine at load 13-19 they get their fair share of what
+//!   the emulator's `SCHED_FIFO` threads leave, and one flow carried 3.0-4.9 Gbit/s; with
+//!   them `SCHED_FIFO` too (`--endpoints-fifo`) 9.15 Gbit/s, but real-time threads then fill
+//!   both vCPUs and the kernel's fair server takes them away for ~50 ms at once (lateness p99
+//!   51 ms; 235-433 ms split or per direction). Either way the run is flagged: on this
+//!   machine the limit is CPU, not the emulator's design, and the lateness check says when it
+//!   is reached. Earlier, quiet machine: one thread, 9.03 Gbit/s at lateness p99 39 ms.
+//! - **Other emulators at the same priority**: the emulators of other lab runs on the machine
+//!   use the same `SCHED_FIFO` priority, and a thread of equal priority is not preempted:
+//!   release lateness maxima of 2-4 ms in otherwise light rows come from them.
 //! - **No multi-queue TUN**: `IFF_MULTI_QUEUE` spreads packets over queues by flow hash (the
 //!   kernel's `tun_automq_select_queue`), so a single flow, seed 002's case, stays on one
 //!   queue and one thread; and several threads feeding one bottleneck model would need a lock
 //!   on every packet (the model is one queue, one link, one clock per direction). A second
 //!   thread per direction only helps many flows, which no experiment here needs at 10 Gbit/s.
+//!   Nor is there more to re-coalesce: runs already leave as whole 64 KiB packets (35-42
+//!   segments per write), and a TUN device takes no GSO packet beyond 64 KiB, so adjacent
+//!   packets cannot share a write.
 //!
 //! # Invariants
 //!
