@@ -28,16 +28,17 @@ use crate::watchdog::{Closer, Watchdog};
 /// Runs the benchmark and returns its raw measurements.
 pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, BenchError> {
     config.validate()?;
-    if let Engine::IoUring { .. } = config.engine {
-        return crate::engine::uring::client::run_raw(config, control);
-    }
     let n = config.connections;
+    let uring = matches!(config.engine, Engine::IoUring { .. });
     let barrier = Arc::new(Barrier::new(config.thread_count()));
     let start: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     // Blocking receives (closed loop without spinning) wait without a kernel timer; the
     // watchdog enforces their response timeout and the stop grace (see `watchdog`).
-    let blocking =
-        !config.spin && matches!(config.load, Load::Closed) && config.one_thread_per_connection();
+    // The io_uring engine's closed-loop waits have no timer either.
+    let blocking = uring
+        || (!config.spin
+            && matches!(config.load, Load::Closed)
+            && config.one_thread_per_connection());
     let tick = Watchdog::tick_for(config.response_timeout, connection::POLL_SLICE);
     let watchdog = Watchdog::new(tick);
     let sampler = config.tcp_info_interval.map(|_| crate::tcp_sampler::Sampler::default());
@@ -58,7 +59,7 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
                 .expect("spawning the watchdog thread");
         }
         let threads = config.thread_count();
-        let per_connection = config.one_thread_per_connection();
+        let per_connection = !uring && config.one_thread_per_connection();
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
                 let barrier = Arc::clone(&barrier);
@@ -74,10 +75,12 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
                             watchdog,
                             sampler: sampler_ref,
                         };
-                        if per_connection {
+                        let indices: Vec<usize> = (thread..n).step_by(threads).collect();
+                        if uring {
+                            crate::engine::uring::client::run_thread(config, &indices, &shared)
+                        } else if per_connection {
                             connection::run_connection(config, thread, &shared)
                         } else {
-                            let indices: Vec<usize> = (thread..n).step_by(threads).collect();
                             connection::event_loop::run_thread(config, &indices, &shared)
                         }
                     })

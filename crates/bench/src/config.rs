@@ -187,9 +187,14 @@ impl BenchConfig {
         }
     }
 
-    /// Client threads in use: [`BenchConfig::threads`], or one per connection.
+    /// Client threads in use: [`BenchConfig::threads`], or by default one per connection
+    /// (the io_uring engine: one thread, one ring, for all of them).
     pub fn thread_count(&self) -> usize {
-        if self.threads == 0 { self.connections } else { self.threads.min(self.connections) }
+        match (self.threads, self.engine) {
+            (0, Engine::IoUring { .. }) => 1,
+            (0, Engine::Default) => self.connections,
+            (t, _) => t.min(self.connections),
+        }
     }
 
     /// Whether the run keeps the one-blocking-thread-per-connection loops (the floor's shape,
@@ -239,6 +244,9 @@ impl BenchConfig {
         if self.depth > 1 && (matches!(self.load, Load::Open { .. }) || self.mode == TxMode::Crr) {
             return Err(ConfigError::DepthWithout);
         }
+        if matches!(self.load, Load::Open { .. }) && self.mode == TxMode::Crr {
+            return Err(ConfigError::RateWithCrr);
+        }
         match self.stop {
             StopAfter::Duration(d) if d.is_zero() => return Err(ConfigError::EmptyRun),
             StopAfter::Count(0) => return Err(ConfigError::EmptyRun),
@@ -254,17 +262,6 @@ impl BenchConfig {
         }
         if self.response_timeout.is_zero() {
             return Err(ConfigError::ResponseTimeout);
-        }
-        if let Engine::IoUring { .. } = self.engine {
-            let unsupported = [
-                ("--rate", matches!(self.load, Load::Open { .. })),
-                ("--attribute", self.attribute),
-                ("--depth", self.depth > 1),
-                ("--mode crr", self.mode == TxMode::Crr),
-            ];
-            if let Some((flag, _)) = unsupported.into_iter().find(|(_, on)| *on) {
-                return Err(ConfigError::EngineFlag { engine: self.engine.name(), flag });
-            }
         }
         // The server's CPU can be checked here only when it runs on this machine; a remote
         // server reports a failed pin in its Welcome, which the result shows.
@@ -319,6 +316,13 @@ pub enum ConfigError {
          many requests outstanding as its rate needs; --mode crr has one per connection)"
     )]
     DepthWithout,
+    /// Open loop with connect-per-request, which the loops run closed loop only.
+    #[error(
+        "--rate with --mode crr: connect-per-request runs closed loop (each of --connections \
+         opens its next connection when the last transaction is answered); drop --rate, or use \
+         --mode rr for an open loop"
+    )]
+    RateWithCrr,
     /// A `--tcp-info-interval` that cannot be sampled.
     #[error("--tcp-info-interval: {0}")]
     TcpInfoInterval(String),
@@ -334,17 +338,6 @@ pub enum ConfigError {
     /// A zero response timeout.
     #[error("--response-timeout: must be longer than zero")]
     ResponseTimeout,
-    /// A flag the chosen engine does not implement.
-    #[error(
-        "{flag} is not available with --engine {engine} (it has the closed loop only): run \
-         without {flag}, or with --engine default"
-    )]
-    EngineFlag {
-        /// The engine.
-        engine: &'static str,
-        /// The flag.
-        flag: &'static str,
-    },
     /// A CPU this process may not use.
     #[error("{flag} {cpu}: not one of the CPUs this process may run on ({allowed:?})")]
     Cpu {
@@ -421,5 +414,18 @@ mod tests {
         assert_eq!(c.validate(), Ok(()), "a remote server's CPUs are not this machine's");
         c.response_timeout = Duration::ZERO;
         assert_eq!(c.validate(), Err(ConfigError::ResponseTimeout));
+    }
+
+    #[test]
+    fn an_open_loop_of_connect_per_request_is_refused_by_name() {
+        let mut c = config();
+        c.client_cpu = None;
+        c.server_cpu = None;
+        c.mode = TxMode::Crr;
+        assert_eq!(c.validate(), Ok(()));
+        c.load = Load::Open { rate: 100.0, spacing: Spacing::Constant };
+        let err = c.validate().unwrap_err();
+        assert_eq!(err, ConfigError::RateWithCrr);
+        assert!(err.to_string().starts_with("--rate with --mode crr"), "{err}");
     }
 }

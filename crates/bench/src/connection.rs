@@ -48,7 +48,7 @@ pub(crate) mod reader;
 use reader::ResponseReader;
 
 /// How long the handshake may take before the server is declared unresponsive.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Once a stop is asked for (Ctrl-C), requests already sent are waited for this long at most.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Longest single sleep in a wait, so that a stop or a deadline is noticed promptly; also
@@ -283,34 +283,35 @@ impl LoopError {
     }
 }
 
+/// What one loop measured so far (every engine's loops fill one the same way).
 #[derive(Default)]
-struct Partial {
-    latency: LatencyHistogram,
-    service: LatencyHistogram,
-    send_lateness: LatencyHistogram,
-    connect: LatencyHistogram,
-    requests: u64,
-    sent: u64,
-    unanswered: u64,
-    first_send: Option<Instant>,
-    last_send: Option<Instant>,
+pub(crate) struct Partial {
+    pub(crate) latency: LatencyHistogram,
+    pub(crate) service: LatencyHistogram,
+    pub(crate) send_lateness: LatencyHistogram,
+    pub(crate) connect: LatencyHistogram,
+    pub(crate) requests: u64,
+    pub(crate) sent: u64,
+    pub(crate) unanswered: u64,
+    pub(crate) first_send: Option<Instant>,
+    pub(crate) last_send: Option<Instant>,
     /// The last response, or the moment the connection stopped waiting for one.
-    end: Option<Instant>,
-    attributed: Vec<AttributedSample>,
-    samples: Vec<SampleRecord>,
-    warnings: Vec<String>,
+    pub(crate) end: Option<Instant>,
+    pub(crate) attributed: Vec<AttributedSample>,
+    pub(crate) samples: Vec<SampleRecord>,
+    pub(crate) warnings: Vec<String>,
     /// The run's interval histograms, when asked for (measured part only).
-    interval: Option<crate::interval::IntervalSlot>,
+    pub(crate) interval: Option<crate::interval::IntervalSlot>,
 }
 
 impl Partial {
     /// A fresh measurement for the measured part of a run.
-    fn measuring(control: &RunControl) -> Partial {
+    pub(crate) fn measuring(control: &RunControl) -> Partial {
         Partial { interval: control.interval_slot(), ..Partial::default() }
     }
 
     /// Records one request's latency, in the interval histogram too when there is one.
-    fn record_latency(&mut self, nanos: u64) {
+    pub(crate) fn record_latency(&mut self, nanos: u64) {
         self.latency.record(nanos);
         if let Some(slot) = &self.interval {
             slot.record(nanos);
@@ -319,7 +320,7 @@ impl Partial {
 
     /// Counts and records a request that got no answer, as a lower bound: the time it had
     /// waited at `gave_up` since it was due (latency) and since it was sent (service).
-    fn record_unanswered(
+    pub(crate) fn record_unanswered(
         &mut self,
         config: &BenchConfig,
         start: Instant,
@@ -646,8 +647,38 @@ impl Connection {
 }
 
 impl Partial {
+    /// Records the answer to `req` that arrived at `done` on connection `index`: latency
+    /// from its intended send time, service time from its send (open loop), the request
+    /// counted, and (measured part) its progress, attribution sample and record. `after`:
+    /// the kernel's state read after the answer, when the request has a "before".
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn answered(
+        &mut self,
+        config: &BenchConfig,
+        control: &RunControl,
+        start: Instant,
+        index: usize,
+        req: Outstanding,
+        done: Instant,
+        measured: bool,
+        after: Option<KernelSnapshot>,
+    ) {
+        let latency = done.saturating_duration_since(req.intended).as_nanos() as u64;
+        let service = done.saturating_duration_since(req.sent).as_nanos() as u64;
+        self.record_latency(latency);
+        if matches!(config.load, Load::Open { .. }) && measured {
+            self.service.record(service);
+        }
+        self.requests += 1;
+        self.end = Some(done);
+        if measured {
+            control.add_completed(1);
+            self.keep_answered(config, start, index, req, (latency, service), after);
+        }
+    }
+
     /// What was measured since `start`, for the connections in `outcomes`.
-    fn into_raw(
+    pub(crate) fn into_raw(
         self,
         start: Instant,
         snapshot_costs: &[u64],
@@ -686,7 +717,7 @@ impl Partial {
 
 /// Reads TCP_INFO, the send queue (SIOCOUTQ) and, on BBR, TCP_CC_INFO, and times the reads
 /// into `costs` (the first 100 000); `None` if the kernel refused TCP_INFO.
-fn kernel_snapshot(
+pub(crate) fn kernel_snapshot(
     fd: BorrowedFd<'_>,
     is_bbr: bool,
     costs: &mut Vec<u64>,

@@ -1,7 +1,8 @@
 //! The io_uring engine end to end on 127.0.0.1: every pairing of engines at both ends, long
 //! frames that need several sends and receives, spinning, a server that stops answering
-//! (the unanswered request is counted, not dropped), a hostile client, and the flags the
-//! engine refuses. Where the kernel has no io_uring the tests say so and pass.
+//! (the unanswered requests are counted, not dropped: closed loop, pipelined, open loop with
+//! its intended send times), attribution, connect-per-request, and a hostile client. Where
+//! the kernel has no io_uring the tests say so (SKIPPED on stderr) and pass.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use tcptail_bench::client;
-use tcptail_bench::config::{BenchConfig, ConfigError, Engine, Load, StopAfter};
+use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::run::{RawRun, RunControl};
 use tcptail_bench::server::{RejectReason, Server, ServerConfig, ServerEvent, ServerPolicy};
@@ -161,31 +162,7 @@ fn a_server_that_stops_answering_leaves_the_request_unanswered_not_dropped() {
         return;
     }
     // Answers the warm-up's and the first 9 measured requests, then reads without answering.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let silent = thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let hello = wire::read_hello(&mut s).unwrap();
-        let welcome: Welcome = serde_json::from_value(serde_json::json!({
-            "apply": {"profile": "test", "options": []},
-            "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
-            "spin": false, "kernel": "test", "version": "test"
-        }))
-        .unwrap();
-        wire::write_welcome(&mut s, &welcome).unwrap();
-        let mut frame = vec![0u8; hello.request_len as usize];
-        let mut answered = 0;
-        while s.read_exact(&mut frame).is_ok() {
-            if answered < 59 {
-                let h = Header::decode(frame[..24].try_into().unwrap()).unwrap();
-                assert_eq!(h.kind, FrameKind::Request);
-                let mut resp = vec![0u8; h.reply_len as usize];
-                wire::encode_response(&mut resp, h.seq);
-                s.write_all(&resp).unwrap();
-                answered += 1;
-            }
-        }
-    });
+    let (addr, silent) = falls_silent_after(59);
     let mut config = bench(addr, URING, 1, 100);
     config.response_timeout = Duration::from_millis(300);
     let raw = run(&config);
@@ -236,16 +213,112 @@ fn a_hostile_client_loses_its_connection_on_the_uring_server() {
 }
 
 #[test]
-fn flags_the_engine_does_not_have_are_refused_by_name() {
-    let mut config = bench("127.0.0.1:9".parse().unwrap(), URING, 1, 10);
+fn open_loop_keeps_its_schedule_and_the_requests_a_silent_server_never_answers() {
+    if !uring_available("open_loop_keeps_its_schedule_and_the_requests_a_silent_server") {
+        return;
+    }
+    // 50 warm-up requests and 50 measured ones answered, then silence; 300 due at 1000/s.
+    let (addr, silent) = falls_silent_after(100);
+    let mut config = bench(addr, URING, 1, 300);
     config.load = Load::Open { rate: 1000.0, spacing: Spacing::Constant };
-    let err = config.validate().unwrap_err();
-    assert_eq!(err, ConfigError::EngineFlag { engine: "io_uring", flag: "--rate" });
-    assert!(err.to_string().contains("--engine default"), "{err}");
-    config.load = Load::Closed;
-    config.attribute = true;
-    assert!(config.validate().unwrap_err().to_string().starts_with("--attribute"));
-    config.attribute = false;
     config.keep_samples = true;
-    assert_eq!(config.validate(), Ok(()), "--samples works with io_uring");
+    config.response_timeout = Duration::from_millis(300);
+    let raw = run(&config);
+    silent.join().unwrap();
+    assert_eq!((raw.requests, raw.sent, raw.unanswered), (50, 300, 250));
+    let summary = raw.latency.summary().unwrap();
+    assert_eq!(summary.count, 300, "every request is in the histogram");
+    assert!(summary.max >= 300_000.0, "the first unanswered waited the whole timeout");
+    assert!(raw.warnings.iter().any(|w| w.contains("no response within 300ms")), "{:?}", raw);
+    // Intended send times are the schedule's, 1 ms apart, whatever the answers did.
+    let mut intended: Vec<u64> = raw.samples.iter().map(|s| s.intended_ns).collect();
+    intended.sort_unstable();
+    assert_eq!(intended.len(), 300);
+    assert!(intended.windows(2).all(|w| w[1] - w[0] == 1_000_000), "constant spacing");
+    assert!(raw.samples.iter().filter(|s| !s.answered).all(|s| s.service_ns.is_some()));
+    assert!(raw.send_lateness.len() == 300, "each send's lateness is recorded");
+}
+
+#[test]
+fn pipelined_requests_a_silent_server_never_answers_are_all_kept() {
+    if !uring_available("pipelined_requests_a_silent_server_never_answers_are_all_kept") {
+        return;
+    }
+    // Warm-up (48 requests at depth 4) and 20 measured answered, then silence.
+    let (addr, silent) = falls_silent_after(68);
+    let mut config = bench(addr, URING, 1, 400);
+    config.warmup = StopAfter::Count(48);
+    config.depth = 4;
+    config.response_timeout = Duration::from_millis(300);
+    let raw = run(&config);
+    silent.join().unwrap();
+    assert_eq!((raw.requests, raw.unanswered), (20, 4), "the whole pipeline is kept");
+    assert_eq!(raw.sent, 24);
+    assert_eq!(raw.latency.len(), 24);
+}
+
+#[test]
+fn attribution_samples_every_request_on_io_uring() {
+    if !uring_available("attribution_samples_every_request_on_io_uring") {
+        return;
+    }
+    let running = server(URING);
+    for load in [Load::Closed, Load::Open { rate: 4000.0, spacing: Spacing::Poisson }] {
+        let mut config = bench(running.addr(), URING, 2, 400);
+        config.attribute = true;
+        config.load = load;
+        let raw = run(&config);
+        assert_clean(&raw, 400);
+        assert_eq!(raw.attributed.len(), 400, "{load:?}: a before and after per request");
+        assert!(raw.attributed.iter().all(|a| a.latency_ns > 0));
+        assert!(!raw.snapshot_costs_ns.is_empty());
+    }
+    running.stop();
+}
+
+#[test]
+fn connect_per_request_on_io_uring_times_each_connect() {
+    if !uring_available("connect_per_request_on_io_uring_times_each_connect") {
+        return;
+    }
+    for server_engine in [URING, Engine::Default] {
+        let running = server(server_engine);
+        let mut config = bench(running.addr(), URING, 3, 300);
+        config.mode = TxMode::Crr;
+        let raw = run(&config);
+        assert_clean(&raw, 300);
+        assert_eq!(raw.connect.len(), 300, "one connect per transaction, timed apart");
+        running.stop();
+    }
+}
+
+/// A server that answers the first `answered` requests (warm-up included), then reads
+/// without answering; returns its address and thread.
+fn falls_silent_after(answered: u64) -> (SocketAddr, thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let silent = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello = wire::read_hello(&mut s).unwrap();
+        let welcome: Welcome = serde_json::from_value(serde_json::json!({
+            "apply": {"profile": "test", "options": []},
+            "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
+            "spin": false, "kernel": "test", "version": "test"
+        }))
+        .unwrap();
+        wire::write_welcome(&mut s, &welcome).unwrap();
+        let mut frame = vec![0u8; hello.request_len as usize];
+        let mut done = 0;
+        while s.read_exact(&mut frame).is_ok() {
+            if done < answered {
+                let h = Header::decode(frame[..24].try_into().unwrap()).unwrap();
+                assert_eq!(h.kind, FrameKind::Request);
+                let mut resp = vec![0u8; h.reply_len as usize];
+                wire::encode_response(&mut resp, h.seq);
+                s.write_all(&resp).unwrap();
+                done += 1;
+            }
+        }
+    });
+    (addr, silent)
 }

@@ -81,7 +81,7 @@ pub struct ServerArgs {
 struct EngineArgs {
     /// I/O engine after the handshake: default (blocking send/recv, a thread per
     /// connection) or io_uring (multishot receive into provided buffers; the client drives
-    /// its connections from one thread and ring, or --threads of them).
+    /// its connections from one thread and ring, or --threads of them; every load shape).
     #[arg(long, default_value = "default", value_name = "ENGINE")]
     engine: EngineName,
     /// With --engine io_uring: a kernel thread polls the submission queue (SQPOLL); it

@@ -1,6 +1,7 @@
 //! The real `tcptail` binary at the load shapes of issue 16: many connections spread over
 //! threads, pipelined requests matched to their responses (and a server that answers out of
-//! order, which is a protocol error), and connect-per-request with its ports reused.
+//! order, which is a protocol error), and connect-per-request with its ports reused; each on
+//! the default engine and on io_uring.
 
 mod common;
 
@@ -47,11 +48,22 @@ fn read_samples(path: &std::path::Path) -> Vec<(u64, u64, bool)> {
 
 #[test]
 fn pipelined_requests_are_each_matched_to_their_response() {
+    pipelined_requests_are_matched_on("default");
+}
+
+#[test]
+fn pipelined_requests_are_each_matched_to_their_response_on_io_uring() {
+    pipelined_requests_are_matched_on("io_uring");
+}
+
+fn pipelined_requests_are_matched_on(engine: &str) {
     let dir = tempfile::tempdir().unwrap();
     let samples = dir.path().join("s.csv");
     let v = run_json(&[
         "bench",
         "local",
+        "--engine",
+        engine,
         "--connections",
         "4",
         "--threads",
@@ -128,11 +140,21 @@ fn out_of_order_server() -> (u16, std::thread::JoinHandle<()>) {
 
 #[test]
 fn a_server_answering_out_of_order_is_a_protocol_error() {
+    answering_out_of_order_is_an_error_on("default");
+}
+
+#[test]
+fn a_server_answering_out_of_order_is_a_protocol_error_on_io_uring() {
+    answering_out_of_order_is_an_error_on("io_uring");
+}
+
+fn answering_out_of_order_is_an_error_on(engine: &str) {
     let _serial = one_at_a_time();
     let (port, server) = out_of_order_server();
     let addr = format!("127.0.0.1:{port}");
     let out = std::process::Command::new(bin())
-        .args(["bench", "client", &addr, "--depth", "2", "--count", "100", "--warmup", "0"])
+        .args(["bench", "client", &addr, "--engine", engine])
+        .args(["--depth", "2", "--count", "100", "--warmup", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}{}", text(&out.stdout), text(&out.stderr));
@@ -148,6 +170,15 @@ fn a_server_answering_out_of_order_is_a_protocol_error() {
 
 #[test]
 fn connect_per_request_reuses_its_ports() {
+    connect_per_request_reuses_its_ports_on("default");
+}
+
+#[test]
+fn connect_per_request_reuses_its_ports_on_io_uring() {
+    connect_per_request_reuses_its_ports_on("io_uring");
+}
+
+fn connect_per_request_reuses_its_ports_on(engine: &str) {
     let _serial = one_at_a_time();
     tcptail_netns::ensure_root().expect("the CRR port test needs root (a throwaway namespace)");
     let cleanup = Cleanup::new();
@@ -163,6 +194,8 @@ fn connect_per_request_reuses_its_ports() {
         &[
             "bench",
             "local",
+            "--engine",
+            engine,
             "--mode",
             "crr",
             "--connections",

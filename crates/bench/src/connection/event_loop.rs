@@ -52,11 +52,11 @@ impl Pipeline {
         self.queue.len()
     }
 
-    fn push(&mut self, request: Outstanding) {
+    pub(crate) fn push(&mut self, request: Outstanding) {
         self.queue.push_back(request);
     }
 
-    fn oldest(&self) -> Option<&Outstanding> {
+    pub(crate) fn oldest(&self) -> Option<&Outstanding> {
         self.queue.front()
     }
 
@@ -89,7 +89,7 @@ impl Pipeline {
         Ok(self.queue.pop_front().expect("checked above"))
     }
 
-    fn drain(&mut self) -> impl Iterator<Item = Outstanding> + '_ {
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Outstanding> + '_ {
         self.queue.drain(..)
     }
 }
@@ -257,38 +257,16 @@ impl<'a> ThreadLoop<'a> {
             StopAfter::Duration(d) => Some(start + d),
             StopAfter::Count(_) => None,
         };
-        let open = match config.load {
-            Load::Open { rate, spacing } if measured => Some((rate, spacing)),
-            _ => None,
-        };
+        let open = measured && matches!(config.load, Load::Open { .. });
         for slot in &mut self.slots {
             // The previous phase is drained, so sequence numbers start again (as samples show).
             slot.next_seq = 0;
-            slot.quota = match stop {
-                // The phase's count, shared by connection index (measured) or per connection
-                // (warm-up, already divided).
-                StopAfter::Count(c) if measured => {
-                    Some(c / n + u64::from((slot.index as u64) < c % n))
-                }
-                StopAfter::Count(c) => Some(c),
-                StopAfter::Duration(_) => None,
-            };
-            slot.schedule = open.map(|(rate, spacing)| {
-                let per_connection = tcptail_units::MessageRate::per_second(rate / n as f64)
-                    .expect("the rate was validated");
-                let stagger = Duration::from_secs_f64(slot.index as f64 / rate);
-                let mut schedule = Schedule::new(
-                    per_connection,
-                    spacing,
-                    stagger,
-                    config.seed.wrapping_add(slot.index as u64),
-                );
-                let first = start + schedule.next_offset();
-                (schedule, first)
-            });
+            slot.quota = phase_quota(stop, measured, slot.index, n);
+            slot.schedule =
+                if open { connection_schedule(config, slot.index, start) } else { None };
         }
         // Closed loop: every connection starts with its full depth.
-        if open.is_none() {
+        if !open {
             for i in 0..self.slots.len() {
                 let now = Instant::now();
                 self.refill(i, now, until, measured).map_err(|e| (self.slots[i].index, e))?;
@@ -320,7 +298,7 @@ impl<'a> ThreadLoop<'a> {
             }
             // Open loop: every request that is due leaves now.
             let mut next_due: Option<Instant> = None;
-            if open.is_some() {
+            if open {
                 for i in 0..self.slots.len() {
                     if sending {
                         self.send_due(i, now, until, start)
@@ -527,20 +505,9 @@ impl<'a> ThreadLoop<'a> {
         while let Some(header) = self.slots[i].reader.take_frame()? {
             let req = self.slots[i].pipeline.answer(&header)?;
             answered += 1;
-            let latency = done.saturating_duration_since(req.intended).as_nanos() as u64;
-            let service = done.saturating_duration_since(req.sent).as_nanos() as u64;
-            self.m.record_latency(latency);
-            if matches!(self.config.load, Load::Open { .. }) && measured {
-                self.m.service.record(service);
-            }
-            self.m.requests += 1;
-            self.m.end = Some(done);
             let after = if req.before.is_some() { self.snapshot(i) } else { None };
-            if measured {
-                self.shared.control.add_completed(1);
-                let index = self.slots[i].index;
-                self.m.keep_answered(self.config, start, index, req, (latency, service), after);
-            }
+            let (control, index) = (self.shared.control, self.slots[i].index);
+            self.m.answered(self.config, control, start, index, req, done, measured, after);
             if self.config.mode == TxMode::Crr {
                 self.close_transaction(i);
             }
@@ -559,10 +526,7 @@ impl<'a> ThreadLoop<'a> {
     /// Connect-per-request: a new socket for slot `i`, profile applied, connect started.
     fn start_connect(&mut self, i: usize) -> Result<(), LoopError> {
         let server = self.config.server;
-        let socket = Socket::new(Domain::for_address(server), Type::STREAM, Some(Protocol::TCP))?;
-        // The profile's report was kept from the first connection; each new one gets the same.
-        let _ = apply_profile(socket.as_fd(), &self.config.profile);
-        socket.set_nonblocking(true)?;
+        let socket = crr_socket(self.config)?;
         let began = Instant::now();
         match socket.connect(&SockAddr::from(server)) {
             Ok(()) => {}
@@ -710,8 +674,48 @@ impl<'a> ThreadLoop<'a> {
     }
 }
 
+/// The requests connection `index` may start in a phase that ends at `stop` (`n`
+/// connections): the measured count shared by connection index, the warm-up's already
+/// divided count, or no limit (a timed phase).
+pub(crate) fn phase_quota(stop: StopAfter, measured: bool, index: usize, n: u64) -> Option<u64> {
+    match stop {
+        StopAfter::Count(c) if measured => Some(c / n + u64::from((index as u64) < c % n)),
+        StopAfter::Count(c) => Some(c),
+        StopAfter::Duration(_) => None,
+    }
+}
+
+/// Open loop: connection `index`'s share of the rate as its own schedule, staggered so the
+/// connections do not send at once, with its first intended send time after `start`; `None`
+/// in closed loop.
+pub(crate) fn connection_schedule(
+    config: &BenchConfig,
+    index: usize,
+    start: Instant,
+) -> Option<(Schedule, Instant)> {
+    let Load::Open { rate, spacing } = config.load else { return None };
+    let n = config.connections as f64;
+    let per_connection =
+        tcptail_units::MessageRate::per_second(rate / n).expect("the rate was validated");
+    let stagger = Duration::from_secs_f64(index as f64 / rate);
+    let mut schedule =
+        Schedule::new(per_connection, spacing, stagger, config.seed.wrapping_add(index as u64));
+    let first = start + schedule.next_offset();
+    Some((schedule, first))
+}
+
+/// Connect-per-request: a new non-blocking socket with the profile applied, not connected.
+pub(crate) fn crr_socket(config: &BenchConfig) -> io::Result<Socket> {
+    let server = config.server;
+    let socket = Socket::new(Domain::for_address(server), Type::STREAM, Some(Protocol::TCP))?;
+    // The profile's report was kept from the first connection; each new one gets the same.
+    let _ = apply_profile(socket.as_fd(), &config.profile);
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
 /// A connect that failed, with the next step for the common causes.
-fn connect_error(e: io::Error) -> LoopError {
+pub(crate) fn connect_error(e: io::Error) -> LoopError {
     let hint = match e.raw_os_error() {
         Some(libc::EADDRNOTAVAIL) => {
             " (no free local port: the ephemeral port range is used up; lower --connections or \

@@ -13,7 +13,7 @@ use super::LoopError;
 use crate::wire::{self, FrameKind, Header};
 
 /// Reassembles response frames from the byte stream without keeping their payloads.
-pub(super) struct ResponseReader {
+pub(crate) struct ResponseReader {
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -24,7 +24,7 @@ pub(super) struct ResponseReader {
 }
 
 impl ResponseReader {
-    pub(super) fn new(reply_len: usize) -> ResponseReader {
+    pub(crate) fn new(reply_len: usize) -> ResponseReader {
         ResponseReader {
             buf: vec![0u8; reply_len.clamp(4096, 256 * 1024)],
             start: 0,
@@ -55,12 +55,12 @@ impl ResponseReader {
 
     /// Lets Welcome frames through as well ([`super::TxMode::Crr`]: a Hello is sent on every
     /// new connection, its Welcome skipped before the response).
-    pub(super) fn accept_welcomes(&mut self) {
+    pub(crate) fn accept_welcomes(&mut self) {
         self.welcomes = true;
     }
 
     /// Forgets everything buffered (a connection replaced by a new one).
-    pub(super) fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         (self.start, self.end, self.current, self.remaining) = (0, 0, None, 0);
         self.error_text.clear();
     }

@@ -6,7 +6,14 @@
 //!   socket stays armed, the kernel picks a buffer from the ring for each completion, and the
 //!   engine gives it back ([`Ring::recycle`]) once it has parsed the bytes.
 //! - Sends come from **send slots** the ring owns ([`Ring::send_slot`]); a slot is not handed
-//!   out for writing again until the kernel completed the send that used it.
+//!   out for writing again until the kernel completed the send that used it. A send can be
+//!   **lent** ([`Ring::send`] with `lend`): it posts no completion when it succeeds (all its
+//!   bytes taken), so a round trip costs one `io_uring_enter` instead of two; the engine frees
+//!   the slot ([`Ring::sent`]) once the peer's answer proves the bytes were taken. A lent send
+//!   that fails still posts its completion.
+//! - Single-shot receives ([`Ring::arm_recv_once`]) and connects ([`Ring::connect`]) serve
+//!   connections that live for one transaction; [`Ring::cancel_fd`] ends what a socket still
+//!   has armed before it is closed.
 //! - Dropping a ring with operations in flight cancels them and waits for their completions;
 //!   should the kernel not complete them within a second, the buffers are leaked rather than
 //!   freed under it.
@@ -19,8 +26,13 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 /// The provided-buffer group every ring registers (one group per ring).
 const BUF_GROUP: u16 = 0;
-/// Token of the cancel-everything request sent on drop.
+/// Token of the cancel requests (on drop, and [`Ring::cancel_fd`]).
 const CANCEL_TOKEN: u64 = u64::MAX;
+/// Marks the completion of a lent send (a failure): it was never counted in flight. Callers'
+/// tokens stay below it ([`MAX_TOKEN`]).
+const LENT_BIT: u64 = 1 << 62;
+/// Largest token a caller may give an operation.
+pub const MAX_TOKEN: u64 = LENT_BIT - 1;
 
 /// One completion, copied out of the completion queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,8 +114,10 @@ pub struct Ring {
     /// Our copy of the buffer ring's tail (the kernel only reads it).
     tail: u16,
     send_slots: Vec<Box<[u8]>>,
-    /// Whether each slot's last send is still with the kernel.
+    /// Whether each slot's last send is still with the kernel (completion due, or lent).
     slot_busy: Vec<bool>,
+    /// The address of the last connect, kept until its submission has been read.
+    connect_addr: Box<socket2::SockAddr>,
     /// Operations submitted and not yet completed for good (multishot receives count once).
     in_flight: usize,
     sqpoll: bool,
@@ -169,6 +183,10 @@ impl Ring {
                 .map(|_| vec![0u8; options.send_slot_len].into_boxed_slice())
                 .collect(),
             slot_busy: vec![false; options.send_slots],
+            connect_addr: Box::new(socket2::SockAddr::from(std::net::SocketAddr::from((
+                [0, 0, 0, 0],
+                0,
+            )))),
             in_flight: 0,
             sqpoll: options.sqpoll_idle_ms.is_some(),
         };
@@ -190,7 +208,7 @@ impl Ring {
             opcode::RecvMulti::new(types::Fd(fd.as_raw_fd()), BUF_GROUP).build().user_data(token);
         // SAFETY: the receive writes only into provided buffers, which the ring owns and keeps
         // until every operation completed (see Drop).
-        unsafe { self.push(&entry) }
+        unsafe { self.push(&entry, true) }
     }
 
     /// Send slot `slot` for writing, unless the kernel still has its last send.
@@ -206,23 +224,83 @@ impl Ring {
     /// Sends `range` of slot `slot` on `fd`; the slot is busy until its completion is
     /// reaped with [`Ring::completions`] (`token`'s completion frees it: pass the slot to
     /// [`Ring::sent`]).
+    ///
+    /// `lend`: the send takes every byte or fails (`MSG_WAITALL`) and posts a completion only
+    /// if it fails; the caller frees the slot with [`Ring::sent`] once it knows the bytes
+    /// were taken (the peer answered them). A ring dropped with a lent slot not freed leaks
+    /// its send slots rather than free memory the kernel may still read.
     pub fn send(
         &mut self,
         fd: BorrowedFd<'_>,
         slot: usize,
         range: std::ops::Range<usize>,
         token: u64,
+        lend: bool,
     ) -> io::Result<()> {
         let buf = &self.send_slots[slot][range];
+        let flags = if lend { libc::MSG_NOSIGNAL | libc::MSG_WAITALL } else { libc::MSG_NOSIGNAL };
         let entry = opcode::Send::new(types::Fd(fd.as_raw_fd()), buf.as_ptr(), buf.len() as u32)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(token);
+            .flags(flags)
+            .build();
+        debug_assert!(token <= MAX_TOKEN, "token {token:#x} above MAX_TOKEN");
+        let entry = if lend {
+            entry.flags(squeue::Flags::SKIP_SUCCESS).user_data(token | LENT_BIT)
+        } else {
+            entry.user_data(token)
+        };
         // SAFETY: the slot's memory is owned by the ring and not written again until this
-        // send's completion marks it free (`sent`); Drop waits for in-flight sends.
-        unsafe { self.push(&entry) }?;
+        // send's completion (or, lent, the caller's proof) marks it free (`sent`); Drop waits
+        // for in-flight sends and leaks the slots while any is lent.
+        unsafe { self.push(&entry, !lend) }?;
         self.slot_busy[slot] = true;
         Ok(())
+    }
+
+    /// Arms a single-shot receive on `fd` into the provided buffers: one completion, with
+    /// `token`.
+    pub fn arm_recv_once(&mut self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let entry = opcode::Recv::new(types::Fd(fd.as_raw_fd()), std::ptr::null_mut(), 0)
+            .buf_group(BUF_GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+            .user_data(token);
+        // SAFETY: the receive writes only into provided buffers, which the ring owns and keeps
+        // until every operation completed (see Drop).
+        unsafe { self.push(&entry, true) }
+    }
+
+    /// Connects `fd` (a fresh stream socket) to `addr`; one completion with `token`.
+    pub fn connect(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        addr: &socket2::SockAddr,
+        token: u64,
+    ) -> io::Result<()> {
+        // The kernel copies the address when it reads the entry (at the next submission); the
+        // ring keeps it until then and beyond.
+        *self.connect_addr = addr.clone();
+        let entry = opcode::Connect::new(
+            types::Fd(fd.as_raw_fd()),
+            self.connect_addr.as_ptr().cast(),
+            self.connect_addr.len(),
+        )
+        .build()
+        .user_data(token);
+        // SAFETY: the address lives in the ring (boxed, so it does not move with it) until
+        // the next connect, which can only be pushed after this one was submitted (`push`
+        // submits a full queue before taking a new entry, and the caller submits between).
+        unsafe { self.push(&entry, true) }
+    }
+
+    /// Cancels everything armed on `fd` (before the socket is closed): each cancelled
+    /// operation completes with `-ECANCELED` under its own token.
+    pub fn cancel_fd(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let entry =
+            opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd.as_raw_fd())).all())
+                .build()
+                .user_data(CANCEL_TOKEN);
+        // SAFETY: a cancel names no buffer.
+        unsafe { self.push(&entry, true) }
     }
 
     /// Marks slot `slot` free: its send's completion was reaped.
@@ -230,11 +308,12 @@ impl Ring {
         self.slot_busy[slot] = false;
     }
 
-    /// Pushes an entry, submitting first if the queue is full.
+    /// Pushes an entry, submitting first if the queue is full; `completes`: it posts a
+    /// completion the ring must see before it may free its buffers.
     ///
     /// # Safety
     /// Every buffer `entry` names must stay valid until its completion.
-    unsafe fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
+    unsafe fn push(&mut self, entry: &squeue::Entry, completes: bool) -> io::Result<()> {
         // SAFETY: forwarded from the caller.
         if unsafe { self.ring.submission().push(entry) }.is_err() {
             self.ring.submit()?;
@@ -242,19 +321,30 @@ impl Ring {
             unsafe { self.ring.submission().push(entry) }
                 .map_err(|_| io::Error::other("io_uring submission queue full"))?;
         }
-        self.in_flight += 1;
+        self.in_flight += usize::from(completes);
         Ok(())
     }
 
     /// Submits what was pushed and waits until at least one completion is there, or (with
     /// `timeout`) that long at most.
     pub fn submit_and_wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.submit_and_wait_for(1, timeout)
+    }
+
+    /// Submits what was pushed and waits until at least `want` completions are there, or
+    /// (with `timeout`) that long at most: a loop that just submitted a send that completes
+    /// at once waits for it and the next receive in one system call.
+    pub fn submit_and_wait_for(
+        &mut self,
+        want: usize,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
         let result = match timeout {
-            None => self.ring.submit_and_wait(1),
+            None => self.ring.submit_and_wait(want),
             Some(t) => {
                 let ts = types::Timespec::from(t);
                 let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1, &args)
+                self.ring.submitter().submit_with_args(want, &args)
             }
         };
         match result {
@@ -282,14 +372,16 @@ impl Ring {
         for cqe in &mut cq {
             let flags = cqe.flags();
             let more = cqueue::more(flags);
-            if !more {
+            let data = cqe.user_data();
+            let lent = data != CANCEL_TOKEN && data & LENT_BIT != 0;
+            if !more && !lent {
                 self.in_flight = self.in_flight.saturating_sub(1);
             }
-            if cqe.user_data() == CANCEL_TOKEN {
+            if data == CANCEL_TOKEN {
                 continue;
             }
             out.push(Completion {
-                token: cqe.user_data(),
+                token: data & !LENT_BIT,
                 result: cqe.result(),
                 buffer: cqueue::buffer_select(flags),
                 more,
@@ -355,8 +447,9 @@ impl Drop for Ring {
                 sink.clear();
             }
         }
-        if self.in_flight > 0 {
-            // The kernel may still write into these: never free them under it.
+        if self.in_flight > 0 || self.slot_busy.iter().any(|&busy| busy) {
+            // The kernel may still write into these (or read a lent send slot): never free
+            // them under it.
             std::mem::forget(std::mem::take(&mut self.send_slots));
             self.recv_bufs.len = 0;
             self.buf_ring.len = 0;

@@ -1,441 +1,676 @@
-//! The io_uring client: every connection of the run on one thread and one ring, closed loop.
+//! The io_uring client: a thread's connections on one ring, with the default engine's load
+//! shapes (`crate::connection::event_loop`): closed loop with `--depth` requests outstanding
+//! per connection, open loop (`--rate`, each connection on its own schedule, latency from
+//! each request's intended send time), connect-per-request (`--mode crr`) and `--attribute`.
 //!
-//! Each connection has one request in flight; its response's arrival sends the next one.
-//! Latency runs from just before the submission that carries the request to the moment its
-//! response's completion is reaped. A request the watchdog gives up on (response timeout, or
-//! the stop grace after Ctrl-C) is counted as unanswered and kept in the percentiles as a
-//! lower bound, and its connection stops, as in the default engine.
+//! What is measured and how it is recorded is shared with the default engine: requests in
+//! flight are matched to responses by `crate::connection::event_loop::Pipeline`, responses
+//! reassembled by `crate::connection::reader::ResponseReader`, results kept in
+//! `crate::connection::Partial`, schedules from `crate::pacer`, kernel snapshots from
+//! `crate::connection::kernel_snapshot`. Only the I/O differs:
+//!
+//! - Each long-lived socket has one multishot receive armed (provided buffers); a
+//!   connect-per-request socket has one single-shot receive at a time, so nothing is armed on
+//!   it when it is closed.
+//! - Requests are encoded into the connection's output and copied into its send slot; one send
+//!   per connection is in flight at a time (two sends on one TCP socket could be reordered).
+//! - Closed loop at depth 1 **lends** its sends (`crate::sys::uring::Ring::send`): they post
+//!   no completion when they succeed, the answer proves the bytes were taken, so one
+//!   `io_uring_enter` per loop turn both submits every connection's next request and waits for
+//!   the next answers. Other shapes take the send's completion (the next bytes may be due
+//!   before any answer).
+//!
+//! Deadlines: on long-lived connections the run's watchdog (`crate::watchdog`) shuts the read
+//! side of a socket that waited too long without progress, which ends its receive with
+//! end-of-file, so a closed-loop wait needs no kernel timer. Open loop and connect-per-request
+//! wait with a timer anyway (the next intended send time, the connect), and check the oldest
+//! request's age on every slice like the default engine's loop. A request that gets no answer
+//! is counted and kept as a lower bound (see `crate::connection`).
 
 use std::collections::BTreeSet;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::{Barrier, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{Op, ring_options};
-use crate::config::{BenchConfig, Engine, StopAfter};
-use crate::connection::{self, POLL_SLICE, STOP_GRACE};
-use crate::engine::Splitter;
-use crate::report::SampleRecord;
-use crate::run::{BenchError, Combine, RawRun, RunControl};
-use crate::stats::LatencyHistogram;
+use socket2::SockAddr;
+
+use super::ring_options;
+use crate::attribution::KernelSnapshot;
+use crate::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
+use crate::connection::event_loop::{
+    Pipeline, connect_error, connection_schedule, crr_socket, phase_quota,
+};
+use crate::connection::reader::ResponseReader;
+use crate::connection::{
+    HANDSHAKE_TIMEOUT, LoopError, Outstanding, POLL_SLICE, Partial, STOP_GRACE, Shared, connect,
+    hello_frame, kernel_snapshot,
+};
+use crate::pacer::Schedule;
+use crate::run::{BenchError, ConnectionOutcome, RawRun};
 use crate::sys;
-use crate::sys::uring::{Completion, Ring};
-use crate::watchdog::{Closer, Watch, Watchdog};
-use crate::wire::{FrameKind, FrameParser, HEADER_LEN, Header, WireError};
+use crate::sys::uring::{Completion, MAX_TOKEN, Ring};
+use crate::watchdog::Watch;
+use crate::wire;
 
-/// Largest send slot: longer requests go out as this slot's header and then its zeros.
+/// Largest send slot: longer output goes out in several sends.
 const SEND_SLOT_MAX: usize = 64 * 1024;
 /// Spinning: completion-queue polls between looks at the stop flag and the clock.
 const SPIN_TURNS_PER_CHECK: u32 = 256;
 
-/// Runs the benchmark on the io_uring engine: `--threads` threads (one unless asked), each
-/// with a ring of its own and its share of the connections (connection `i` on thread
-/// `i % threads`), all measuring from the same moment after every thread's warm-up.
-pub(crate) fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, BenchError> {
-    let Engine::IoUring { sqpoll } = config.engine else {
-        unreachable!("the io_uring client runs io_uring configurations only")
-    };
-    let threads = config.threads.clamp(1, config.connections);
-    let tick = Watchdog::tick_for(config.response_timeout, POLL_SLICE);
-    let watchdog = Watchdog::new(tick);
-    let barrier = Barrier::new(threads);
-    let start = OnceLock::new();
-    let outcomes: Vec<Result<RawRun, BenchError>> = std::thread::scope(|scope| {
-        let _closer = Closer(&watchdog);
-        std::thread::Builder::new()
-            .name("tcptail-watchdog".into())
-            .spawn_scoped(scope, || watchdog.run(&|| control.stopped(), STOP_GRACE))
-            .expect("spawning the watchdog thread");
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let indices: Vec<usize> = (t..config.connections).step_by(threads).collect();
-                let shared = Together { barrier: &barrier, start: &start };
-                let watchdog = &watchdog;
-                std::thread::Builder::new()
-                    .name(format!("tcptail-uring-{t}"))
-                    .spawn_scoped(scope, move || {
-                        drive(config, control, watchdog, sqpoll, &indices, shared)
-                    })
-                    .expect("spawning an io_uring client thread")
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("io_uring client thread panicked")).collect()
-    });
-    let mut raw = RawRun::default();
-    for outcome in outcomes {
-        raw.absorb(outcome?, Combine::Parallel);
+/// What a completion is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Recv,
+    Send,
+    Connect,
+}
+
+/// A completion's token: the operation, the slot and the slot's socket generation (a
+/// connect-per-request slot gets a new socket per transaction; completions for an older one
+/// are recognised and ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Token {
+    kind: Kind,
+    slot: usize,
+    generation: u32,
+}
+
+impl Token {
+    fn encode(self) -> u64 {
+        let kind = match self.kind {
+            Kind::Recv => 0,
+            Kind::Send => 1,
+            Kind::Connect => 2,
+        };
+        let token = u64::from(self.generation & 0x3fff_ffff) << 32
+            | (self.slot as u64 & 0x3fff_ffff) << 2
+            | kind;
+        debug_assert!(token <= MAX_TOKEN);
+        token
     }
-    raw.samples.sort_by_key(|s| s.intended_ns);
-    raw.interrupted = control.stopped();
-    Ok(raw)
+
+    fn decode(token: u64) -> Token {
+        let kind = match token & 3 {
+            0 => Kind::Recv,
+            1 => Kind::Send,
+            _ => Kind::Connect,
+        };
+        Token {
+            kind,
+            slot: ((token >> 2) & 0x3fff_ffff) as usize,
+            generation: (token >> 32) as u32,
+        }
+    }
 }
 
-/// What the threads of a run share: every thread starts measuring at once, after all warmed
-/// up, from the moment the first one past the barrier sets.
-#[derive(Clone, Copy)]
-struct Together<'a> {
-    barrier: &'a Barrier,
-    start: &'a OnceLock<Instant>,
-}
-
-/// One connection's state on the ring.
-struct Conn {
-    /// The connection's number in the run.
+/// One connection slot of a thread.
+struct Slot {
+    /// The run's connection index.
     index: usize,
-    stream: TcpStream,
-    watch: Watch,
-    splitter: Splitter,
-    /// Sequence number of the request in flight (or the next one).
-    seq: u64,
-    /// When the request in flight was submitted.
-    sent_at: Instant,
-    /// A request is in flight (sent or being sent, answer not yet in).
-    outstanding: bool,
-    /// Bytes of the request in flight that the kernel has taken.
-    written: usize,
-    /// Requests answered in this phase.
-    answered: u64,
-    /// This phase's share of a counted run.
-    quota: Option<u64>,
-    /// No more requests on this connection (it gave up, or the phase ended for it).
-    done: bool,
-    /// The connection can never be used again (its read side was shut down).
-    dead: bool,
+    /// None between two connect-per-request transactions, or once the slot gave up.
+    stream: Option<TcpStream>,
+    /// Long-lived connections: the watchdog's view of this connection's waits.
+    watch: Option<Watch>,
+    /// The socket's generation (see [`Token`]), masked to the token's width.
+    generation: u32,
+    reader: ResponseReader,
+    /// Encoded requests not yet handed to the kernel, from `out_pos` on.
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Where in `out` the send in flight began.
+    send_from: usize,
+    /// A send whose completion is due is in flight.
+    send_busy: bool,
+    /// A lent send is in flight: freed by the next answer.
+    lent: bool,
     recv_armed: bool,
-    /// The next request waits for the previous send's completion to free the slot.
-    send_after_completion: bool,
-    outcome: crate::run::ConnectionOutcome,
+    pipeline: Pipeline,
+    next_seq: u64,
+    /// Requests this slot may still start in the current phase (`--count`), if limited.
+    quota: Option<u64>,
+    /// Open loop: this connection's schedule and its next intended send time.
+    schedule: Option<(Schedule, Instant)>,
+    /// Connect-per-request: when the pending connect started.
+    connecting: Option<Instant>,
+    /// Stopped for good; its waits are already charged.
+    dead: bool,
+    is_bbr: bool,
+    outcome: ConnectionOutcome,
 }
 
-/// What a phase (warm-up or measured part) collects.
-#[derive(Default)]
-struct Tally {
-    latency: LatencyHistogram,
-    samples: Vec<SampleRecord>,
-    requests: u64,
-    sent: u64,
-    unanswered: u64,
-    end: Option<Instant>,
-    warnings: Vec<String>,
-}
-
-struct Driver<'a> {
+/// A thread's connections and its ring.
+struct ThreadLoop<'a> {
     config: &'a BenchConfig,
-    control: &'a RunControl,
+    shared: &'a Shared<'a>,
     ring: Ring,
-    conns: Vec<Conn>,
+    slots: Vec<Slot>,
+    /// Length of each slot's send slot in the ring.
+    slot_len: usize,
+    /// One request, encoded (its payload zeros).
+    request: Vec<u8>,
+    hello: Vec<u8>,
+    server: SockAddr,
+    /// This phase lends its sends (closed loop, depth 1).
+    lend: bool,
     completions: Vec<Completion>,
-    /// The batch being handled (kept to reuse its allocation).
-    batch: Vec<Completion>,
-    /// The measured part's start (samples are timed from it).
-    start: Instant,
+    m: Partial,
+    snapshot_costs: Vec<u64>,
     cpus_seen: BTreeSet<usize>,
 }
 
-fn drive(
+/// Runs the connections `indices` of the run on this thread and its ring: handshakes,
+/// warm-up, the barrier every thread passes before measuring, the measured part.
+pub(crate) fn run_thread(
     config: &BenchConfig,
-    control: &RunControl,
-    watchdog: &std::sync::Arc<Watchdog>,
-    sqpoll: bool,
     indices: &[usize],
-    together: Together<'_>,
+    shared: &Shared<'_>,
 ) -> Result<RawRun, BenchError> {
-    let prepared = prepare(config, control, watchdog, sqpoll, indices);
-    let mut d = match prepared {
-        Ok(d) => d,
+    let mut thread = match ThreadLoop::prepare(config, indices, shared) {
+        Ok(t) => t,
         Err(e) => {
             // Every thread must reach the barrier, or the others would wait forever.
-            control.stop();
-            together.barrier.wait();
+            shared.control.stop();
+            shared.barrier.wait();
             return Err(e);
         }
     };
-    together.barrier.wait();
-    let start = *together.start.get_or_init(Instant::now);
-    d.start = start;
-    let n = config.connections as u64;
-    let share = |total: u64, index: usize| total / n + u64::from((index as u64) < total % n);
-    let (until, counted) = match config.stop {
-        StopAfter::Duration(t) => (Some(start + t), None),
-        StopAfter::Count(c) => (None, Some(c)),
-    };
-    let m = if control.stopped() {
-        Tally::default()
-    } else {
-        d.phase(until, |i| counted.map(|c| share(c, i)), true)?
-    };
-    d.note_cpu();
-    let cpus: Vec<usize> = d.cpus_seen.iter().copied().collect();
-    let mut raw = RawRun {
-        rounds: 1,
-        elapsed: m.end.unwrap_or(start).saturating_duration_since(start),
-        ..RawRun::default()
-    };
-    for conn in d.conns.drain(..) {
-        let mut outcome = conn.outcome;
-        outcome.client_cpus_seen = cpus.clone();
-        raw.absorb(
-            RawRun { connections: vec![outcome], rounds: 1, ..RawRun::default() },
-            Combine::Parallel,
-        );
-    }
-    raw.latency = m.latency;
-    raw.requests = m.requests;
-    raw.sent = m.sent;
-    raw.unanswered = m.unanswered;
-    raw.warnings = m.warnings;
-    raw.samples = m.samples;
-    Ok(raw)
+    shared.barrier.wait();
+    let start = *shared.start.get_or_init(|| shared.control.measuring_starts());
+    thread.m = Partial::measuring(shared.control);
+    thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
+    thread.note_cpu();
+    let cpus: Vec<usize> = thread.cpus_seen.iter().copied().collect();
+    let outcomes = thread
+        .slots
+        .iter_mut()
+        .map(|slot| {
+            slot.outcome.client_cpus_seen = cpus.clone();
+            slot.outcome.clone()
+        })
+        .collect();
+    let m = std::mem::take(&mut thread.m);
+    Ok(m.into_raw(start, &thread.snapshot_costs, outcomes))
 }
 
-/// Pins the thread, sets its ring up, connects its connections and warms them up.
-fn prepare<'a>(
-    config: &'a BenchConfig,
-    control: &'a RunControl,
-    watchdog: &std::sync::Arc<Watchdog>,
-    sqpoll: bool,
-    indices: &[usize],
-) -> Result<Driver<'a>, BenchError> {
-    let first = indices.first().copied().unwrap_or(0);
-    let setup_err = |step: &'static str, source: io::Error| BenchError::Connect {
-        connection: first,
-        server: config.server,
-        step,
-        source,
-    };
-    if let Some(cpu) = config.client_cpu {
-        sys::pin_current_thread(cpu).map_err(|e| setup_err("pinning the client thread", e))?;
-    }
-    let slot_len = (config.request_len as usize).min(SEND_SLOT_MAX);
-    let ring = Ring::new(ring_options(indices.len(), slot_len, sqpoll))
-        .map_err(|e| setup_err("setting up io_uring (--engine io_uring)", e))?;
-    let mut conns = Vec::with_capacity(indices.len());
-    for &index in indices {
-        let (stream, outcome) = connection::connect(config, index)?;
-        let watch = watchdog
-            .watch(&stream, config.response_timeout)
-            .map_err(|e| setup_err("watching the socket", e))?;
-        conns.push(Conn {
-            index,
-            stream,
-            watch,
-            splitter: Splitter::new(FrameParser::new(FrameKind::Response, config.reply_len)),
-            seq: 0,
-            sent_at: Instant::now(),
-            outstanding: false,
-            written: 0,
-            answered: 0,
-            quota: None,
-            done: false,
-            dead: false,
-            recv_armed: false,
-            send_after_completion: false,
-            outcome,
-        });
-    }
-    let mut d = Driver {
-        config,
-        control,
-        ring,
-        conns,
-        completions: Vec::with_capacity(64),
-        batch: Vec::with_capacity(64),
-        start: Instant::now(),
-        cpus_seen: BTreeSet::new(),
-    };
-    d.note_cpu();
-    // Warm-up: its own phase, every connection drained before the measured part starts.
-    let (until, quota) = match config.warmup {
-        StopAfter::Duration(t) => (Some(Instant::now() + t), None),
-        StopAfter::Count(c) => (None, Some(c.div_ceil(config.connections as u64))),
-    };
-    let warm = d.phase(until, |_| quota, false)?;
-    if let Some(w) = warm.warnings.first()
-        && !control.stopped()
-    {
-        return Err(BenchError::Protocol {
-            connection: first,
-            message: format!("during the warm-up: {w}"),
-        });
-    }
-    Ok(d)
-}
-
-/// A failure that ends the run.
-enum Failure {
-    Io(usize, io::Error),
-    Protocol(usize, String),
-}
-
-impl Failure {
-    /// The failure with the connection's number in the run instead of its place on the ring.
-    fn globalize(self, conns: &[Conn]) -> Failure {
-        let index = |i: usize| conns.get(i).map_or(i, |c| c.index);
-        match self {
-            Failure::Io(i, e) => Failure::Io(index(i), e),
-            Failure::Protocol(i, m) => Failure::Protocol(index(i), m),
+impl<'a> ThreadLoop<'a> {
+    fn prepare(
+        config: &'a BenchConfig,
+        indices: &[usize],
+        shared: &'a Shared<'a>,
+    ) -> Result<ThreadLoop<'a>, BenchError> {
+        let Engine::IoUring { sqpoll } = config.engine else {
+            unreachable!("the io_uring client runs io_uring configurations only")
+        };
+        let first = indices.first().copied().unwrap_or(0);
+        let err = |index, step, source| BenchError::Connect {
+            connection: index,
+            server: config.server,
+            step,
+            source,
+        };
+        if let Some(cpu) = config.client_cpu {
+            sys::pin_current_thread(cpu).map_err(|e| err(first, "pinning the client thread", e))?;
         }
-    }
-
-    fn into_bench_error(self) -> BenchError {
-        match self {
-            Failure::Io(connection, e) => BenchError::Protocol {
-                connection,
-                message: format!("connection failed during the run: {e}"),
-            },
-            Failure::Protocol(connection, message) => BenchError::Protocol { connection, message },
+        let hello = hello_frame(config);
+        let crr = config.mode == TxMode::Crr;
+        // Room for a whole pipeline (and a Hello before it), up to the largest slot.
+        let wanted =
+            config.request_len as usize * config.depth as usize + if crr { hello.len() } else { 0 };
+        let slot_len = wanted.clamp(wire::HEADER_LEN, SEND_SLOT_MAX);
+        let ring = Ring::new(ring_options(indices.len(), slot_len, sqpoll))
+            .map_err(|e| err(first, "setting up io_uring (--engine io_uring)", e))?;
+        let mut slots = Vec::with_capacity(indices.len());
+        for &index in indices {
+            let (stream, outcome) = connect(config, index)?;
+            let is_bbr = outcome.congestion.as_deref() == Some("bbr");
+            let mut reader = ResponseReader::new(config.reply_len as usize);
+            let (stream, watch) = if crr {
+                // This first connection only told what the server does with the profile.
+                let _ = sys::set_linger_zero(stream.as_fd());
+                reader.accept_welcomes();
+                (None, None)
+            } else {
+                let watch = shared
+                    .watchdog
+                    .watch(&stream, config.response_timeout)
+                    .map_err(|e| err(index, "watching the socket", e))?;
+                if let Some(sampler) = shared.sampler {
+                    sampler.watch(index, &stream, is_bbr);
+                }
+                (Some(stream), Some(watch))
+            };
+            slots.push(Slot {
+                index,
+                stream,
+                watch,
+                generation: 0,
+                reader,
+                out: Vec::new(),
+                out_pos: 0,
+                send_from: 0,
+                send_busy: false,
+                lent: false,
+                recv_armed: false,
+                pipeline: Pipeline::default(),
+                next_seq: 0,
+                quota: None,
+                schedule: None,
+                connecting: None,
+                dead: false,
+                is_bbr,
+                outcome,
+            });
         }
+        let mut thread = ThreadLoop {
+            config,
+            shared,
+            ring,
+            slots,
+            slot_len,
+            request: vec![0u8; config.request_len as usize],
+            hello,
+            server: SockAddr::from(config.server),
+            lend: false,
+            completions: Vec::with_capacity(64),
+            m: Partial::default(),
+            snapshot_costs: Vec::new(),
+            cpus_seen: BTreeSet::new(),
+        };
+        thread.note_cpu();
+        for i in 0..thread.slots.len() {
+            thread.arm(i).map_err(|e| e.into_bench_error(thread.slots[i].index))?;
+        }
+        // The warm-up is always closed loop at the run's depth; Ctrl-C during it ends the run.
+        let warmup = match config.warmup {
+            StopAfter::Duration(d) => StopAfter::Duration(d),
+            StopAfter::Count(c) => StopAfter::Count(c.div_ceil(config.connections as u64)),
+        };
+        thread
+            .run_phase(Instant::now(), warmup, false)
+            .map_err(|(index, e)| e.into_bench_error(index))?;
+        Ok(thread)
     }
-}
 
-impl Driver<'_> {
     fn note_cpu(&mut self) {
         if let Some(cpu) = sys::current_cpu() {
             self.cpus_seen.insert(cpu);
         }
     }
 
-    /// Runs one phase: every live connection sends until `until` passes or its `quota` is
-    /// answered, then the requests in flight are waited for.
-    fn phase(
+    /// One phase (warm-up or measured) until its limit, then until every request sent in it
+    /// is answered (or given up). Errors carry the connection index.
+    fn run_phase(
         &mut self,
-        until: Option<Instant>,
-        quota: impl Fn(usize) -> Option<u64>,
+        start: Instant,
+        stop: StopAfter,
         measured: bool,
-    ) -> Result<Tally, BenchError> {
-        let mut tally = Tally::default();
-        for c in &mut self.conns {
-            c.answered = 0;
-            // Each phase numbers its requests from 0, as the default engine's loops do.
-            c.seq = 0;
-            c.quota = quota(c.index);
-            c.done = c.dead || c.quota == Some(0);
+    ) -> Result<(), (usize, LoopError)> {
+        let config = self.config;
+        let control = self.shared.control;
+        let n = config.connections as u64;
+        let until = match stop {
+            StopAfter::Duration(d) => Some(start + d),
+            StopAfter::Count(_) => None,
+        };
+        let open = measured && matches!(config.load, Load::Open { .. });
+        let crr = config.mode == TxMode::Crr;
+        self.lend = !open && config.depth == 1;
+        // Waits without a timer only where the watchdog keeps every deadline.
+        let timed = open || crr;
+        for slot in &mut self.slots {
+            // The previous phase is drained, so sequence numbers start again (as samples show).
+            slot.next_seq = 0;
+            slot.quota = phase_quota(stop, measured, slot.index, n);
+            slot.schedule =
+                if open { connection_schedule(config, slot.index, start) } else { None };
         }
-        for i in 0..self.conns.len() {
-            self.arm(i).map_err(|f| f.globalize(&self.conns).into_bench_error())?;
-            if !self.conns[i].done {
-                self.send(i).map_err(|f| f.globalize(&self.conns).into_bench_error())?;
+        // Closed loop: every connection starts with its full depth.
+        if !open {
+            for i in 0..self.slots.len() {
+                let now = Instant::now();
+                self.refill(i, now, until, measured).map_err(|e| (self.slots[i].index, e))?;
             }
         }
+        let mut stopped_at: Option<Instant> = None;
+        let mut next_check = Instant::now();
         let mut turns = 0u32;
-        let mut ended = false;
-        while self.conns.iter().any(|c| c.outstanding) {
-            if !ended {
-                turns = turns.wrapping_add(1);
-                let look = !self.config.spin || turns.is_multiple_of(SPIN_TURNS_PER_CHECK);
-                if look && (self.control.stopped() || until.is_some_and(|t| Instant::now() >= t)) {
-                    ended = true;
-                    for c in &mut self.conns {
-                        c.done = true;
+        loop {
+            turns = turns.wrapping_add(1);
+            let look = !config.spin || turns.is_multiple_of(SPIN_TURNS_PER_CHECK);
+            let now = Instant::now();
+            if look && stopped_at.is_none() && control.stopped() {
+                stopped_at = Some(now);
+                if !measured {
+                    // Ctrl-C during the warm-up: nothing of it is kept or waited for.
+                    for i in 0..self.slots.len() {
+                        self.drop_socket(i);
+                        let slot = &mut self.slots[i];
+                        slot.dead = true;
+                        slot.connecting = None;
+                        slot.pipeline.drain().for_each(drop);
+                    }
+                    return Ok(());
+                }
+            }
+            let sending = stopped_at.is_none() && until.is_none_or(|t| now < t);
+            if let Some(at) = stopped_at
+                && now >= at + STOP_GRACE
+            {
+                self.give_up_all(start, now, measured, "stopped");
+                return Ok(());
+            }
+            // Open loop: every request that is due leaves now.
+            let mut next_due: Option<Instant> = None;
+            if open {
+                for i in 0..self.slots.len() {
+                    if sending {
+                        self.send_due(i, now, until, start)
+                            .map_err(|e| (self.slots[i].index, e))?;
+                    }
+                    let slot = &self.slots[i];
+                    if !slot.dead
+                        && let Some((_, due)) = &slot.schedule
+                        && slot.quota != Some(0)
+                    {
+                        next_due = Some(next_due.map_or(*due, |d| d.min(*due)));
                     }
                 }
             }
-            self.wait().map_err(|e| Failure::Io(0, e).into_bench_error())?;
-            std::mem::swap(&mut self.completions, &mut self.batch);
-            let mut batch = std::mem::take(&mut self.batch);
-            for done in batch.drain(..) {
-                self.complete(done, measured, &mut tally)
-                    .map_err(|f| f.globalize(&self.conns).into_bench_error())?;
+            let open_pending = sending && next_due.is_some_and(|d| until.is_none_or(|t| d < t));
+            if !open_pending && self.idle() {
+                return Ok(());
             }
-            self.batch = batch;
+            if timed && now >= next_check {
+                self.check_timeouts(start, now, measured)?;
+                next_check = now + POLL_SLICE.min(config.response_timeout / 4);
+            }
+            let timeout = if config.spin {
+                None
+            } else if timed || stopped_at.is_some() {
+                let mut wake = next_check;
+                if let Some(due) = next_due.filter(|_| open_pending) {
+                    wake = wake.min(due.checked_sub(config.spin_window).unwrap_or(due));
+                }
+                if let Some(t) = until.filter(|_| sending) {
+                    wake = wake.min(t);
+                }
+                if let Some(at) = stopped_at {
+                    wake = wake.min(at + STOP_GRACE);
+                }
+                Some(wake.saturating_duration_since(now))
+            } else {
+                // Closed loop: answers keep coming, or the watchdog ends the wait.
+                Some(Duration::MAX)
+            };
+            self.wait(timeout)
+                .map_err(|e| (self.slots.first().map_or(0, |s| s.index), e.into()))?;
+            if self.completions.is_empty() {
+                continue;
+            }
+            let done = Instant::now();
+            let sending = sending && until.is_none_or(|t| done < t);
+            let mut batch = std::mem::take(&mut self.completions);
+            let mut result = Ok(());
+            for c in batch.drain(..) {
+                if result.is_ok() {
+                    let i = Token::decode(c.token).slot;
+                    result = self
+                        .complete(c, done, start, sending, measured)
+                        .map_err(|e| (self.slots.get(i).map_or(i, |s| s.index), e));
+                } else if let Some(bid) = c.buffer {
+                    self.ring.recycle(bid);
+                }
+            }
+            self.completions = batch;
+            result?;
         }
-        Ok(tally)
     }
 
-    /// Submits what is queued and waits for a completion (or, spinning, looks once).
-    fn wait(&mut self) -> io::Result<()> {
-        if self.config.spin {
-            self.ring.submit()?;
-            std::hint::spin_loop();
-        } else {
-            self.ring.submit_and_wait(None)?;
+    /// Submits what is queued and waits for completions: spinning looks once; `timeout` of
+    /// `Duration::MAX` waits for the next completion without a timer.
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match timeout {
+            None => {
+                self.ring.submit()?;
+                std::hint::spin_loop();
+            }
+            Some(Duration::MAX) => self.ring.submit_and_wait(None)?,
+            Some(t) if t.is_zero() => self.ring.submit()?,
+            Some(t) => self.ring.submit_and_wait(Some(t))?,
         }
         self.ring.completions(&mut self.completions);
         Ok(())
     }
 
-    fn arm(&mut self, i: usize) -> Result<(), Failure> {
-        let c = &mut self.conns[i];
-        if c.recv_armed || c.dead {
+    /// Nothing in flight anywhere (and nothing connecting).
+    fn idle(&self) -> bool {
+        self.slots.iter().all(|s| s.dead || (s.pipeline.len() == 0 && s.connecting.is_none()))
+    }
+
+    fn token(&self, kind: Kind, i: usize) -> u64 {
+        Token { kind, slot: i, generation: self.slots[i].generation }.encode()
+    }
+
+    /// Arms slot `i`'s receive if its socket has none: multishot on a long-lived connection,
+    /// single-shot on a connect-per-request one.
+    fn arm(&mut self, i: usize) -> Result<(), LoopError> {
+        let token = self.token(Kind::Recv, i);
+        let crr = self.config.mode == TxMode::Crr;
+        let slot = &mut self.slots[i];
+        let Some(stream) = &slot.stream else { return Ok(()) };
+        if slot.recv_armed || slot.dead || slot.connecting.is_some() {
             return Ok(());
         }
-        self.ring.arm_recv(c.stream.as_fd(), Op::Recv(i).token()).map_err(|e| Failure::Io(i, e))?;
-        c.recv_armed = true;
+        if crr {
+            self.ring.arm_recv_once(stream.as_fd(), token)?;
+        } else {
+            self.ring.arm_recv(stream.as_fd(), token)?;
+        }
+        slot.recv_armed = true;
         Ok(())
     }
 
-    /// Queues the next request of connection `i` (its first bytes, or all of it).
-    fn send(&mut self, i: usize) -> Result<(), Failure> {
-        let (seq, request_len, reply_len) =
-            (self.conns[i].seq, self.config.request_len, self.config.reply_len);
-        let slot = self.ring.send_slot(i).expect("a connection sends one request at a time");
-        let head: &mut [u8; HEADER_LEN] =
-            (&mut slot[..HEADER_LEN]).try_into().expect("a slot holds a header");
-        Header::request(seq, request_len, reply_len).encode(head);
-        let c = &mut self.conns[i];
-        c.outstanding = true;
-        c.written = 0;
-        c.watch.waiting();
-        c.sent_at = Instant::now();
-        self.push_send(i)
+    /// Closed loop: tops slot `i` up to its depth (one new connection in connect-per-request
+    /// mode), if the phase still sends.
+    fn refill(
+        &mut self,
+        i: usize,
+        now: Instant,
+        until: Option<Instant>,
+        measured: bool,
+    ) -> Result<(), LoopError> {
+        let sending = !self.shared.control.stopped() && until.is_none_or(|t| now < t);
+        if !sending || self.slots[i].dead {
+            return Ok(());
+        }
+        if self.config.mode == TxMode::Crr {
+            if self.slots[i].stream.is_none() && self.slots[i].quota != Some(0) {
+                self.start_connect(i)?;
+            }
+            return Ok(());
+        }
+        let depth = self.config.depth as usize;
+        let before = self.slots[i].pipeline.len();
+        while self.slots[i].pipeline.len() < depth && self.slots[i].quota != Some(0) {
+            let before = if measured && self.config.attribute { self.snapshot(i) } else { None };
+            let now = Instant::now();
+            self.queue_request(i, now, now, before);
+        }
+        if self.slots[i].pipeline.len() > before {
+            self.flush(i)?;
+        }
+        Ok(())
     }
 
-    /// Queues the part of connection `i`'s request the kernel has not taken yet.
-    fn push_send(&mut self, i: usize) -> Result<(), Failure> {
-        let total = self.config.request_len as usize;
-        let slot_len = total.min(SEND_SLOT_MAX);
-        let written = self.conns[i].written;
-        // Past the slot, the rest of a long request is the slot's zeros again.
-        let range = if written < slot_len {
-            written..slot_len
+    /// Open loop: queues every request of slot `i` that is due by `now`, then sends.
+    fn send_due(
+        &mut self,
+        i: usize,
+        now: Instant,
+        until: Option<Instant>,
+        start: Instant,
+    ) -> Result<(), LoopError> {
+        let mut queued = false;
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.dead || slot.quota == Some(0) {
+                break;
+            }
+            let Some((schedule, due)) = &mut slot.schedule else { break };
+            let due = *due;
+            if due > now || until.is_some_and(|t| due >= t) {
+                break;
+            }
+            slot.schedule.as_mut().expect("checked").1 = start + schedule.next_offset();
+            let before = if self.config.attribute { self.snapshot(i) } else { None };
+            let sent = Instant::now();
+            self.m.send_lateness.record(sent.saturating_duration_since(due).as_nanos() as u64);
+            self.queue_request(i, due, sent, before);
+            queued = true;
+        }
+        if queued {
+            self.flush(i)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the next request of slot `i` into its output and puts it in flight.
+    fn queue_request(
+        &mut self,
+        i: usize,
+        intended: Instant,
+        sent: Instant,
+        before: Option<KernelSnapshot>,
+    ) {
+        let slot = &mut self.slots[i];
+        let seq = slot.next_seq;
+        slot.next_seq += 1;
+        if let Some(q) = &mut slot.quota {
+            *q -= 1;
+        }
+        wire::encode_request(&mut self.request, seq, self.config.reply_len);
+        if slot.out_pos == slot.out.len() {
+            slot.out.clear();
+            slot.out_pos = 0;
+        }
+        slot.out.extend_from_slice(&self.request);
+        if slot.pipeline.len() == 0
+            && let Some(watch) = &mut slot.watch
+        {
+            watch.waiting();
+        }
+        slot.pipeline.push(Outstanding { seq, intended, sent, before });
+        self.m.sent += 1;
+        self.m.first_send.get_or_insert(sent);
+        self.m.last_send = Some(sent);
+    }
+
+    /// Hands the next part of slot `i`'s output to the kernel, unless a send is in flight.
+    fn flush(&mut self, i: usize) -> Result<(), LoopError> {
+        let token = self.token(Kind::Send, i);
+        let slot = &mut self.slots[i];
+        let Some(stream) = &slot.stream else { return Ok(()) };
+        if slot.send_busy
+            || slot.lent
+            || slot.connecting.is_some()
+            || slot.out_pos == slot.out.len()
+        {
+            return Ok(());
+        }
+        let rest = slot.out.len() - slot.out_pos;
+        let chunk = rest.min(self.slot_len);
+        let buf = self.ring.send_slot(i).expect("no send is in flight on this slot");
+        buf[..chunk].copy_from_slice(&slot.out[slot.out_pos..slot.out_pos + chunk]);
+        // Lent only when the answer to come proves this send done: it carries the rest of
+        // the one request in flight.
+        let lend = self.lend && chunk == rest;
+        self.ring.send(stream.as_fd(), i, 0..chunk, token, lend)?;
+        slot.send_from = slot.out_pos;
+        if lend {
+            slot.lent = true;
+            slot.out_pos += chunk;
         } else {
-            HEADER_LEN..HEADER_LEN + (total - written).min(slot_len - HEADER_LEN)
-        };
-        let fd = self.conns[i].stream.as_fd();
-        self.ring.send(fd, i, range, Op::Send(i).token()).map_err(|e| Failure::Io(i, e))
+            slot.send_busy = true;
+        }
+        Ok(())
     }
 
+    fn snapshot(&mut self, i: usize) -> Option<KernelSnapshot> {
+        let slot = &self.slots[i];
+        let stream = slot.stream.as_ref()?;
+        kernel_snapshot(stream.as_fd(), slot.is_bbr, &mut self.snapshot_costs)
+    }
+
+    /// Handles one completion.
     fn complete(
         &mut self,
-        done: Completion,
+        c: Completion,
+        done: Instant,
+        start: Instant,
+        sending: bool,
         measured: bool,
-        tally: &mut Tally,
-    ) -> Result<(), Failure> {
-        match Op::from_token(done.token) {
-            Op::Send(i) => {
+    ) -> Result<(), LoopError> {
+        let token = Token::decode(c.token);
+        let i = token.slot;
+        let current = self.slots[i].generation == token.generation && !self.slots[i].dead;
+        match token.kind {
+            Kind::Send => {
+                // Any send completion frees the slot's buffer: the kernel is done with it.
                 self.ring.sent(i);
-                if done.result < 0 {
-                    return self.lost(i, done.result, measured, tally);
+                let slot = &mut self.slots[i];
+                if !current {
+                    return Ok(());
                 }
-                let c = &mut self.conns[i];
-                c.written += done.result as usize;
-                if c.send_after_completion {
-                    c.send_after_completion = false;
-                    return self.send(i);
+                if slot.lent {
+                    // A lent send posts a completion only when it failed.
+                    slot.lent = false;
+                    return Err(send_failed(c.result));
                 }
-                if c.outstanding && c.written < self.config.request_len as usize {
-                    return self.push_send(i);
+                slot.send_busy = false;
+                if c.result < 0 {
+                    return Err(send_failed(c.result));
                 }
-                Ok(())
+                slot.out_pos = slot.send_from + c.result as usize;
+                self.flush(i)
             }
-            Op::Recv(i) => {
-                if !done.more {
-                    self.conns[i].recv_armed = false;
+            Kind::Connect => {
+                if !current {
+                    return Ok(());
                 }
-                match done.result {
-                    n if n > 0 => {
-                        let bid = done.buffer.expect("a receive with bytes names its buffer");
-                        let r = self.received(i, bid, n as usize, measured, tally);
-                        self.ring.recycle(bid);
-                        r?;
+                if c.result < 0 {
+                    return Err(connect_error(io::Error::from_raw_os_error(-c.result)));
+                }
+                self.connected(i, done, measured)
+            }
+            Kind::Recv => {
+                if current && !c.more {
+                    self.slots[i].recv_armed = false;
+                }
+                let outcome = match (current, c.result, c.buffer) {
+                    (false, _, buffer) => {
+                        if let Some(bid) = buffer {
+                            self.ring.recycle(bid);
+                        }
+                        return Ok(());
                     }
-                    0 => return self.lost(i, 0, measured, tally),
-                    e if e == -libc::ENOBUFS => {} // re-armed below once buffers are back
-                    e => return self.lost(i, e, measured, tally),
+                    (true, n, Some(bid)) if n > 0 => {
+                        let r = self.received(i, bid, n as usize, done, start, measured);
+                        self.ring.recycle(bid);
+                        r
+                    }
+                    // Out of provided buffers: re-armed below once they are back.
+                    (true, n, _) if n == -libc::ENOBUFS => Ok(0),
+                    (true, n, _) => return self.lost(i, n, start, done, measured),
+                };
+                let answered = outcome?;
+                if answered > 0 && sending && self.slots[i].schedule.is_none() {
+                    self.refill(i, done, None, measured)?;
                 }
-                if !self.conns[i].recv_armed && !self.conns[i].dead {
+                let slot = &self.slots[i];
+                // A connect-per-request socket is re-armed only while its answer is due.
+                let wanted = self.config.mode == TxMode::Rr || slot.pipeline.len() > 0;
+                if wanted && slot.stream.is_some() && !slot.recv_armed {
                     self.arm(i)?;
                 }
                 Ok(())
@@ -443,137 +678,266 @@ impl Driver<'_> {
         }
     }
 
-    /// The bytes of one receive on connection `i`.
+    /// The `len` bytes of provided buffer `bid` arrived on slot `i`: every response they
+    /// complete is matched and recorded. Returns how many were answered.
     fn received(
         &mut self,
         i: usize,
         bid: u16,
         len: usize,
+        done: Instant,
+        start: Instant,
         measured: bool,
-        tally: &mut Tally,
-    ) -> Result<(), Failure> {
-        let bytes = self.ring.received(bid, len);
-        let c = &mut self.conns[i];
-        let mut answers = 0u32;
-        let mut seq = c.seq;
-        c.splitter
-            .feed(bytes, |h: Header| {
-                if h.seq != seq || answers > 0 {
-                    return Err(SeqError::Unexpected(h.seq, seq));
+    ) -> Result<u32, LoopError> {
+        let mut at = 0;
+        let mut answered = 0u32;
+        while at < len && self.slots[i].stream.is_some() {
+            let slot = &mut self.slots[i];
+            let space = slot.reader.space();
+            let take = space.len().min(len - at);
+            space[..take].copy_from_slice(&self.ring.received(bid, len)[at..at + take]);
+            slot.reader.commit(take);
+            at += take;
+            while let Some(header) = self.slots[i].reader.take_frame()? {
+                let slot = &mut self.slots[i];
+                let req = slot.pipeline.answer(&header)?;
+                answered += 1;
+                if slot.lent {
+                    // The answer proves the lent send's bytes were taken.
+                    slot.lent = false;
+                    self.ring.sent(i);
                 }
-                answers += 1;
-                seq += 1;
-                Ok(())
-            })
-            .map_err(|e| Failure::Protocol(i, e.to_string()))?;
-        if answers == 0 {
-            return Ok(());
-        }
-        let now = Instant::now();
-        c.watch.answered();
-        c.outstanding = false;
-        let latency = now.saturating_duration_since(c.sent_at).as_nanos() as u64;
-        if measured && self.config.keep_samples {
-            tally.samples.push(SampleRecord {
-                intended_ns: c.sent_at.saturating_duration_since(self.start).as_nanos() as u64,
-                connection: c.index,
-                seq: c.seq,
-                latency_ns: latency,
-                service_ns: Some(latency),
-                answered: true,
-            });
-        }
-        c.seq += 1;
-        c.answered += 1;
-        tally.latency.record(latency);
-        tally.requests += 1;
-        tally.sent += 1;
-        tally.end = Some(now);
-        if measured {
-            self.control.add_completed(1);
-            if c.seq.is_multiple_of(4096) {
-                self.note_cpu();
+                if let Some(watch) = &mut slot.watch {
+                    watch.answered();
+                    if slot.pipeline.len() > 0 {
+                        watch.waiting();
+                    }
+                }
+                let after = if req.before.is_some() { self.snapshot(i) } else { None };
+                let (control, index) = (self.shared.control, self.slots[i].index);
+                self.m.answered(self.config, control, start, index, req, done, measured, after);
+                if (self.m.requests & 4095) == 0 {
+                    self.note_cpu();
+                }
+                if self.config.mode == TxMode::Crr {
+                    self.close_transaction(i);
+                    break;
+                }
             }
         }
-        let c = &mut self.conns[i];
-        if c.quota.is_some_and(|q| c.answered >= q) {
-            c.done = true;
-        }
-        if !c.done {
-            if self.ring.slot_free(i) {
-                self.send(i)?;
-            } else {
-                // The last send's completion is not reaped yet (it is in this batch or the
-                // next): the slot is the kernel's until then.
-                c.send_after_completion = true;
-                c.outstanding = true;
-            }
-        }
-        Ok(())
+        Ok(answered)
     }
 
-    /// Connection `i` can receive nothing more (end-of-file or an error, `result`): the
-    /// watchdog's doing (timeout or stop grace: the request in flight is unanswered) or the
-    /// server's (an error).
+    /// Slot `i` can receive nothing more (end-of-file or an error, `result`): the watchdog's
+    /// doing (timeout or stop grace: what is in flight is unanswered) or the server's.
     fn lost(
         &mut self,
         i: usize,
         result: i32,
+        start: Instant,
+        now: Instant,
         measured: bool,
-        tally: &mut Tally,
-    ) -> Result<(), Failure> {
-        let c = &mut self.conns[i];
-        c.dead = true;
-        c.done = true;
-        c.recv_armed = false;
-        if !c.watch.fired() {
+    ) -> Result<(), LoopError> {
+        let slot = &mut self.slots[i];
+        slot.recv_armed = false;
+        if !slot.watch.as_ref().is_some_and(Watch::fired) {
             return Err(if result == 0 {
-                Failure::Protocol(i, "server closed the connection".into())
+                LoopError::Protocol("server closed the connection".into())
             } else {
-                Failure::Io(i, io::Error::from_raw_os_error(-result))
+                LoopError::Io(io::Error::from_raw_os_error(-result))
             });
         }
-        if !c.outstanding {
-            return Ok(());
-        }
-        let now = Instant::now();
-        c.outstanding = false;
-        if measured {
-            let latency = now.saturating_duration_since(c.sent_at).as_nanos() as u64;
-            if self.config.keep_samples {
-                tally.samples.push(SampleRecord {
-                    intended_ns: c.sent_at.saturating_duration_since(self.start).as_nanos() as u64,
-                    connection: c.index,
-                    seq: c.seq,
-                    latency_ns: latency,
-                    service_ns: Some(latency),
-                    answered: false,
-                });
-            }
-            tally.latency.record(latency);
-            tally.unanswered += 1;
-            tally.sent += 1;
-            tally.end = Some(tally.end.map_or(now, |e| e.max(now)));
-        }
-        let (seq, index) = (c.seq, c.index);
-        tally.warnings.push(if self.control.stopped() {
-            format!("connection {index}: stopped while request {seq} waited")
-        } else {
-            format!(
-                "connection {index}: request {seq} got no response within {:?}; the connection \
-                 stopped there",
+        let (index, waiting) = (slot.index, slot.pipeline.oldest().map(|r| r.seq));
+        let count = slot.pipeline.len();
+        if !measured && !self.shared.control.stopped() && count > 0 {
+            return Err(LoopError::Protocol(format!(
+                "no response within {:?} during the warm-up",
                 self.config.response_timeout
-            )
-        });
+            )));
+        }
+        self.give_up(i, start, now, measured);
+        let timeout = self.config.response_timeout;
+        let warning = match (waiting, self.shared.control.stopped()) {
+            (None, _) => format!(
+                "connection {index}: answered at its response timeout ({timeout:?}); the \
+                 connection stopped there"
+            ),
+            (Some(seq), true) => format!("connection {index}: stopped while request {seq} waited"),
+            (Some(seq), false) if count == 1 => format!(
+                "connection {index}: request {seq} got no response within {timeout:?}; the \
+                 connection stopped there"
+            ),
+            (Some(seq), false) => format!(
+                "connection {index}: request {seq} got no response within {timeout:?}; gave up \
+                 with {count} request(s) unanswered and the connection stopped there"
+            ),
+        };
+        if measured {
+            self.m.warnings.push(warning);
+        }
         Ok(())
+    }
+
+    /// Connect-per-request: a new socket for slot `i`, profile applied, connect submitted.
+    fn start_connect(&mut self, i: usize) -> Result<(), LoopError> {
+        let stream: TcpStream = crr_socket(self.config)?.into();
+        let slot = &mut self.slots[i];
+        slot.generation = slot.generation.wrapping_add(1) & 0x3fff_ffff;
+        let token = self.token(Kind::Connect, i);
+        self.ring.connect(stream.as_fd(), &self.server, token)?;
+        let slot = &mut self.slots[i];
+        slot.stream = Some(stream);
+        slot.connecting = Some(Instant::now());
+        slot.recv_armed = false;
+        slot.reader.reset();
+        slot.out.clear();
+        slot.out_pos = 0;
+        Ok(())
+    }
+
+    /// Connect-per-request: slot `i`'s connect finished; Hello and request leave together.
+    fn connected(&mut self, i: usize, done: Instant, measured: bool) -> Result<(), LoopError> {
+        let slot = &mut self.slots[i];
+        let began = slot.connecting.take().expect("connecting");
+        if measured {
+            self.m.connect.record(done.saturating_duration_since(began).as_nanos() as u64);
+        }
+        slot.out.extend_from_slice(&self.hello);
+        let now = Instant::now();
+        let before = if measured && self.config.attribute { self.snapshot(i) } else { None };
+        self.queue_request(i, now, now, before);
+        self.arm(i)?;
+        self.flush(i)
+    }
+
+    /// Connect-per-request: the transaction is answered; close with an RST (no TIME_WAIT).
+    /// Nothing is armed on the socket any more (its receive was single-shot, its send lent
+    /// and answered).
+    fn close_transaction(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if let Some(stream) = slot.stream.take() {
+            let _ = sys::set_linger_zero(stream.as_fd());
+        }
+        slot.reader.reset();
+    }
+
+    /// Closes slot `i`'s socket, cancelling whatever is armed on it first.
+    fn drop_socket(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        slot.watch = None;
+        if let Some(stream) = slot.stream.take() {
+            let _ = self.ring.cancel_fd(stream.as_fd());
+            let _ = self.ring.submit();
+        }
+        slot.recv_armed = false;
+        slot.send_busy = false;
+    }
+
+    /// Gives up on connections whose oldest request (or connect) waited the response timeout.
+    fn check_timeouts(
+        &mut self,
+        start: Instant,
+        now: Instant,
+        measured: bool,
+    ) -> Result<(), (usize, LoopError)> {
+        let timeout = self.config.response_timeout;
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            if slot.dead {
+                continue;
+            }
+            if let Some(began) = slot.connecting
+                && now >= began + HANDSHAKE_TIMEOUT.min(timeout)
+            {
+                return Err((
+                    slot.index,
+                    LoopError::Protocol(format!(
+                        "connect did not complete within {:?}",
+                        HANDSHAKE_TIMEOUT.min(timeout)
+                    )),
+                ));
+            }
+            let Some(oldest) = slot.pipeline.oldest() else { continue };
+            if now < oldest.sent + timeout {
+                continue;
+            }
+            if !measured {
+                return Err((
+                    slot.index,
+                    LoopError::Protocol(format!(
+                        "no response within {timeout:?} during the warm-up"
+                    )),
+                ));
+            }
+            let (waiting, index) = (slot.pipeline.len(), slot.index);
+            self.give_up(i, start, now, measured);
+            self.m.warnings.push(format!(
+                "connection {index}: no response within {timeout:?}; gave up with {waiting} \
+                 request(s) unanswered and the connection stopped there"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Charges every request still in flight as unanswered at `now` (the stop grace ran out).
+    fn give_up_all(&mut self, start: Instant, now: Instant, measured: bool, why: &str) {
+        let mut waiting = 0;
+        for i in 0..self.slots.len() {
+            if self.slots[i].dead {
+                continue;
+            }
+            waiting += self.slots[i].pipeline.len();
+            self.give_up(i, start, now, measured);
+        }
+        if measured && waiting > 0 {
+            self.m.warnings.push(format!(
+                "{why} with {waiting} request(s) still unanswered after {STOP_GRACE:?} on \
+                 connections {}",
+                self.slots.iter().map(|s| s.index.to_string()).collect::<Vec<_>>().join(",")
+            ));
+        }
+    }
+
+    /// Slot `i` stops for good: its socket closed, what it had in flight charged as
+    /// unanswered at `now` (measured part).
+    fn give_up(&mut self, i: usize, start: Instant, now: Instant, measured: bool) {
+        self.drop_socket(i);
+        let config = self.config;
+        let slot = &mut self.slots[i];
+        slot.dead = true;
+        slot.connecting = None;
+        let index = slot.index;
+        for req in slot.pipeline.drain() {
+            if measured {
+                let request = (req.seq, req.intended, Some(req.sent));
+                self.m.record_unanswered(config, start, index, request, now);
+            }
+        }
     }
 }
 
-/// A response out of turn: with one request in flight, only its answer may come.
-#[derive(Debug, thiserror::Error)]
-enum SeqError {
-    #[error("response sequence {0} where {1} was expected")]
-    Unexpected(u64, u64),
-    #[error(transparent)]
-    Wire(#[from] WireError),
+/// A send that failed (`result`: a negative errno, or the bytes a lent send took before it
+/// stopped).
+fn send_failed(result: i32) -> LoopError {
+    if result < 0 {
+        LoopError::Io(io::Error::from_raw_os_error(-result))
+    } else {
+        LoopError::Protocol(format!("a send stopped after {result} bytes"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip() {
+        for kind in [Kind::Recv, Kind::Send, Kind::Connect] {
+            for (slot, generation) in [(0, 0), (1023, 7), (5, 0x3fff_ffff)] {
+                let t = Token { kind, slot, generation };
+                assert_eq!(Token::decode(t.encode()), t);
+                assert!(t.encode() <= MAX_TOKEN);
+            }
+        }
+    }
 }

@@ -89,13 +89,17 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
             ring.arm_recv(fd, Op::Recv(0).token()).map_err(Ended::Io)?;
             armed = true;
         }
+        // A send that owes nothing after it: its completion (normally at once) and the next
+        // request are waited for together, in one system call.
+        let mut owes_nothing_after = false;
         if sending_since.is_none() && big_left == 0 && !backlog.is_empty() {
             let slot = ring.send_slot(0).expect("no send is in flight");
             let staged;
             (staged, big_left) = stage(slot, &mut backlog);
             sending = 0..staged;
-            ring.send(fd, 0, sending.clone(), Op::Send(0).token()).map_err(Ended::Io)?;
+            ring.send(fd, 0, sending.clone(), Op::Send(0).token(), false).map_err(Ended::Io)?;
             sending_since = Some(Instant::now());
+            owes_nothing_after = big_left == 0 && backlog.is_empty();
         }
         // Wait: spinning polls the queue; a send that did not complete at once is waited
         // for at most the write timeout; otherwise the wait has no timer.
@@ -107,7 +111,9 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
             }
         } else if let Some(since) = sending_since {
             let left = s.write_timeout.saturating_sub(since.elapsed());
-            ring.submit_and_wait(Some(left.max(Duration::from_millis(1)))).map_err(Ended::Io)?;
+            let want = if owes_nothing_after { 2 } else { 1 };
+            ring.submit_and_wait_for(want, Some(left.max(Duration::from_millis(1))))
+                .map_err(Ended::Io)?;
         } else {
             ring.submit_and_wait(None).map_err(Ended::Io)?;
         }
@@ -139,7 +145,7 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
                             sending = HEADER_LEN..HEADER_LEN + chunk;
                         }
                         // Else a short send: the rest of the range again.
-                        ring.send(fd, 0, sending.clone(), Op::Send(0).token())
+                        ring.send(fd, 0, sending.clone(), Op::Send(0).token(), false)
                             .map_err(Ended::Io)?;
                         sending_since = Some(Instant::now());
                     } else {
