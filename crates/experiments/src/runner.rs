@@ -7,7 +7,9 @@
 //! meant. A round whose emulator ran later than the experiment's `lateness_tolerance` (p99),
 //! or whose workload failed, is excluded from the medians, intervals and verdict, and listed
 //! in the variant's `rounds` with the reason; the verdict rules see fewer rounds, so too few
-//! faithful rounds make the verdict inconclusive rather than decided on what remains.
+//! faithful rounds make the verdict inconclusive rather than decided on what remains. So does
+//! a rule that misses only a percentile too few samples supported (a loaded machine completes
+//! fewer requests per round): that is a lack of data, not a host that cannot run the test.
 //!
 //! Interleaving: round `r` runs every variant once, starting at variant `r mod n`, so slow
 //! drift of the machine (thermal, a noisy neighbour) hits every variant alike and no variant
@@ -410,10 +412,11 @@ fn run_experiment(
             }
         } else {
             let d = verdict::decide(&prepared.rules, &variants.as_slice());
-            match unfaithful_only(&variants, &d.missing) {
+            let unmeasurable = not_measurable_only(&variants, &d.missing);
+            match (unfaithful_only(&variants, &d.missing), unmeasurable) {
                 // What the rule misses was measured only in excluded rounds: the data cannot
                 // decide, which is not the same as this host being unable to run it.
-                Some(names) if d.verdict == Verdict::NotApplicable => {
+                (Some(names), _) if d.verdict == Verdict::NotApplicable => {
                     let read = prepared
                         .rules
                         .iter()
@@ -430,6 +433,17 @@ fn run_experiment(
                          rounds): more rounds, or a quieter machine, would decide it.{read}",
                         d.reason,
                         names.join(", ")
+                    );
+                    (Verdict::Inconclusive, reason, d.rule, d.rules)
+                }
+                // What the rule misses is a percentile too few samples supported (a loaded
+                // machine runs fewer requests per round): longer rounds would decide it.
+                (None, Some(why)) if d.verdict == Verdict::NotApplicable => {
+                    let reason = format!(
+                        "{}; {}: longer rounds (the full mode) or a quieter machine would decide \
+                         it.",
+                        d.reason,
+                        why.join("; ")
                     );
                     (Verdict::Inconclusive, reason, d.rule, d.rules)
                 }
@@ -613,6 +627,25 @@ fn unfaithful_only(variants: &[VariantResult], missing: &[String]) -> Option<Vec
         }
     }
     (!names.is_empty()).then_some(names)
+}
+
+/// When every reference `missing` names is a percentile some faithful round could not support
+/// (its variant's note says "`metric`: not measurable: ..."), those notes as
+/// `variant.metric: not measurable: ...`; `None` otherwise.
+fn not_measurable_only(variants: &[VariantResult], missing: &[String]) -> Option<Vec<String>> {
+    let mut why: Vec<String> = Vec::new();
+    for m in missing {
+        let mut parts = m.split('.');
+        let (variant, metric) = (parts.next()?, parts.next()?);
+        let v = variants.iter().find(|v| v.name == variant)?;
+        let prefix = format!("{metric}: not measurable");
+        let note = v.notes.iter().find(|n| n.starts_with(&prefix))?;
+        let line = format!("{variant}.{note}");
+        if !why.contains(&line) {
+            why.push(line);
+        }
+    }
+    (!why.is_empty()).then_some(why)
 }
 
 fn faithful(round: usize) -> RoundRecord {

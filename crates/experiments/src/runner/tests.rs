@@ -531,6 +531,33 @@ fn percentiles_the_samples_cannot_support_are_not_measurable() {
     );
 }
 
+/// A rule that misses only percentiles too few samples supported is undecided for want of
+/// samples, not inapplicable to the host: the runner names the notes that say so.
+#[test]
+fn a_rule_missing_only_unmeasurable_percentiles_is_inconclusive() {
+    let variant = |name: &str, notes: &[&str]| VariantResult {
+        name: name.into(),
+        config: BTreeMap::new(),
+        metrics: BTreeMap::new(),
+        series: Vec::new(),
+        notes: notes.iter().map(|n| n.to_string()).collect(),
+        not_applicable: None,
+        expected_metrics: Vec::new(),
+        rounds: Vec::new(),
+    };
+    let why = "p99_us: not measurable: 346 samples cannot support p99 at 95 % confidence \
+               (needs 367)";
+    let variants = [variant("spin", &[why]), variant("baseline", &[])];
+    assert_eq!(
+        not_measurable_only(&variants, &["spin.p99_us.max".into()]),
+        Some(vec![format!("spin.{why}")])
+    );
+    // Any missing value the notes do not explain (or none at all) keeps "not applicable".
+    let both = ["spin.p99_us.max".into(), "baseline.p99_us.min".into()];
+    assert_eq!(not_measurable_only(&variants, &both), None);
+    assert_eq!(not_measurable_only(&variants, &[]), None);
+}
+
 /// Every variant at once: replicas per variant, one lateness per path, a replica without a
 /// declared metric recorded against its round.
 struct JointFake {
