@@ -322,19 +322,27 @@ fn matrix_rows_are_tagged_in_the_hdr_log() {
 fn interim_lines_survive_ctrl_c_and_the_final_result_follows() {
     use std::process::{Command, Stdio};
     let _serial = one_at_a_time();
-    let child = Command::new(bin())
+    use std::io::BufRead;
+    let mut child = Command::new(bin())
         .args(["bench", "local", "--duration", "60s", "--warmup", "10", "--json"])
         .args(["--interval", "200ms", "--connections", "2", "--threads", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Ctrl-C once four interim lines are out (not after a guessed delay, which a loaded host
+    // can spend starting up).
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    for _ in 0..4 {
+        assert!(stdout.read_line(&mut printed).unwrap() > 0, "output ended: {printed}");
+    }
     let pid = child.id().to_string();
     Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    stdout.read_to_string(&mut printed).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
-    let lines: Vec<Value> = text(&out.stdout)
+    let lines: Vec<Value> = printed
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
