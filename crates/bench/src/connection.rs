@@ -104,16 +104,20 @@ pub(crate) fn run_connection(
 
 /// The Hello this configuration sends, encoded as a frame.
 pub(crate) fn hello_frame(config: &BenchConfig) -> Vec<u8> {
-    let hello = HelloConfig {
+    let mut frame = Vec::new();
+    wire::write_hello(&mut frame, &hello(config)).expect("a Hello always encodes into memory");
+    frame
+}
+
+/// What this configuration asks of the server for each connection.
+fn hello(config: &BenchConfig) -> HelloConfig {
+    HelloConfig {
         profile: config.profile.clone(),
         server_cpu: config.server_cpu,
         spin: config.spin,
         request_len: config.request_len,
         reply_len: config.reply_len,
-    };
-    let mut frame = Vec::new();
-    wire::write_hello(&mut frame, &hello).expect("a Hello always encodes into memory");
-    frame
+    }
 }
 
 fn prepare(
@@ -197,14 +201,7 @@ pub(crate) fn connect(
         .map_err(|e| connect_err("connecting", e))?;
     let mut stream: TcpStream = socket.into();
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| connect_err("handshake", e))?;
-    let hello = HelloConfig {
-        profile: config.profile.clone(),
-        server_cpu: config.server_cpu,
-        spin: config.spin,
-        request_len: config.request_len,
-        reply_len: config.reply_len,
-    };
-    wire::write_hello(&mut stream, &hello)
+    wire::write_hello(&mut stream, &hello(config))
         .map_err(|e| connect_err("sending the hello", io::Error::other(e.to_string())))?;
     let welcome = wire::read_welcome(&mut stream)
         .map_err(|e| connect_err("reading the welcome", io::Error::other(e.to_string())))?;
