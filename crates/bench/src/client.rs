@@ -118,6 +118,8 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
     let mut context = probe.finish();
     let mut warnings = raw.warnings.clone();
     place(config, raw, &mut context, &mut warnings);
+    let (server, unavailable) = crate::server_stats::summarise(&raw.connections);
+    warnings.extend(unavailable);
     let first = raw.connections.first();
     let attribution = if config.attribute && !raw.attributed.is_empty() {
         Some(attribution::attribute(
@@ -159,6 +161,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
         attribution,
         client_apply: first.map(|c| c.client_apply.clone()),
         server_apply: first.map(|c| c.welcome.apply.clone()),
+        server,
         context,
         interrupted: raw.interrupted,
         tcp_info: raw.tcp_info.clone(),
@@ -268,9 +271,12 @@ mod tests {
                 kernel: "6.18.0-server".into(),
                 version: "test".into(),
                 idle_timeout_seconds: None,
+                stats_version: None,
             },
             congestion: Some(cc.0.into()),
             client_cpus_seen: vec![client_cpu],
+            index: 0,
+            server_stats: Default::default(),
         }
     }
 

@@ -99,6 +99,12 @@ pub(crate) fn run_connection(
         Load::Open { rate, .. } => conn.open_loop(config, control, start, stop, rate, index),
     }
     .map_err(|e| e.into_bench_error(index))?;
+    crate::server_stats::collect(
+        &conn.stream,
+        &mut conn.outcome,
+        conn.m.unanswered,
+        control.stopped(),
+    );
     Ok(conn.finish(start))
 }
 
@@ -172,6 +178,8 @@ fn prepare(
     // The run's own control: Ctrl-C during the warm-up ends it (and then the run) at once.
     conn.closed_loop(config, control, warm_start, warmup, false, index)
         .map_err(|e| e.into_bench_error(index))?;
+    crate::server_stats::start_window(&conn.stream, &conn.outcome)
+        .map_err(|e| connect_err("after the warm-up", e))?;
     conn.m = Partial::measuring(control);
     if let Some(sampler) = shared.sampler {
         sampler.watch(index, &conn.stream, conn.is_bbr);
@@ -207,8 +215,14 @@ pub(crate) fn connect(
         .map_err(|e| connect_err("reading the welcome", io::Error::other(e.to_string())))?;
     check_idle_timeout(config, &welcome).map_err(|e| connect_err("handshake", e))?;
     let congestion = tcptail_sock::apply::congestion_control(stream.as_fd()).ok();
-    let outcome =
-        ConnectionOutcome { client_apply, welcome, congestion, client_cpus_seen: Vec::new() };
+    let outcome = ConnectionOutcome {
+        client_apply,
+        welcome,
+        congestion,
+        client_cpus_seen: Vec::new(),
+        index,
+        server_stats: Default::default(),
+    };
     Ok((stream, outcome))
 }
 

@@ -21,6 +21,8 @@
 //!   a virtual machine run tens to hundreds of microseconds late.
 //! - [`interval`]: interval histograms while a run goes (live lines, HdrHistogram logs).
 //! - [`stats`]: HDR-histogram percentiles and summaries; pure functions of the samples.
+//! - [`server_stats`]: the server's own account of a run (CPU time, service time per
+//!   request, socket state), asked for over the wire and merged into the result's `server`.
 //! - [`tcp_sampler`]: `tcp_info` of every connection on a fixed period, on the requests' clock.
 //! - [`attribution`]: which kernel state (BBR phase, cwnd, retransmits, ...) sets the slowest
 //!   requests apart from the typical ones.
@@ -48,6 +50,7 @@ pub mod pacer;
 pub mod report;
 pub mod run;
 pub mod server;
+pub mod server_stats;
 pub mod stats;
 pub mod sys;
 pub mod tcp_sampler;

@@ -6,8 +6,9 @@
 //! (`closed` or `open`); `rate_per_second` with `asked` and `achieved`; `attribution` when
 //! asked for (absent otherwise). Additions: `sent` and `unanswered` (requests that never got a
 //! response, kept in the percentiles as lower bounds; `requests` counts answered ones only),
-//! `warnings`, and `latency_us.significant_digits` (the histogram's precision). Rendering
-//! never fails on missing values: an absent number prints as `-`.
+//! `warnings`, `latency_us.significant_digits` (the histogram's precision), `latency_us_ci`
+//! and `server` (the server's CPU time, service time and sockets; `null` where unknown).
+//! Rendering never fails on missing values: an absent number prints as `-`.
 
 use std::fmt::Write as _;
 use std::io;
@@ -64,6 +65,12 @@ pub struct BenchResult {
     pub client_apply: Option<ApplyReport>,
     /// The server's profile report.
     pub server_apply: Option<ApplyReport>,
+    /// The server's own account of the measured part (its CPU time, service time per
+    /// request, socket state at the end), from the servers that report it; `null` when none
+    /// did (an older server, the io_uring engine, connect-per-request), with the reason in
+    /// `warnings` where one was asked.
+    #[serde(default)]
+    pub server: Option<crate::server_stats::ServerReport>,
     /// Machine context.
     pub context: RunContext,
     /// True when the run was stopped early (Ctrl-C): the numbers are partial.
@@ -261,6 +268,9 @@ pub fn render_result(r: &BenchResult) -> String {
                 }
             );
         }
+    }
+    if let Some(server) = &r.server {
+        let _ = writeln!(out, "{}", crate::server_stats::render(server));
     }
     if r.unanswered > 0 {
         let _ = writeln!(

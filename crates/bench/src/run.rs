@@ -200,4 +200,10 @@ pub struct ConnectionOutcome {
     pub congestion: Option<String>,
     /// CPUs the client thread was seen running on.
     pub client_cpus_seen: Vec<usize>,
+    /// The connection's index in the run.
+    #[serde(default)]
+    pub index: usize,
+    /// What the server reported for this connection's measured part.
+    #[serde(skip)]
+    pub server_stats: crate::server_stats::Asked,
 }

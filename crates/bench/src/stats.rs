@@ -40,6 +40,12 @@ impl LatencyHistogram {
         self.hist.record(value).expect("auto-resizing histogram accepts every value");
     }
 
+    /// Records `count` samples of one latency (as [`LatencyHistogram::record`]).
+    pub fn record_n(&mut self, nanos: u64, count: u64) {
+        let value = nanos.clamp(1, i64::MAX as u64 / 2);
+        self.hist.record_n(value, count).expect("auto-resizing histogram accepts every value");
+    }
+
     /// Adds every sample of `other`.
     pub fn merge(&mut self, other: &LatencyHistogram) {
         self.hist.add(&other.hist).expect("auto-resizing histograms always merge");

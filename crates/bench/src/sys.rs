@@ -1,8 +1,8 @@
 //! Thread placement for the benchmark (pin a thread to one CPU, ask which CPU it is on), a
-//! nanosecond-resolution wait for a readable or writable socket, and the socket's send-queue
-//! size (`SIOCOUTQ`); its children are the io_uring engine's ring ([`uring`]) and the AF_XDP engine's
-//! socket and program loader ([`xdp`]). The only `unsafe` in
-//! this crate.
+//! nanosecond-resolution wait for a readable or writable socket, the socket's send-queue size
+//! (`SIOCOUTQ`) and a thread's CPU time (`getrusage`); its children are the io_uring engine's
+//! ring ([`uring`]) and the AF_XDP engine's socket and program loader ([`xdp`]). The only
+//! `unsafe` in this crate.
 
 #![allow(unsafe_code)]
 
@@ -47,6 +47,68 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     }
     // SAFETY: CPU_ISSET only reads inside `set` for indices below CPU_SETSIZE.
     Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// The calling thread's resource use so far: CPU time and context switches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    /// User CPU time, µs.
+    pub user_us: u64,
+    /// System CPU time, µs.
+    pub system_us: u64,
+    /// Voluntary context switches (waits).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (preemptions).
+    pub involuntary_switches: u64,
+}
+
+impl ThreadUsage {
+    /// What was used between `earlier` and `self` (saturating: never negative).
+    pub fn since(&self, earlier: &ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            system_us: self.system_us.saturating_sub(earlier.system_us),
+            voluntary_switches: self.voluntary_switches.saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self
+                .involuntary_switches
+                .saturating_sub(earlier.involuntary_switches),
+        }
+    }
+}
+
+/// `getrusage(RUSAGE_THREAD)` of the calling thread.
+pub fn thread_usage() -> io::Result<ThreadUsage> {
+    // SAFETY: rusage is plain integers, for which all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD asks about the calling thread; the kernel writes one rusage into
+    // the valid, exclusively borrowed `usage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let us = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    Ok(ThreadUsage {
+        user_us: us(usage.ru_utime),
+        system_us: us(usage.ru_stime),
+        voluntary_switches: usage.ru_nvcsw.max(0) as u64,
+        involuntary_switches: usage.ru_nivcsw.max(0) as u64,
+    })
+}
+
+/// `recv` that never blocks (`MSG_DONTWAIT`), whatever the socket's mode.
+pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length; the kernel writes at most that many.
+    let n = unsafe {
+        libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
+    };
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+}
+
+/// `send` that never blocks (`MSG_DONTWAIT`), whatever the socket's mode; no SIGPIPE.
+pub fn send_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    // SAFETY: `buf` is valid for reads of its length.
+    let n = unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
 }
 
 /// Waits until `fd` is readable or `timeout` passes (nanosecond resolution, unlike `poll`'s

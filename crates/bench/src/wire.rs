@@ -22,6 +22,18 @@
 //! A server that rejects a connection sends an `Error` frame (UTF-8 reason), best effort, and
 //! closes it.
 //!
+//! # Server statistics (added within version 1)
+//!
+//! Between requests (none outstanding) the client may send a `StatsRequest` (a bare header,
+//! no payload); the server answers with one `StatsReply` (JSON [`ServerStats`]): what it did
+//! for **this connection** since the handshake or the previous `StatsRequest` (its thread's
+//! CPU time, each request's service time, its socket's `tcp_info`), and starts a new window.
+//! A client sends one after its warm-up and one at the end of the run, so the second reply
+//! covers the measured part. A server that answers stats says so in its Welcome
+//! ([`Welcome::stats_version`]); one built before them answers a `StatsRequest` with an Error
+//! frame ("unknown frame kind 6") and closes the connection, so a client sends one to such a
+//! server only when the run is over ([`stats_unsupported`] words what it then reports).
+//!
 //! # Invariants
 //!
 //! - [`Header::decode`] accepts exactly the headers [`Header::validate`] accepts, and
@@ -43,10 +55,12 @@ use tcptail_sock::Profile;
 use tcptail_sock::apply::ApplyReport;
 
 mod parser;
+pub mod stats;
 #[cfg(test)]
 mod tests;
 
 pub use parser::FrameParser;
+pub use stats::{STATS_VERSION, ServerStats, read_stats_reply, stats_unsupported};
 
 /// First two bytes of every frame: "TT".
 pub const MAGIC: u16 = 0x5454;
@@ -60,6 +74,9 @@ pub const MAX_FRAME_LEN: u32 = 16 * 1024 * 1024;
 const MAX_FRAME: usize = MAX_FRAME_LEN as usize;
 /// The largest payload of a Hello, Welcome or Error frame: 64 KiB.
 pub const MAX_CONTROL_PAYLOAD: usize = 64 * 1024;
+/// The largest payload of a StatsReply: 256 KiB, room for the densest service-time
+/// histogram a reply can carry ([`stats::MAX_SERVICE_BUCKETS`] buckets) with its socket state.
+pub const MAX_STATS_PAYLOAD: usize = 256 * 1024;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,6 +93,11 @@ pub enum FrameKind {
     Response = 4,
     /// Server → client before closing a connection that broke the rules: UTF-8 reason.
     Error = 5,
+    /// Client → server, between requests: report this connection's statistics and start a
+    /// new window. No payload.
+    StatsRequest = 6,
+    /// Server → client, answer to a StatsRequest: payload is a JSON [`ServerStats`].
+    StatsReply = 7,
 }
 
 impl FrameKind {
@@ -87,6 +109,8 @@ impl FrameKind {
             3 => FrameKind::Request,
             4 => FrameKind::Response,
             5 => FrameKind::Error,
+            6 => FrameKind::StatsRequest,
+            7 => FrameKind::StatsReply,
             _ => return None,
         })
     }
@@ -101,6 +125,9 @@ impl FrameKind {
         match self {
             FrameKind::Hello | FrameKind::Welcome | FrameKind::Error => MAX_CONTROL_PAYLOAD,
             FrameKind::Request | FrameKind::Response => MAX_FRAME - HEADER_LEN,
+            // A bare header: asking costs the server no payload to read.
+            FrameKind::StatsRequest => 0,
+            FrameKind::StatsReply => MAX_STATS_PAYLOAD,
         }
     }
 }
@@ -113,6 +140,8 @@ impl fmt::Display for FrameKind {
             FrameKind::Request => "Request",
             FrameKind::Response => "Response",
             FrameKind::Error => "Error",
+            FrameKind::StatsRequest => "StatsRequest",
+            FrameKind::StatsReply => "StatsReply",
         })
     }
 }
@@ -196,8 +225,8 @@ pub enum WireError {
         /// The `reply_len` received.
         reply_len: u32,
     },
-    /// A Hello, Welcome or Error payload beyond [`MAX_CONTROL_PAYLOAD`].
-    #[error("{kind} payload of {len} bytes exceeds the {MAX_CONTROL_PAYLOAD}-byte limit")]
+    /// A payload beyond its kind's limit ([`FrameKind::max_payload`]).
+    #[error("{kind} payload of {len} bytes exceeds the {}-byte limit", kind.max_payload())]
     PayloadTooLarge {
         /// The frame's kind.
         kind: FrameKind,
@@ -232,6 +261,12 @@ pub enum WireError {
         /// The frame's kind.
         kind: FrameKind,
         /// The parser's message.
+        message: String,
+    },
+    /// A StatsReply whose content a client cannot rely on ([`ServerStats::validate`]).
+    #[error("StatsReply is not valid: {message}")]
+    BadStats {
+        /// What is wrong with it.
         message: String,
     },
     /// A valid frame of the wrong kind for the state of the connection (a Request before the
@@ -421,6 +456,11 @@ pub struct Welcome {
     pub kernel: String,
     /// The server's tcptail version.
     pub version: String,
+    /// The [`ServerStats`] version this server answers a StatsRequest with on this
+    /// connection; `None` from a server that does not report stats (one built before them,
+    /// or an engine without them): a StatsRequest would end the connection.
+    #[serde(default)]
+    pub stats_version: Option<u32>,
     /// After this many seconds without a request the server closes the connection; a client
     /// whose requests are further apart than that cannot run against it.
     #[serde(default)]
@@ -517,7 +557,7 @@ pub fn read_frame<R: Read + ?Sized>(
 fn to_json<T: Serialize>(kind: FrameKind, value: &T) -> Result<Vec<u8>, FrameError> {
     let json = serde_json::to_vec(value)
         .map_err(|e| WireError::BadJson { kind, message: e.to_string() })?;
-    if json.len() > MAX_CONTROL_PAYLOAD {
+    if json.len() > kind.max_payload() {
         return Err(WireError::PayloadTooLarge { kind, len: json.len() }.into());
     }
     Ok(json)
@@ -576,4 +616,17 @@ pub fn write_error<W: Write + ?Sized>(w: &mut W, reason: &str) -> Result<(), Fra
         end -= 1;
     }
     write_frame(w, FrameKind::Error, 0, &reason.as_bytes()[..end])
+}
+
+/// Client side: asks for this connection's statistics (a bare header, one write).
+pub fn write_stats_request<W: Write + ?Sized>(w: &mut W) -> Result<(), FrameError> {
+    write_frame(w, FrameKind::StatsRequest, 0, &[])
+}
+
+/// Server side: the StatsReply frame for `stats`, encoded (header and JSON payload).
+pub fn stats_reply_frame(stats: &ServerStats) -> Result<Vec<u8>, FrameError> {
+    let json = to_json(FrameKind::StatsReply, stats)?;
+    let mut frame = Vec::with_capacity(HEADER_LEN + json.len());
+    write_frame(&mut frame, FrameKind::StatsReply, 0, &json)?;
+    Ok(frame)
 }

@@ -85,6 +85,7 @@ fn serve(listener: &TcpListener, script: Script, stop: &AtomicBool) -> Option<(I
         kernel: "scripted".into(),
         version: "test".into(),
         idle_timeout_seconds: None,
+        stats_version: None,
     };
     wire::write_welcome(&mut stream, &welcome).unwrap();
     stream.set_read_timeout(Some(Duration::from_millis(50))).unwrap();

@@ -557,3 +557,100 @@ fn a_peer_that_never_reads_is_dropped_after_the_write_timeout() {
         drop(deaf);
     }
 }
+
+impl Client {
+    /// Sends a StatsRequest and reads the reply.
+    fn stats(&mut self) -> wire::ServerStats {
+        wire::write_stats_request(&mut self.stream).unwrap();
+        wire::read_stats_reply(&mut self.stream, 0).expect("a StatsReply")
+    }
+}
+
+#[test]
+fn stats_cover_this_connections_window_only() {
+    let (server, _rx) = start(config());
+    let (mut other, _) = Client::handshake(server.addr(), &hello(profile()));
+    for seq in 0..50 {
+        other.round_trip(seq, 64, 64);
+    }
+    let asked = HelloConfig { reply_len: 1000, ..hello(profile()) };
+    let (mut client, welcome) = Client::handshake(server.addr(), &asked);
+    assert_eq!(welcome.stats_version, Some(wire::STATS_VERSION));
+    for seq in 0..20 {
+        client.round_trip(seq, 64, 64);
+    }
+    // The warm-up's window, then the measured part's: 100 requests, 30 of them pipelined.
+    assert_eq!(client.stats().requests, 20);
+    for seq in 0..70 {
+        client.round_trip(seq, 64, 1000);
+    }
+    let mut batch = Vec::new();
+    for seq in 70..100 {
+        let mut frame = vec![0u8; 64];
+        wire::encode_request(&mut frame, seq, 64);
+        batch.extend_from_slice(&frame);
+    }
+    client.stream.write_all(&batch).unwrap();
+    for seq in 70..100 {
+        assert_eq!(client.response().seq, seq);
+    }
+    let s = client.stats();
+    s.validate().unwrap();
+    assert_eq!(s.requests, 100, "the other connection's requests are not counted");
+    assert_eq!(s.service_ns.iter().map(|b| b.1).sum::<u64>(), 100);
+    assert!(s.window_seconds > 0.0 && s.window_seconds < WAIT.as_secs_f64());
+    // The service time is the server's own part of a round trip.
+    let longest = s.service_ns.last().unwrap().0;
+    assert!(longest < 1_000_000_000, "service time of {longest} ns");
+    let socket = s.socket.expect("the server reads its socket's tcp_info");
+    let received = socket.bytes_received.expect("tcp_info has bytes_received");
+    assert!(received >= 120 * 64, "{received} bytes received");
+    assert!(socket.bytes_acked.unwrap() >= 70 * 1000, "{socket:?}");
+    assert!(socket.cwnd_segs > 0 && socket.rtt_us > 0, "{socket:?}");
+    // A new window started with the reply; requests still work after it.
+    assert_eq!(client.stats().requests, 0);
+    client.round_trip(100, 64, 64);
+    assert_eq!(client.stats().requests, 1);
+}
+
+#[test]
+fn stats_requests_cost_the_server_bounded_work() {
+    let (server, rx) = start(config());
+    // A StatsRequest is a bare header: one with a payload is a protocol error.
+    let (mut client, _) = Client::handshake(server.addr(), &hello(profile()));
+    let mut with_payload = raw_header(1, 6, 25, 0).to_vec();
+    with_payload.push(0);
+    client.stream.write_all(&with_payload).unwrap();
+    let reason = client.expect_rejection();
+    assert!(
+        reason.contains("StatsRequest payload of 1 bytes exceeds the 0-byte limit"),
+        "{reason}"
+    );
+    // Nor may it come before the handshake.
+    let mut early = Client::connect(server.addr());
+    early.stream.write_all(&raw_header(1, 6, 24, 0)).unwrap();
+    let reason = early.expect_rejection();
+    assert!(reason.contains("unexpected StatsRequest frame (expected Hello)"), "{reason}");
+
+    // A flood of StatsRequests: each answered with its own (empty) window, bounded in size.
+    let (mut flood, _) = Client::handshake(server.addr(), &hello(profile()));
+    let who = flood.addr();
+    let mut requests = Vec::new();
+    for _ in 0..2000 {
+        wire::write_stats_request(&mut requests).unwrap();
+    }
+    flood.stream.write_all(&requests).unwrap();
+    flood.stream.shutdown(Shutdown::Write).unwrap();
+    let mut replies = Vec::new();
+    flood.stream.read_to_end(&mut replies).unwrap();
+    let mut rest = &replies[..];
+    let mut answered = 0;
+    while !rest.is_empty() {
+        let s = wire::read_stats_reply(&mut rest, 0).unwrap();
+        assert_eq!(s.requests, 0);
+        answered += 1;
+    }
+    assert_eq!(answered, 2000);
+    assert!(replies.len() < 2000 * 1024, "{} bytes of replies", replies.len());
+    assert_eq!(closed_after(&rx, who), 0);
+}

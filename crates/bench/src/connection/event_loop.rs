@@ -152,6 +152,13 @@ pub(crate) fn run_thread(
     let start = *shared.start.get_or_init(|| shared.control.measuring_starts());
     thread.m = Partial::measuring(shared.control);
     thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
+    let stopping = shared.control.stopped();
+    for slot in &mut thread.slots {
+        if let (Some(stream), false) = (&slot.stream, slot.dead) {
+            let outstanding = slot.pipeline.len() as u64;
+            crate::server_stats::collect(stream, &mut slot.outcome, outstanding, stopping);
+        }
+    }
     let mut outcomes = Vec::with_capacity(thread.slots.len());
     if let Some(cpu) = sys::current_cpu() {
         thread.cpus_seen.insert(cpu);
@@ -239,6 +246,12 @@ impl<'a> ThreadLoop<'a> {
         thread
             .run_phase(warm_start, warmup, false)
             .map_err(|(index, e)| e.into_bench_error(index))?;
+        for slot in &thread.slots {
+            if let Some(stream) = &slot.stream {
+                crate::server_stats::start_window(stream, &slot.outcome)
+                    .map_err(|e| err(slot.index, "after the warm-up", e))?;
+            }
+        }
         Ok(thread)
     }
 

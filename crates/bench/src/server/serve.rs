@@ -16,6 +16,10 @@
 //! - a spinning connection (when allowed) that receives nothing for the policy's spin cap
 //!   sleeps in `poll` until its next request, so an idle client cannot keep a CPU busy.
 //!
+//! - a StatsRequest (a bare header) is answered with this connection's own window only
+//!   (`server::stats`): bounded work and a bounded reply per 24 bytes received, sent
+//!   under the same write timeout as responses.
+//!
 //! Memory per connection is bounded whatever the peer asks: a [`RECV_BUF_LEN`] receive buffer
 //! and a response buffer of at most [`RESPONSE_BUF_LEN`]; longer responses are written from
 //! that buffer's zero padding in chunks.
@@ -29,6 +33,7 @@ use tcptail_sock::apply::{apply_profile, congestion_control};
 use tcptail_sock::recv::recv_with_policy;
 
 use super::policy::HostLimits;
+use super::stats::StatsWindow;
 use super::{
     HANDSHAKE_TIMEOUT, LINGER, RECV_BUF_LEN, RejectReason, Server, ServerConfig, ServerEvent,
     Shared,
@@ -185,6 +190,8 @@ fn handshake(
         kernel: server.kernel.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         idle_timeout_seconds: Some(server.config.idle_timeout.as_secs_f64()),
+        // The io_uring serve loop does not answer StatsRequests.
+        stats_version: (server.config.engine == Engine::Default).then_some(wire::STATS_VERSION),
     };
     match wire::write_welcome(&mut &*stream, &welcome) {
         Ok(()) => {}
@@ -255,10 +262,14 @@ fn serve(
     let mut rbuf = vec![0u8; RECV_BUF_LEN];
     // Invariant: resp[HEADER_LEN..] is all zeros; only the header is ever written.
     let mut resp = vec![0u8; (hello.reply_len as usize).min(RESPONSE_BUF_LEN)];
-    let mut parser =
-        FrameParser::new(FrameKind::Request, hello.request_len).with_max_reply_len(hello.reply_len);
-    // Responses to pipelined requests, sent together (bounded: at most BATCH_LEN + one).
+    let mut parser = FrameParser::new(FrameKind::Request, hello.request_len)
+        .with_max_reply_len(hello.reply_len)
+        .with_stats_requests();
+    let mut window = StatsWindow::start();
+    // Responses to pipelined requests, sent together (bounded: at most BATCH_LEN + one), and
+    // how many requests they answer.
     let mut batch: Vec<u8> = Vec::new();
+    let mut batched = 0u64;
     let mut idle = Stall::new(config.idle_timeout);
     let mut spinning_idle = Stall::new(config.policy.spin_cap);
     let out = Sender { stream, spin, shared, timeout: config.write_timeout };
@@ -297,6 +308,8 @@ fn serve(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
         };
+        // Every request completed by this receive is served from here.
+        let received = Instant::now();
         idle.progress();
         spinning_idle.progress();
         end += n;
@@ -304,6 +317,14 @@ fn serve(
             let (used, request) = parser.advance(&rbuf[start..end])?;
             start += used;
             let Some(request) = request else { break };
+            if request.kind == FrameKind::StatsRequest {
+                // Responses to earlier requests go first: the reply is in order too.
+                out.flush(&mut batch, &mut batched, &mut window, received)?;
+                let reply = wire::stats_reply_frame(&window.report(fd))
+                    .map_err(|e| End::Reject(RejectReason::Io(e.to_string())))?;
+                out.all(&reply)?;
+                continue;
+            }
             let len = request.reply_len as usize;
             // Pipelined requests (more bytes behind this one) get their small responses
             // gathered into one send; a lone request is answered straight from `resp`, as
@@ -311,24 +332,19 @@ fn serve(
             let gather = len <= resp.len() && (!batch.is_empty() || start < end);
             if gather {
                 if batch.len() + len > BATCH_LEN {
-                    out.all(&batch)?;
-                    batch.clear();
+                    out.flush(&mut batch, &mut batched, &mut window, received)?;
                 }
                 wire::encode_response(&mut resp[..len], request.seq);
                 batch.extend_from_slice(&resp[..len]);
+                batched += 1;
             } else {
-                if !batch.is_empty() {
-                    out.all(&batch)?;
-                    batch.clear();
-                }
+                out.flush(&mut batch, &mut batched, &mut window, received)?;
                 out.response(&mut resp, len, request.seq)?;
+                window.answered(received, 1);
             }
             *requests += 1;
         }
-        if !batch.is_empty() {
-            out.all(&batch)?;
-            batch.clear();
-        }
+        out.flush(&mut batch, &mut batched, &mut window, received)?;
         // What is left is either nothing or a partial header (< HEADER_LEN bytes): move it to
         // the front so the next receive has the whole buffer minus at most 23 bytes.
         if start == end {
@@ -385,6 +401,24 @@ struct Sender<'a> {
 }
 
 impl Sender<'_> {
+    /// Sends the gathered responses, if any, and records their service times.
+    fn flush(
+        &self,
+        batch: &mut Vec<u8>,
+        batched: &mut u64,
+        window: &mut StatsWindow,
+        received: Instant,
+    ) -> Result<(), End> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.all(batch)?;
+        window.answered(received, *batched);
+        batch.clear();
+        *batched = 0;
+        Ok(())
+    }
+
     /// Sends a `len`-byte Response to `seq` from `resp` (header written in place, payload its
     /// zeros): in one write when it fits, else the header and first chunk, then more zeros.
     fn response(&self, resp: &mut [u8], len: usize, seq: u64) -> Result<(), End> {

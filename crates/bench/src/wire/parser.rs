@@ -12,6 +12,8 @@ pub struct FrameParser {
     expected: FrameKind,
     max_frame_len: u32,
     max_reply_len: u32,
+    /// Whether a StatsRequest may come between the expected frames.
+    stats: bool,
     pending: Option<Header>,
     remaining: usize,
 }
@@ -24,6 +26,7 @@ impl FrameParser {
             expected,
             max_frame_len,
             max_reply_len: MAX_FRAME_LEN,
+            stats: false,
             pending: None,
             remaining: 0,
         }
@@ -32,6 +35,12 @@ impl FrameParser {
     /// Requests asking for a `reply_len` above `max_reply_len` (the Hello's) are refused.
     pub fn with_max_reply_len(self, max_reply_len: u32) -> FrameParser {
         FrameParser { max_reply_len, ..self }
+    }
+
+    /// StatsRequests (bare headers) are accepted between the expected frames and returned
+    /// like them; the caller tells them apart by [`Header::kind`].
+    pub fn with_stats_requests(self) -> FrameParser {
+        FrameParser { stats: true, ..self }
     }
 
     /// True when no frame is partly consumed.
@@ -53,7 +62,8 @@ impl FrameParser {
                 return Ok((0, None));
             };
             let header = Header::decode(bytes)?;
-            if header.kind != self.expected {
+            let stats = self.stats && header.kind == FrameKind::StatsRequest;
+            if header.kind != self.expected && !stats {
                 return Err(WireError::UnexpectedKind {
                     found: header.kind,
                     expected: self.expected,

@@ -32,12 +32,14 @@ fn is_valid(b: &[u8; HEADER_LEN]) -> bool {
     b[0] == b'T'
         && b[1] == b'T'
         && b[2] == 1
-        && (1..=5).contains(&b[3])
+        && (1..=7).contains(&b[3])
         && u32_at(12) == 0
         && in_range(frame_len)
         && match b[3] {
             3 => in_range(reply_len),
             4 => reply_len == 0,
+            6 => reply_len == 0 && frame_len == 24,
+            7 => reply_len == 0 && frame_len <= 24 + 256 * 1024,
             _ => reply_len == 0 && frame_len <= 24 + 65536,
         }
 }
@@ -49,6 +51,8 @@ fn kind() -> impl Strategy<Value = FrameKind> {
         Just(FrameKind::Request),
         Just(FrameKind::Response),
         Just(FrameKind::Error),
+        Just(FrameKind::StatsRequest),
+        Just(FrameKind::StatsReply),
     ]
 }
 
@@ -57,6 +61,10 @@ fn valid_header() -> impl Strategy<Value = Header> {
         |(kind, frame_len, reply_len, seq)| match kind {
             FrameKind::Request => Header::request(seq, frame_len, reply_len),
             FrameKind::Response => Header::response(seq, frame_len),
+            FrameKind::StatsRequest => Header { kind, frame_len: 24, reply_len: 0, seq },
+            FrameKind::StatsReply => {
+                Header { kind, frame_len: 24 + frame_len % (256 * 1024 + 1), reply_len: 0, seq }
+            }
             _ => Header { kind, frame_len: 24 + frame_len % 65537, reply_len: 0, seq },
         },
     )
@@ -75,6 +83,9 @@ fn interesting_len() -> impl Strategy<Value = u32> {
             65536 + 23,
             65536 + 24,
             65536 + 25,
+            256 * 1024 + 23,
+            256 * 1024 + 24,
+            256 * 1024 + 25,
             MAX_FRAME_LEN - 1,
             MAX_FRAME_LEN,
             MAX_FRAME_LEN + 1,
@@ -92,7 +103,7 @@ fn nearly_valid_bytes() -> impl Strategy<Value = [u8; HEADER_LEN]> {
     (
         prop_oneof![9 => Just(MAGIC), 1 => any::<u16>()],
         prop_oneof![9 => Just(VERSION), 1 => any::<u8>()],
-        0u8..8,
+        0u8..10,
         interesting_len(),
         interesting_len(),
         prop_oneof![9 => Just(0u32), 1 => any::<u32>()],
@@ -146,6 +157,50 @@ proptest! {
         }
         prop_assert!(parser.is_idle());
         prop_assert_eq!(got, frames);
+    }
+
+    #[test]
+    fn parser_returns_stats_requests_between_requests_in_any_chunking(
+        frames in prop::collection::vec(prop::option::of((24u32..200, any::<u64>())), 1..30),
+        cuts in prop::collection::vec(1usize..64, 1..50),
+    ) {
+        let mut stream = Vec::new();
+        let mut expected = Vec::new();
+        for frame in &frames {
+            match *frame {
+                Some((len, seq)) => {
+                    let mut bytes = vec![0xAB; len as usize];
+                    encode_request(&mut bytes, seq, 64);
+                    stream.extend_from_slice(&bytes);
+                    expected.push((FrameKind::Request, seq));
+                }
+                None => {
+                    write_stats_request(&mut stream).unwrap();
+                    expected.push((FrameKind::StatsRequest, 0));
+                }
+            }
+        }
+        let mut parser = FrameParser::new(FrameKind::Request, 200).with_stats_requests();
+        let (mut got, mut consumed, mut fed, mut cut) = (Vec::new(), 0, 0, 0);
+        while consumed < stream.len() {
+            fed = (fed + cuts[cut % cuts.len()]).min(stream.len());
+            cut += 1;
+            loop {
+                let (used, header) = parser.advance(&stream[consumed..fed]).unwrap();
+                consumed += used;
+                match header {
+                    Some(h) => got.push((h.kind, h.seq)),
+                    None => break,
+                }
+            }
+        }
+        prop_assert_eq!(got, expected);
+        // Without the opt-in, a StatsRequest is the wrong kind.
+        let mut strict = FrameParser::new(FrameKind::Request, 200);
+        let mut bare = Vec::new();
+        write_stats_request(&mut bare).unwrap();
+        let refused = matches!(strict.advance(&bare), Err(WireError::UnexpectedKind { .. }));
+        prop_assert!(refused, "a StatsRequest without the opt-in");
     }
 
     #[test]

@@ -225,6 +225,8 @@ pub fn welcome_bench_client(
         kernel: kernel.into(),
         version: "test".into(),
         idle_timeout_seconds: None,
+        // A server from before the stats frames.
+        stats_version: None,
     };
     wire::write_welcome(&mut *s, &welcome).unwrap();
     hello
