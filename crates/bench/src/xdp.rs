@@ -32,6 +32,7 @@ use crate::sys::xdp::{self as sys, XdpProgram, Xsk, XskMap};
 use crate::wire::{self, FrameKind, HEADER_LEN, Header};
 
 pub mod frame;
+pub mod lab;
 pub mod program;
 
 use frame::{Flow, HEADERS_LEN, MAX_PAYLOAD};

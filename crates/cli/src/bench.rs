@@ -82,6 +82,8 @@ struct EngineArgs {
     /// I/O engine after the handshake: default (blocking send/recv, a thread per
     /// connection) or io_uring (multishot receive into provided buffers; the client drives
     /// its connections from one thread and ring, or --threads of them; every load shape).
+    /// `bench local` also takes af_xdp: a UDP request/response over AF_XDP sockets on a veth
+    /// pair between two namespaces it creates (root), beside kernel UDP on the same pair.
     #[arg(long, default_value = "default", value_name = "ENGINE")]
     engine: EngineName,
     /// With --engine io_uring: a kernel thread polls the submission queue (SQPOLL); it
@@ -95,6 +97,8 @@ enum EngineName {
     Default,
     #[value(name = "io_uring", alias = "io-uring")]
     IoUring,
+    #[value(name = "af_xdp", alias = "af-xdp")]
+    AfXdp,
 }
 
 impl EngineArgs {
@@ -105,6 +109,10 @@ impl EngineArgs {
                 Ok(Engine::Default)
             }
             EngineName::IoUring => Ok(Engine::IoUring { sqpoll: self.sqpoll }),
+            EngineName::AfXdp => anyhow::bail!(
+                "--engine af_xdp runs both ends itself, on a veth pair between two namespaces \
+                 it creates: use `tcptail bench local --engine af_xdp`"
+            ),
         }
     }
 }
@@ -428,6 +436,9 @@ fn print_event(event: ServerEvent) {
 }
 
 fn local(opts: &MeasureArgs) -> Result<ExitCode> {
+    if opts.engine.engine == EngineName::AfXdp {
+        return local_xdp(opts);
+    }
     // Bind first to learn the port; the server's CPU comes from each client's hello. Its only
     // client is this process, so it grants everything the client asks for, and it runs the
     // client's engine.
@@ -443,6 +454,81 @@ fn local(opts: &MeasureArgs) -> Result<ExitCode> {
     let outcome = measure(addr, opts);
     running.stop();
     outcome
+}
+
+/// `bench local --engine af_xdp`: AF_XDP beside kernel UDP in throwaway namespaces.
+fn local_xdp(opts: &MeasureArgs) -> Result<ExitCode> {
+    use tcptail_bench::xdp::lab::{self, LabConfig};
+    use tcptail_bench::xdp::{DatagramConfig, PairPlacement};
+    // What a UDP request/response between two AF_XDP sockets has no use for.
+    let unsupported = [
+        ("--connections", opts.connections != 1),
+        ("--threads", opts.threads.is_some()),
+        ("--depth", opts.depth != 1),
+        ("--mode", opts.mode != TxMode::Rr),
+        ("--rate", opts.rate.is_some()),
+        ("--count (use --duration)", opts.count.is_some()),
+        ("--warmup as a count (use a duration)", matches!(opts.warmup.0, StopAfter::Count(_))),
+        ("--attribute", opts.attribute),
+        ("--matrix", opts.matrix.is_some()),
+        ("--samples", opts.samples.is_some()),
+        ("--interval", opts.interval.is_some()),
+        ("--hdr-log", opts.hdr_log.is_some()),
+        ("--tcp-info-interval", opts.tcp_info_interval.is_some()),
+        ("--sqpoll", opts.engine.sqpoll),
+        ("--profile", opts.profile != "kernel-default"),
+        ("--cc", opts.cc.is_some()),
+        ("--nodelay", opts.nodelay.is_some()),
+        ("--quickack", opts.quickack.is_some()),
+        ("--busy-poll (--spin busy-polls AF_XDP)", opts.busy_poll.is_some()),
+    ];
+    if let Some((flag, _)) = unsupported.iter().find(|(_, given)| *given) {
+        anyhow::bail!(
+            "{flag} does not apply to --engine af_xdp (one UDP request/response between two \
+             AF_XDP sockets; TCP settings and load shapes are the other engines')"
+        );
+    }
+    let frame = |flag: &str, size: ByteSize| {
+        u32::try_from(size.bytes()).with_context(|| format!("{flag} {size}: too large"))
+    };
+    let StopAfter::Duration(warmup) = opts.warmup.0 else { unreachable!("refused above") };
+    let placement = if opts.same_cpu {
+        let cpu = match opts.cpu {
+            Some(cpu) => cpu,
+            None => *tcptail_bench::sys::allowed_cpus()
+                .context("reading this process's CPU affinity")?
+                .last()
+                .context("no CPU allowed")?,
+        };
+        PairPlacement { client_cpu: Some(cpu), server_cpu: Some(cpu) }
+    } else {
+        PairPlacement { client_cpu: opts.cpu, server_cpu: opts.server_cpu }
+    };
+    let config = LabConfig {
+        datagram: DatagramConfig {
+            request_len: frame("--size", opts.size)?,
+            reply_len: frame("--response-size", opts.response_size)?,
+            warmup,
+            duration: opts.duration.0,
+            response_timeout: opts.response_timeout.0,
+        },
+        spin: opts.spin,
+        placement,
+    };
+    config.datagram.validate()?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::Relaxed))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let result = lab::run_in_lab(&config, &stop)?;
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", lab::render(&result));
+    }
+    Ok(exit_code(stop.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
