@@ -99,8 +99,13 @@ pub fn run_raw(config: &BenchConfig, control: &RunControl) -> Result<RawRun, Ben
         raw.absorb(outcome?, Combine::Parallel);
     }
     raw.samples.sort_by_key(|s| s.intended_ns);
-    if let Some(sampler) = sampler {
+    if let (Some(sampler), Some(period)) = (sampler, config.tcp_info_interval) {
         raw.tcp_info = sampler.into_samples();
+        // The sampler runs until every thread is done, which includes asking the server for
+        // its stats: what it read after the measured part (and its last period) is not the
+        // run's.
+        let end = (raw.elapsed + period).as_nanos() as u64;
+        raw.tcp_info.retain(|s| s.t_ns <= end);
     }
     raw.interrupted = control.stopped();
     Ok(raw)
