@@ -72,6 +72,12 @@ const RECOVERY_STEP: Duration = Duration::from_millis(50);
 pub const TIME_WAIT_S: f64 = 60.0;
 /// `TCP_TIME_WAIT` in the kernel's state numbering.
 const TCP_TIME_WAIT: u8 = 6;
+/// How long a session's `connect` may take: TCP's initial SYN timeout, so a storm attempt
+/// whose SYN is lost fails (`ETIMEDOUT`) rather than waiting out the retransmissions.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long opening a pooled connection before the storm may take: through two SYN
+/// retransmissions (1 s + 2 s), so one SYN dropped on a busy host does not fail the pool.
+const POOL_OPEN_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// A checked `reconnect-storm` variant.
 #[derive(Debug, Clone)]
@@ -381,19 +387,19 @@ impl Plan {
                 .map(|i| {
                     s.spawn(move || {
                         let mut conn = None;
+                        let mut attempts = Vec::new();
                         if self.pooled {
                             // The pool: one connection per client, opened before the storm.
-                            match self.connect(target) {
+                            // One that cannot be opened is a failure, and the client keeps
+                            // its schedule, opening it again at its next attempt.
+                            match self.connect(target, POOL_OPEN_TIMEOUT) {
                                 Ok(c) => conn = Some(c),
-                                Err(e) => {
-                                    return Ok(vec![Attempt {
-                                        t: start.elapsed().as_secs_f64(),
-                                        outcome: Outcome::Connect(e.raw_os_error().unwrap_or(0)),
-                                    }]);
-                                }
+                                Err(e) => attempts.push(Attempt {
+                                    t: start.elapsed().as_secs_f64(),
+                                    outcome: Outcome::Connect(e.raw_os_error().unwrap_or(0)),
+                                }),
                             }
                         }
-                        let mut attempts = Vec::new();
                         let mut due = offset * i as u32;
                         while due < self.duration {
                             if (ctx.stop_requested)() {
@@ -404,16 +410,28 @@ impl Plan {
                                 std::thread::sleep(due - now);
                             }
                             let t = start.elapsed().as_secs_f64();
-                            let outcome = match conn.as_mut() {
-                                Some(c) => match exchange(c) {
+                            let outcome = match (self.pooled, conn.as_mut()) {
+                                (false, _) => self.session(target),
+                                (true, Some(c)) => match exchange(c) {
                                     Ok(()) => Outcome::Ok,
                                     Err(_) => {
                                         // A broken pooled connection is replaced.
-                                        conn = self.connect(target).ok();
+                                        conn = self.connect(target, CONNECT_TIMEOUT).ok();
                                         Outcome::Session
                                     }
                                 },
-                                None => self.session(target),
+                                // No pooled connection (it could not be opened or replaced):
+                                // open it now, and keep it.
+                                (true, None) => match self.connect(target, CONNECT_TIMEOUT) {
+                                    Err(e) => Outcome::Connect(e.raw_os_error().unwrap_or(0)),
+                                    Ok(mut c) => match exchange(&mut c) {
+                                        Ok(()) => {
+                                            conn = Some(c);
+                                            Outcome::Ok
+                                        }
+                                        Err(_) => Outcome::Session,
+                                    },
+                                },
                             };
                             attempts.push(Attempt { t, outcome });
                             due += interval;
@@ -471,20 +489,20 @@ impl Plan {
     }
 
     /// A new connection (bound first when asked), with the session's socket options.
-    fn connect(&self, target: SocketAddrV4) -> std::io::Result<TcpStream> {
+    fn connect(&self, target: SocketAddrV4, timeout: Duration) -> std::io::Result<TcpStream> {
         let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
         s.set_tcp_nodelay(true)?;
         if self.bind_first {
             s.bind(&SocketAddr::from((CLIENT_ADDR, 0)).into())?;
         }
-        s.connect_timeout(&SocketAddr::V4(target).into(), Duration::from_secs(1))?;
+        s.connect_timeout(&SocketAddr::V4(target).into(), timeout)?;
         s.set_read_timeout(Some(Duration::from_secs(1)))?;
         Ok(s.into())
     }
 
     /// One session on a new connection, closed by the client.
     fn session(&self, target: SocketAddrV4) -> Outcome {
-        match self.connect(target) {
+        match self.connect(target, CONNECT_TIMEOUT) {
             Err(e) => Outcome::Connect(e.raw_os_error().unwrap_or(0)),
             Ok(mut c) => match exchange(&mut c) {
                 Ok(()) => Outcome::Ok,
