@@ -156,10 +156,14 @@ fn a_narrow_range_is_exhausted_and_a_pool_is_not() {
     assert!(get(&narrow, "tw_peak_count") >= 0.9 * get(&narrow, "sessions_ok_count"), "{narrow:?}");
     assert!(get(&narrow, "recover_s") > 50.0, "{narrow:?}");
     // Attempts never run ahead of their schedule (the k-th of all clients is due at k x 6.7
-    // ms), so the first failure, the 101st attempt, cannot come before 0.667 s; a late host
-    // only moves it later (exactly when is the unit tests' business, on recorded attempts).
+    // ms), so the first failure by exhaustion, the 101st attempt, cannot come before 0.667 s;
+    // a late host only moves it later (exactly when is the unit tests' business, on recorded
+    // attempts). A handshake timed out on a loaded host fails earlier, and is the first
+    // failure then: the bound holds when every failure was EADDRNOTAVAIL.
     let exhaust = get(&narrow, "exhaust_s");
-    assert!(exhaust >= 0.6, "100 ports at 150/s: {narrow:?}");
+    if get(&narrow, "eaddrnotavail_count") == failures {
+        assert!(exhaust >= 0.6, "100 ports at 150/s: {narrow:?}");
+    }
     let bound = test_support::run_once(base(&[("bind_first", true.into())]).as_ref(), 2);
     let failures = get(&bound, "connect_failures");
     assert!(failures >= beyond(&bound), "{bound:?}");
