@@ -4,53 +4,32 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
+use common::exporter::{self, Exporter, Killed};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Kills the child on drop.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The exporter and its address.
+fn start(extra: &[&str]) -> (Exporter, SocketAddr) {
+    let exporter = Exporter::start(extra);
+    let addr = exporter.addr;
+    (exporter, addr)
 }
 
-/// Starts the exporter on an ephemeral loopback port and returns its address.
-fn exporter(extra: &[&str]) -> (Guard, SocketAddr) {
-    let mut child = Command::cargo_bin("tcptail")
-        .unwrap()
-        .args(["exporter", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = common::printed_address(&line);
-    (Guard(child), addr)
-}
-
+/// `GET PATH` with an `Accept` header: the status and the body.
 fn http_get(addr: SocketAddr, path: &str, accept: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\nAccept: {accept}\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status = resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = resp.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_owned());
-    (status, body)
+    let reply = exporter::get(addr, path, &format!("Accept: {accept}\r\n"));
+    (reply.status, reply.text())
 }
 
 /// A loopback listener and one connection to it, with `n` bytes written by the client.
@@ -84,7 +63,7 @@ fn exporter_serves_selected_loopback_connections() {
     let port = l.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let sel = selector_file(dir.path(), port, 1);
-    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    let (_g, addr) = start(&["--selectors", sel.to_str().unwrap()]);
     let (status, body) = http_get(addr, "/metrics", "text/plain");
     assert_eq!(status, 200, "{body}");
     let rtt: Vec<&str> =
@@ -110,7 +89,7 @@ fn exporter_no_aggregates_reads_only_selected_sockets() {
     let (l, _c, _s) = conn(10);
     let dir = tempfile::tempdir().unwrap();
     let sel = selector_file(dir.path(), l.local_addr().unwrap().port(), 10);
-    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap(), "--no-aggregates"]);
+    let (_g, addr) = start(&["--selectors", sel.to_str().unwrap(), "--no-aggregates"]);
     let (_, body) = http_get(addr, "/metrics", "text/plain");
     // Kernel-filtered: the client side (remote port = listener) only.
     assert!(body.contains("tcptail_sockets_seen 1\n"), "{body}");
@@ -122,12 +101,13 @@ fn bad_selector_file_exits_1_naming_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
     std::fs::write(&p, "[[selector]]\nname = \"x\"\nremote_ports = [\"99999\"]\n").unwrap();
-    let out = Command::cargo_bin("tcptail")
-        .unwrap()
-        .args(["exporter", "--listen", "127.0.0.1:0", "--selectors"])
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = common::tcptail(&[
+        "exporter",
+        "--listen",
+        "127.0.0.1:0",
+        "--selectors",
+        p.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad port \"99999\""), "{err}");
@@ -263,7 +243,7 @@ fn both_expositions_parse_with_the_reference_client() {
     };
     let dir = tempfile::tempdir().unwrap();
     let sel = selector_file(dir.path(), l.local_addr().unwrap().port(), 1);
-    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    let (_g, addr) = start(&["--selectors", sel.to_str().unwrap()]);
     let (status, om) = http_get(addr, "/metrics", "application/openmetrics-text; version=1.0.0");
     assert_eq!(status, 200);
     let (_, text) = http_get(addr, "/metrics", "text/plain");
@@ -490,7 +470,7 @@ fn prometheus_scrapes_exporter_and_send_queue_delay_alert_fires() {
 
     let dir = tempfile::tempdir().unwrap();
     let sel = selector_file(dir.path(), port, 10);
-    let (_g, exp) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    let (_g, exp) = start(&["--selectors", sel.to_str().unwrap()]);
     // The exposition passes promtool's linter.
     let (_, body) = http_get(exp, "/metrics", "text/plain");
     let metrics_file = dir.path().join("metrics.txt");
@@ -516,7 +496,7 @@ fn prometheus_scrapes_exporter_and_send_queue_delay_alert_fires() {
         ),
     )
     .unwrap();
-    let prom = Guard(
+    let prom = Killed(
         Command::new("prometheus")
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
@@ -616,7 +596,7 @@ fn netns_flag_reads_the_named_namespace() {
             .all(|c| c["cookie"] != inside[0]["cookie"] || c["local"] != inside[0]["local"])
     );
     // The exporter in the namespace.
-    let (_g, addr) = exporter(&["--netns", ns.name()]);
+    let (_g, addr) = start(&["--netns", ns.name()]);
     let (_, body) = http_get(addr, "/metrics", "text/plain");
     assert!(body.contains(r#"tcptail_sockets{group="other",state="LISTEN""#), "{body}");
     let out = Command::cargo_bin("tcptail")
@@ -658,7 +638,7 @@ fn closed_connections_feed_bounded_histograms() {
     let port = l.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let sel = selector_file(dir.path(), port, 10);
-    let (_g, addr) = exporter(&["--selectors", sel.to_str().unwrap()]);
+    let (_g, addr) = start(&["--selectors", sel.to_str().unwrap()]);
     // Two connections live through a tracking dump (they get a lifetime): one closes
     // gracefully, one by a reset; a third opens and closes between two dumps. The selector
     // matches the client ends (remote port = port).

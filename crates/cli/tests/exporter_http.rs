@@ -5,90 +5,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use assert_cmd::cargo::CommandCargoExt;
+use common::exporter::{Exporter, get};
 
-/// Kills the exporter on drop.
-struct Exporter {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Exporter {
-    /// Starts the exporter on an ephemeral loopback port; ready when it prints its address.
-    fn start(extra: &[&str]) -> Exporter {
-        let mut child = Command::cargo_bin("tcptail")
-            .unwrap()
-            .args(["exporter", "--listen", "127.0.0.1:0", "--no-closed"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = common::printed_address(&line);
-        Exporter { child, addr }
-    }
-
-    /// Resident memory from /proc, in bytes.
-    fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no VmRSS in {status}"));
-        kib * 1024
-    }
-}
-
-/// A raw HTTP/1.1 exchange: the status, the headers (lower-cased names) and the body bytes.
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-}
-
-fn get(addr: SocketAddr, extra_headers: &str) -> Reply {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra_headers}\r\n")
-        .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    parse_reply(&raw)
-}
-
-fn parse_reply(raw: &[u8]) -> Reply {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers");
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Reply { status, headers, body: raw[end + 4..].to_vec() }
+/// The exporter with closed-connection listening off (these tests are about HTTP).
+fn start(extra: &[&str]) -> Exporter {
+    Exporter::start(&[&["--no-closed"], extra].concat())
 }
 
 /// `n` loopback connections to one listener, and a selector file that gives each client side
@@ -130,8 +59,8 @@ fn slow_reader(addr: SocketAddr) -> TcpStream {
 fn scrape_completes_while_idle_sockets_and_slow_readers_hold_connections() {
     let dir = tempfile::tempdir().unwrap();
     let (_l, _pairs, sel) = many_connections(dir.path(), 300);
-    let exporter = Exporter::start(&["--selectors", &sel]);
-    let warm = get(exporter.addr, "");
+    let exporter = start(&["--selectors", &sel]);
+    let warm = get(exporter.addr, "/metrics", "");
     assert_eq!(warm.status, 200);
     let body_len = warm.body.len();
     assert!(body_len > 256 * 1024, "the body must outgrow the socket buffers: {body_len} B");
@@ -166,7 +95,7 @@ fn scrape_completes_while_idle_sockets_and_slow_readers_hold_connections() {
     };
 
     let start = Instant::now();
-    let reply = get(exporter.addr, "");
+    let reply = get(exporter.addr, "/metrics", "");
     let took = start.elapsed();
     let rss_after = exporter.rss();
     stop.store(true, Ordering::Relaxed);
@@ -192,7 +121,7 @@ fn scrape_completes_while_idle_sockets_and_slow_readers_hold_connections() {
 
 #[test]
 fn oversized_headers_are_refused_with_431() {
-    let exporter = Exporter::start(&[]);
+    let exporter = start(&[]);
     let mut s = TcpStream::connect(exporter.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let pad = "a".repeat(1000);
@@ -209,22 +138,16 @@ fn oversized_headers_are_refused_with_431() {
     let text = String::from_utf8_lossy(&raw);
     assert!(text.starts_with("HTTP/1.1 431"), "{text:?}");
     // The exporter is fine afterwards.
-    assert_eq!(get(exporter.addr, "").status, 200);
+    assert_eq!(get(exporter.addr, "/metrics", "").status, 200);
 }
 
 #[test]
 fn idle_and_non_reading_clients_are_cut_off_by_the_timeouts() {
     let dir = tempfile::tempdir().unwrap();
     let (_l, _pairs, sel) = many_connections(dir.path(), 300);
-    let exporter = Exporter::start(&[
-        "--selectors",
-        &sel,
-        "--web-read-timeout",
-        "1s",
-        "--web-write-timeout",
-        "1s",
-    ]);
-    let full = get(exporter.addr, "").body.len();
+    let exporter =
+        start(&["--selectors", &sel, "--web-read-timeout", "1s", "--web-write-timeout", "1s"]);
+    let full = get(exporter.addr, "/metrics", "").body.len();
 
     // Idle: closed by the server after the read timeout.
     let mut idle = TcpStream::connect(exporter.addr).unwrap();
@@ -252,16 +175,16 @@ fn idle_and_non_reading_clients_are_cut_off_by_the_timeouts() {
         raw.len()
     );
     // Others are served all along.
-    assert_eq!(get(exporter.addr, "").status, 200);
+    assert_eq!(get(exporter.addr, "/metrics", "").status, 200);
 }
 
 #[test]
 fn gzip_when_asked_and_identity_otherwise() {
-    let exporter = Exporter::start(&[]);
-    let plain = get(exporter.addr, "");
+    let exporter = start(&[]);
+    let plain = get(exporter.addr, "/metrics", "");
     assert_eq!(plain.status, 200);
     assert_eq!(plain.header("content-encoding"), None);
-    let zipped = get(exporter.addr, "Accept-Encoding: gzip\r\n");
+    let zipped = get(exporter.addr, "/metrics", "Accept-Encoding: gzip\r\n");
     assert_eq!(zipped.status, 200);
     assert_eq!(zipped.header("content-encoding"), Some("gzip"));
     assert_eq!(zipped.header("vary"), Some("Accept-Encoding"));
@@ -274,7 +197,7 @@ fn gzip_when_asked_and_identity_otherwise() {
     assert!(!names(&text).is_empty());
     assert_eq!(names(&text), names(&plain_text), "same families, compressed or not");
     assert!(zipped.body.len() < plain_text.len());
-    let refused = get(exporter.addr, "Accept-Encoding: gzip;q=0\r\n");
+    let refused = get(exporter.addr, "/metrics", "Accept-Encoding: gzip;q=0\r\n");
     assert_eq!(refused.header("content-encoding"), None);
 }
 
@@ -301,7 +224,7 @@ fn tls_and_basic_auth_from_the_web_config() {
         ),
     )
     .unwrap();
-    let exporter = Exporter::start(&["--web.config.file", web.to_str().unwrap()]);
+    let exporter = start(&["--web.config.file", web.to_str().unwrap()]);
     let url = format!("https://127.0.0.1:{}/metrics", exporter.addr.port());
     let ca = ca.to_str().unwrap();
     let status = |args: &[&str]| -> String {
@@ -327,15 +250,15 @@ fn a_flood_of_wrong_passwords_does_not_stall_a_known_scraper() {
     let hash = bcrypt::hash("s3cret", 8).unwrap();
     let web = dir.path().join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
-    let exporter = Exporter::start(&["--web-config", web.to_str().unwrap()]);
+    let exporter = start(&["--web-config", web.to_str().unwrap()]);
     let auth = |credentials: &str| {
         use base64::Engine;
         let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
         format!("Authorization: Basic {encoded}\r\n")
     };
-    assert_eq!(get(exporter.addr, "").status, 401);
+    assert_eq!(get(exporter.addr, "/metrics", "").status, 401);
     // The scraper's first request pays bcrypt once.
-    assert_eq!(get(exporter.addr, &auth("prometheus:s3cret")).status, 200);
+    assert_eq!(get(exporter.addr, "/metrics", &auth("prometheus:s3cret")).status, 200);
     let stop = Arc::new(AtomicBool::new(false));
     let addr = exporter.addr;
     let (checked, first_check) = std::sync::mpsc::channel();
@@ -347,7 +270,7 @@ fn a_flood_of_wrong_passwords_does_not_stall_a_known_scraper() {
                 let mut answers = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
-                    let status = get(addr, &header).status;
+                    let status = get(addr, "/metrics", &header).status;
                     if status == 401 {
                         let _ = checked.send(());
                     }
@@ -364,7 +287,7 @@ fn a_flood_of_wrong_passwords_does_not_stall_a_known_scraper() {
     let mut took = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        assert_eq!(get(exporter.addr, &auth("prometheus:s3cret")).status, 200);
+        assert_eq!(get(exporter.addr, "/metrics", &auth("prometheus:s3cret")).status, 200);
         took.push(t.elapsed());
     }
     stop.store(true, Ordering::Relaxed);
@@ -399,12 +322,13 @@ fn bad_web_config_exits_1_naming_file_and_key() {
     let web = dir.path().join("web.yml");
     std::fs::write(&web, "tls_server_config:\n  cert_file: missing.crt\n  key_file: x.key\n")
         .unwrap();
-    let out = Command::cargo_bin("tcptail")
-        .unwrap()
-        .args(["exporter", "--listen", "127.0.0.1:0", "--web-config"])
-        .arg(&web)
-        .output()
-        .unwrap();
+    let out = common::tcptail(&[
+        "exporter",
+        "--listen",
+        "127.0.0.1:0",
+        "--web-config",
+        web.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -5,33 +5,43 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{finish, run, spawn, tcptail, text, wait_for_stderr};
+use common::{Guard, finish, run, spawn, tcptail, text, wait_for_stderr};
 
-#[test]
-fn records_a_transfer_and_shows_its_timeline_and_csv() {
+/// A loopback listener and `tcptail record` of it, polling.
+struct Recording {
+    listener: TcpListener,
+    port: u16,
+    /// Holds the recording file.
+    dir: tempfile::TempDir,
+    file: PathBuf,
+    recorder: Guard,
+}
+
+/// Starts `tcptail record --out FILE --interval 10ms --duration DURATION EXTRA... PORT_FLAG
+/// PORT` on a fresh listener's port (`--port`, `--dport`, ...) and waits until it polls (and
+/// listens for closes).
+fn start_recording(port_flag: &str, duration: &str, extra: &[&str]) -> Recording {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rec");
-    let file_s = file.to_str().unwrap().to_owned();
     let port_s = port.to_string();
-    let mut recorder = spawn(&[
-        "record",
-        "--out",
-        &file_s,
-        "--interval",
-        "10ms",
-        "--duration",
-        "1500ms",
-        "--block-every",
-        "100ms",
-        "--dport",
-        &port_s,
-    ]);
-    // Polling (and listening for closes) once it says so.
+    let mut args = vec!["record", "--out", file.to_str().unwrap(), "--interval", "10ms"];
+    args.extend(["--duration", duration]);
+    args.extend(extra);
+    args.extend([port_flag, &port_s]);
+    let mut recorder = spawn(&args);
     wait_for_stderr(&mut recorder, "tcptail record: polling every");
+    Recording { listener, port, dir, file, recorder }
+}
+
+#[test]
+fn records_a_transfer_and_shows_its_timeline_and_csv() {
+    let Recording { listener, port, dir: _dir, file, recorder } =
+        start_recording("--dport", "1500ms", &["--block-every", "100ms"]);
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     let local = client.local_addr().unwrap();
@@ -173,25 +183,8 @@ fn bad_flags_are_usage_errors() {
 
 #[test]
 fn closes_are_summarised_once_per_end_and_exported() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("rec");
-    let file_s = file.to_str().unwrap().to_owned();
-    let port_s = port.to_string();
-    let mut recorder = spawn(&[
-        "record",
-        "--out",
-        &file_s,
-        "--interval",
-        "10ms",
-        "--duration",
-        "1200ms",
-        "--port",
-        &port_s,
-    ]);
-    // Polling (and listening for closes) once it says so.
-    wait_for_stderr(&mut recorder, "tcptail record: polling every");
+    let Recording { listener, port, dir: _dir, file, recorder } =
+        start_recording("--port", "1200ms", &[]);
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     client.write_all(&[1u8; 300_000]).unwrap();

@@ -9,6 +9,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+pub mod exporter;
+
 static LAB: Mutex<()> = Mutex::new(());
 
 pub fn lab_lock() -> MutexGuard<'static, ()> {
