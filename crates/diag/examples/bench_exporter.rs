@@ -19,13 +19,19 @@
 //!   scrape's one `TCPDIAG_GETSOCK`/`AF_UNSPEC` request (the kernel walks its table twice);
 //! - **filtered**: a kernel-filtered scrape (`--no-aggregates`) of the same fixed 100 sockets:
 //!   flat as N grows if its cost followed the matches (the kernel still walks every socket).
+//! - **kernel**: where the dump's kernel time goes ([`kernel_split`]): the same walk with a
+//!   filter that rejects every socket (the walk alone), then answered with the socket header
+//!   alone, then with `tcp_info`, the congestion-control name, BBR's model and socket memory
+//!   added in turn; each step's CPU per socket returned. The header alone is the floor of any
+//!   sock_diag client that reads these sockets.
 //!
 //! Then the flight recorder (`tcptail record`) as deployed, for [`RECORD_FOR`] at 100 ms and at
 //! 10 ms, recording one end of every connection (the server ends: N sockets, as a server with
 //! N connections has; the kernel still walks all 2N) and both ends: the CPU it used, per poll
 //! against one `ss -tin`, and what `ss -tin` would cost run as often. Target: at most 5 % of
 //! one core at 100 ms for one end of 10,000 connections. Beside it, the recorder's request
-//! dumped without parsing (the kernel's share). The CPU percentage is of the wall time, so on
+//! dumped without parsing (the kernel's share), and for one end at 100 ms the same kernel split
+//! as a share of a core. The CPU percentage is of the wall time, so on
 //! a machine too busy to run the recorder on time it understates; the CPU per poll does not.
 //!
 //! Each figure is the median over `REPEAT` repetitions; the machine's load average is printed
@@ -43,7 +49,7 @@ use tcptail_diag::metrics::{self, Format, Scrape, State};
 use tcptail_diag::record::{Recorder, RecorderOptions, RecorderStats, RunStats};
 use tcptail_diag::selector::Selectors;
 use tcptail_diag::sys::{NetlinkSocket, children_cpu_time, process_cpu_time};
-use tcptail_diag::wire;
+use tcptail_diag::wire::{self, Attrs};
 use tcptail_diag::{DumpRequest, Dumper};
 use tcptail_units::stats;
 
@@ -218,6 +224,62 @@ fn raw_dump(sock: &NetlinkSocket, request: &[u8], buf: &mut [u8]) -> usize {
             pos += len.max(16).next_multiple_of(4);
         }
     }
+}
+
+/// What each part of a dump costs the kernel: the same walk of its tables (`states`, the
+/// filter `code`) answered with less and less. Rows: a filter that rejects every socket (the
+/// walk alone), the socket header alone, then with `tcp_info`, the congestion-control name,
+/// BBR's model and socket memory added in turn. Median CPU seconds of `REPEAT` interleaved
+/// rounds, and the sockets each returned.
+fn kernel_split(
+    raw: &NetlinkSocket,
+    buf: &mut [u8],
+    seq: &mut u32,
+    states: u32,
+    code: Option<&[u8]>,
+) -> Vec<(&'static str, f64, usize)> {
+    let reject_all = Filter::Or(Vec::new()).bytecode().expect("an empty Or has bytecode");
+    let info = Attrs { info: true, ..Attrs::NONE };
+    let cong = Attrs { cong: true, ..info };
+    let bbr = Attrs { cc_info: true, ..cong };
+    let steps: [(&str, Attrs, Option<&[u8]>); 6] = [
+        ("walk", Attrs::NONE, Some(&reject_all)),
+        ("header", Attrs::NONE, code),
+        ("+info", info, code),
+        ("+cong", cong, code),
+        ("+bbr", bbr, code),
+        ("+skmem", Attrs::ALL, code),
+    ];
+    let mut times = vec![Vec::new(); steps.len()];
+    let mut counts = vec![0; steps.len()];
+    for _ in 0..REPEAT {
+        for (i, (_, attrs, code)) in steps.iter().enumerate() {
+            *seq += 1;
+            let r = wire::dump_request_any_family(states, *attrs, *seq, *code);
+            let (t, n) = cpu(|| raw_dump(raw, &r, buf));
+            times[i].push(t);
+            counts[i] = n;
+        }
+    }
+    steps
+        .iter()
+        .zip(times)
+        .zip(counts)
+        .map(|((&(name, _, _), t), n)| (name, stats::median(&t).expect("repetitions"), n))
+        .collect()
+}
+
+/// One line of [`kernel_split`]: each row's CPU ms and what it adds per socket returned.
+fn split_line(split: &[(&str, f64, usize)]) -> String {
+    let returned = split.last().map_or(1, |r| r.2).max(1) as f64;
+    let mut line = String::new();
+    let mut before = 0.0;
+    for &(name, t, _) in split {
+        let added_us = (t - before) * 1e6 / returned;
+        line.push_str(&format!("{name} {:.2} ms ({added_us:+.3} us/socket); ", t * 1e3));
+        before = t;
+    }
+    line.trim_end_matches("; ").to_owned()
 }
 
 /// The flight recorder as `tcptail record` runs it: polls `req` every `interval` for
@@ -451,6 +513,16 @@ fn main() {
             peak_scrape / 1024,
             ss_bytes / 1024,
         );
+        // Where the kernel's share goes, for the scrape's sockets.
+        let split = kernel_split(&raw, &mut buf, &mut seq, wire::ESTABLISHED, None);
+        let ss_s = median(&m.ss);
+        println!(
+            "  kernel, every socket: {}; the scrape asks up to +bbr: {:.3}x ss -tin, the \
+             header alone {:.3}x",
+            split_line(&split),
+            split[4].1 / ss_s,
+            split[1].1 / ss_s,
+        );
         // The flight recorder over the same sockets, beside ss -tin's cost per run.
         let ss_ms = median(&m.ss) * 1e3;
         let server_ends = DumpRequest {
@@ -479,6 +551,18 @@ fn main() {
                     })
                     .collect();
                 let floor_ms = median(&floor) * 1e3;
+                if interval == Duration::from_millis(100) && what == "one end" {
+                    let split = kernel_split(&raw, &mut buf, &mut seq, req.states, code.as_deref());
+                    let per_100ms = |t: f64| t / 0.1 * 100.0;
+                    println!(
+                        "  kernel, one end: {}; at 100 ms the walk alone is {:.1} % of a core, \
+                         with headers {:.1} %, as recorded {:.1} %",
+                        split_line(&split),
+                        per_100ms(split[0].1),
+                        per_100ms(split[1].1),
+                        per_100ms(split[5].1),
+                    );
+                }
                 let (run, stats, live, bytes) = record(req, interval);
                 let per_poll_ms = run.cpu.as_secs_f64() * 1e3 / stats.polls.max(1) as f64;
                 let ss_percent = ss_ms / (interval.as_secs_f64() * 1e3) * 100.0;

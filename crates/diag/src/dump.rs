@@ -138,9 +138,32 @@ impl Dumper {
         req: &DumpRequest,
         mut each: impl FnMut(&Socket<'_>),
     ) -> Result<DumpStats, DiagError> {
+        self.dump_decoding(req, true, &mut each)
+    }
+
+    /// [`Dumper::dump`] leaving each socket's `tcp_info` undecoded: [`Socket::info`] is `None`
+    /// and [`Socket::info_raw`] holds the bytes the kernel sent (for callers that compare
+    /// them or read a few fields, such as the flight recorder).
+    pub fn dump_undecoded(
+        &mut self,
+        req: &DumpRequest,
+        mut each: impl FnMut(&Socket<'_>),
+    ) -> Result<DumpStats, DiagError> {
+        self.dump_decoding(req, false, &mut each)
+    }
+
+    fn dump_decoding(
+        &mut self,
+        req: &DumpRequest,
+        decode_info: bool,
+        each: &mut impl FnMut(&Socket<'_>),
+    ) -> Result<DumpStats, DiagError> {
         let code = req.filter.as_ref().and_then(Filter::bytecode);
         match walk(req) {
-            Some(walk) => self.dump_raw(|seq| walk.request(req, seq, code.as_deref()), &mut each),
+            Some(walk) => {
+                let build = |seq| walk.request(req, seq, code.as_deref());
+                self.send_and_receive(build, decode_info, each)
+            }
             None => Ok(DumpStats::default()),
         }
     }
@@ -153,6 +176,15 @@ impl Dumper {
         build: impl FnOnce(u32) -> Vec<u8>,
         each: &mut impl FnMut(&Socket<'_>),
     ) -> Result<DumpStats, DiagError> {
+        self.send_and_receive(build, true, each)
+    }
+
+    fn send_and_receive(
+        &mut self,
+        build: impl FnOnce(u32) -> Vec<u8>,
+        decode_info: bool,
+        each: &mut impl FnMut(&Socket<'_>),
+    ) -> Result<DumpStats, DiagError> {
         if self.dirty {
             self.sock = open(self.netns.as_ref())?;
             self.dirty = false;
@@ -163,7 +195,8 @@ impl Dumper {
         let sock = &self.sock;
         let result = sock.send(&msg).map_err(DiagError::Io).and_then(|()| {
             let mut recv = |buf: &mut [u8]| sock.recv(buf);
-            receive_dump(&mut recv, &mut self.buf, self.seq, sock.portid(), &mut stats, each)
+            let (seq, portid) = (self.seq, sock.portid());
+            receive_dump(&mut recv, &mut self.buf, seq, portid, &mut stats, decode_info, each)
         });
         self.dirty = result.is_err();
         result.map(|()| stats)
@@ -228,7 +261,8 @@ fn walk(req: &DumpRequest) -> Option<Walk> {
 }
 
 /// Receives the replies to request `seq` from a socket with port id `portid` until its
-/// `NLMSG_DONE`, calling `each` for every socket. `recv` fills `buf` with one datagram.
+/// `NLMSG_DONE`, calling `each` for every socket (its `tcp_info` decoded when `decode_info`,
+/// see [`wire::parse_socket_with`]). `recv` fills `buf` with one datagram.
 ///
 /// Messages of other requests (an earlier dump's rest) are skipped and counted in
 /// `stats.stale`; `NLM_F_DUMP_INTR` sets `stats.interrupted`; an `NLMSG_ERROR`, a `NLMSG_DONE`
@@ -240,6 +274,7 @@ pub fn receive_dump(
     seq: u32,
     portid: u32,
     stats: &mut DumpStats,
+    decode_info: bool,
     each: &mut impl FnMut(&Socket<'_>),
 ) -> Result<(), DiagError> {
     loop {
@@ -262,7 +297,7 @@ pub fn receive_dump(
             }
             if frame.is_socket() {
                 stats.sockets += 1;
-                each(&wire::parse_socket(frame.payload)?);
+                each(&wire::parse_socket_with(frame.payload, decode_info)?);
                 continue;
             }
             match frame.message()? {

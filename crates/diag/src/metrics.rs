@@ -158,6 +158,10 @@ impl CcName {
         CcName { len: end as u8, bytes }
     }
 
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
     fn as_str(&self) -> &str {
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
     }
@@ -306,7 +310,11 @@ impl<'s> Scrape<'s> {
         listening: bool,
     ) {
         let group = self.groups[group].get_or_insert_with(Group::default);
-        match group.counts.iter_mut().find(|(st, c, _)| *st == state && c.as_str() == cc) {
+        match group
+            .counts
+            .iter_mut()
+            .find(|(st, c, _)| *st == state && c.as_bytes() == cc.as_bytes())
+        {
             Some((_, _, n)) => *n += 1,
             None => group.counts.push((state, CcName::new(cc), 1)),
         }

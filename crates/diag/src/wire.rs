@@ -137,7 +137,8 @@ pub struct Socket<'a> {
     pub uid: u32,
     /// Inode of the socket.
     pub inode: u32,
-    /// `INET_DIAG_INFO`, parsed; `None` when absent or shorter than the base struct.
+    /// `INET_DIAG_INFO`, parsed; `None` when absent or shorter than the base struct, or when
+    /// the dump left it undecoded ([`crate::Dumper::dump_undecoded`]).
     pub info: Option<TcpInfo>,
     /// `INET_DIAG_INFO` as the kernel sent it (empty when absent), for the flight recorder,
     /// which records `struct tcp_info` field by field.
@@ -421,6 +422,14 @@ fn addr(family: u8, b: &[u8]) -> IpAddr {
 
 /// Parses one `inet_diag_msg` with its attributes.
 pub fn parse_socket(p: &[u8]) -> Result<Socket<'_>, ParseError> {
+    parse_socket_with(p, true)
+}
+
+/// [`parse_socket`], decoding `INET_DIAG_INFO` into [`Socket::info`] only when `decode_info`
+/// (else `info` is `None` and [`Socket::info_raw`] holds the bytes): `struct tcp_info` is
+/// most of a message, and a caller that compares its bytes or reads a field or two (the
+/// flight recorder) need not pay for decoding all of it.
+pub fn parse_socket_with(p: &[u8], decode_info: bool) -> Result<Socket<'_>, ParseError> {
     if p.len() < INET_DIAG_MSG_LEN {
         return Err(ParseError::ShortDiagMsg { len: p.len() });
     }
@@ -460,7 +469,9 @@ pub fn parse_socket(p: &[u8]) -> Result<Socket<'_>, ParseError> {
         let data = &p[off + 4..off + len];
         match kind {
             INET_DIAG_INFO => {
-                sock.info = TcpInfo::parse(data).ok();
+                if decode_info {
+                    sock.info = TcpInfo::parse(data).ok();
+                }
                 sock.info_raw = data;
             }
             INET_DIAG_CONG => {

@@ -47,7 +47,7 @@ fn run(datagrams: Vec<Vec<u8>>, seq: u32) -> (Result<(), DiagError>, DumpStats, 
     let mut stats = DumpStats::default();
     let mut cookies = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
-    let r = receive_dump(&mut recv, &mut buf, seq, OURS, &mut stats, &mut |s| {
+    let r = receive_dump(&mut recv, &mut buf, seq, OURS, &mut stats, true, &mut |s| {
         cookies.push(s.id.cookie)
     });
     (r, stats, cookies, reads)
