@@ -780,6 +780,41 @@ impl Lane {
 mod tests {
     use super::*;
 
+    use std::os::unix::net::UnixDatagram;
+    use std::time::Duration;
+
+    use tcptail_emu::{DirectionSpec, QueueLimit, QueueSpec};
+    use tcptail_units::{BitRate, ByteSize};
+
+    #[test]
+    fn a_split_lane_counts_what_is_still_in_the_hand_off_and_its_readers_reads() {
+        let (input, app) = UnixDatagram::pair().unwrap();
+        input.set_nonblocking(true).unwrap();
+        let (output, _peer) = UnixDatagram::pair().unwrap();
+        let endpoint = |s: UnixDatagram, name: &str| {
+            Arc::new(Endpoint::new(OwnedFd::from(s), name.to_owned(), false))
+        };
+        let queue = QueueSpec::drop_tail(QueueLimit::Bytes(ByteSize(1_000_000)));
+        let spec = DirectionSpec::constant(BitRate(1_000_000), Duration::from_secs(1), queue);
+        let stats = Stats::new(Duration::from_millis(100), Nanos::ZERO);
+        let model =
+            Direction::try_new(spec, 1).unwrap().with_observer(LaneObserver { stats, log: None });
+        let (mut reader, lane) =
+            Lane::split("up", endpoint(input, "in"), endpoint(output, "out"), model, 2048).unwrap();
+        for _ in 0..3 {
+            app.send(&[0u8; 100]).unwrap();
+        }
+        let clock = MonoClock::start();
+        assert_eq!(reader.read_batch(&clock, 32), 3);
+        let counters = reader.intake.into_counters();
+        // The releaser never ran: all three are in the hand-off, none in the model.
+        let (report, log_error) = lane.finish(clock.now(), Some(counters));
+        assert!(log_error.is_none());
+        assert_eq!((report.reads, report.empty_reads), (3, 1));
+        assert_eq!(report.held_at_stop, 3);
+        assert_eq!(report.stats.arrivals.packets, 0);
+    }
+
     #[test]
     fn pool_reuses_and_caps() {
         let mut pool = Pool::new(64);
