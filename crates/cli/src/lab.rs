@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, PathEvent, Reorder};
+use tcptail_emu::{BufferSize, Discipline, EcnBlackhole, Jitter, LossModel, PathEvent, Reorder};
 use tcptail_lab::path::{
     EmulatorKind, LabError, LabRun, LabSpec, PathFlags, ReadyArg, Side, exec_command, running_labs,
     select_lab,
@@ -62,7 +62,10 @@ Values:
   --jitter   2ms (uniform +-2ms) | normal:1ms (sigma) | pareto:1ms | paretonormal:1ms
              (netem's distributions and tables); never reorders packets
   --reorder  1%,gap=2ms                  hold 1% of packets back 2ms, so later ones overtake
-  --ecn-blackhole                        drop every ECT/CE packet (ECN-hostile middlebox)
+  --ecn-blackhole [MODE]                 an ECN-hostile middlebox: syn drops ECN-setup SYNs
+                                         (SYN with ECE+CWR: Linux retries without ECN after
+                                         the SYN timeout, tcp_ecn_fallback), data (the bare
+                                         flag) every ECT/CE packet, all both
   --event    TIME:CHANGE, repeatable, on the emulator's clock from its start, both directions:
              5s:blackhole (drop everything) | 30s:restore | 10s:rate=1gbit |
              3s:loss=20%,for=200ms | 8s:delay=+50ms (or -5ms, or 80ms); on a --trace
@@ -165,9 +168,16 @@ pub struct PathArgs {
     /// Reordering server to client.
     #[arg(long, value_name = "P,gap=D", help_heading = "Path")]
     reorder_down: Option<Reorder>,
-    /// Drop every ECN-capable (ECT or CE) packet, both directions.
-    #[arg(long, help_heading = "Path")]
-    ecn_blackhole: bool,
+    /// An ECN-hostile middlebox, both directions: syn drops ECN-setup SYNs (what Linux's
+    /// tcp_ecn_fallback retries around), data every ECT/CE packet, all both [bare flag: data].
+    #[arg(
+        long,
+        value_name = "MODE",
+        num_args = 0..=1,
+        default_missing_value = "data",
+        help_heading = "Path"
+    )]
+    ecn_blackhole: Option<EcnBlackhole>,
     /// A change to the running path at a time from the emulator's start, both directions
     /// (repeatable): 5s:blackhole, 30s:restore, 10s:rate=1gbit, 3s:loss=20%,for=200ms,
     /// 8s:delay=+50ms.

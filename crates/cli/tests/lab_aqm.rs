@@ -1,5 +1,6 @@
 //! The emulator's AQM, path impairments and events through real kernels: `tcptail lab path`
-//! with `--queue codel,ecn`, `--queue fq_codel`, `--reorder` and `--event`, as root, in namespaces the lab
+//! with `--queue codel,ecn`, `--queue fq_codel`, `--reorder`, `--ecn-blackhole` and `--event`,
+//! as root, in namespaces the lab
 //! creates and removes itself (sysctls such as `tcp_ecn` are set inside those throwaway
 //! namespaces only, by the commands the lab runs there).
 //!
@@ -351,4 +352,93 @@ fn an_ecn_blackhole_stalls_ecn_flows_and_passes_the_rest() {
     // 20 ms path; a median under half of that says most requests lost nothing, however slow
     // the host (the ECN flow's median above is past the RTO).
     assert!(plain_p50 < 100.0, "non-ECN flow: p50 {plain_p50:.1} ms");
+}
+
+/// A listener on port 7979 in the server namespace that reads every connection to its end.
+const DRAIN_SERVER: &str = "exec python3 -c '
+import socket, threading
+l = socket.create_server((\"0.0.0.0\", 7979))
+def drain(c):
+    while c.recv(65536):
+        pass
+    c.close()
+while True:
+    threading.Thread(target=drain, args=(l.accept()[0],), daemon=True).start()
+'";
+
+/// Connects to the server's port 7979 (allowed 1.5 s), then sends 100 KB and closes; prints
+/// `connect_ms=MS ecn=0|1` (`tcpi_options` bit TCPI_OPT_ECN) or `failed_ms=MS`.
+const TIMED_CONNECT: &str = "python3 -c '
+import os, socket, time
+s = socket.socket()
+s.settimeout(1.5)
+start = time.monotonic()
+try:
+    s.connect((os.environ[\"TCPTAIL_SERVER_ADDR\"], 7979))
+except OSError:
+    print(\"failed_ms=%.1f\" % ((time.monotonic() - start) * 1e3))
+    raise SystemExit(0)
+took = (time.monotonic() - start) * 1e3
+options = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)[5]
+print(\"connect_ms=%.1f ecn=%d\" % (took, options >> 3 & 1))
+s.settimeout(30)
+s.sendall(bytes(100000))
+s.close()
+'";
+
+/// The number after `key=` in `stdout`, if present.
+fn value_of(stdout: &str, key: &str) -> Option<f64> {
+    let at = stdout.find(&format!("{key}="))? + key.len() + 1;
+    stdout[at..].split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn a_syn_blackhole_delays_an_ecn_handshake_by_the_syn_timeout_when_linux_falls_back() {
+    let _lock = lab_lock();
+    // A box that drops ECN-setup SYNs (SYN with ECE and CWR). With tcp_ecn=1 and the
+    // fallback on (the default), the first SYN is dropped and the retry, sent after the
+    // initial 1 s RTO without ECE/CWR (tcp_ecn_clear_syn), passes: one drop, a handshake
+    // of at least 1 s, no ECN on the connection. With the fallback off every retry asks
+    // for ECN again and nothing connects. A flow that does not ask for ECN is untouched, and
+    // without the box the same ECN flow connects at once with ECN on.
+    let measure = |mode: Option<&str>, ecn: u8, fallback: u8| {
+        let mut path = vec!["--rate", "50mbit", "--rtt", "20ms"];
+        path.extend(mode.map(|m| ["--ecn-blackhole", m]).into_iter().flatten());
+        let client = format!(
+            "sysctl -qw net.ipv4.tcp_ecn={ecn} net.ipv4.tcp_ecn_fallback={fallback} && \
+             {TIMED_CONNECT}"
+        );
+        let (stdout, report) = lab(&path, DRAIN_SERVER, "7979", &client);
+        assert_eq!(report["up"]["ecn_blackhole"].as_str(), mode, "{}", report["up"]);
+        let dropped = |d: &str| {
+            f64_at(&report, &format!("/emulator_report/{d}/stats/drops/ecn_blackhole/packets"))
+        };
+        eprintln!(
+            "box {mode:?}, tcp_ecn={ecn} fallback={fallback}: {}; dropped up {} down {}",
+            stdout.trim(),
+            dropped("up"),
+            dropped("down")
+        );
+        assert_eq!(dropped("down"), 0.0, "a SYN-ACK is never an ECN-setup SYN");
+        (stdout, dropped("up"))
+    };
+    let (open, _) = measure(None, 1, 1);
+    assert!(value_of(&open, "connect_ms").is_some_and(|ms| ms < 1000.0), "{open}");
+    assert_eq!(value_of(&open, "ecn"), Some(1.0), "ECN negotiated without the box: {open}");
+    for mode in ["syn", "all"] {
+        let (fell_back, drops) = measure(Some(mode), 1, 1);
+        let connect_ms = value_of(&fell_back, "connect_ms").expect(&fell_back);
+        // A SYN's retransmission timer starts at 1 s (TCP_TIMEOUT_INIT): never earlier.
+        assert!(connect_ms >= 1000.0, "{mode}: {fell_back}");
+        assert_eq!(value_of(&fell_back, "ecn"), Some(0.0), "{mode}: {fell_back}");
+        // Only the first, ECN-setup SYN; without ECN nothing after it is ECT.
+        assert_eq!(drops, 1.0, "{mode}");
+    }
+    let (stuck, drops) = measure(Some("syn"), 1, 0);
+    assert!(value_of(&stuck, "failed_ms").is_some(), "{stuck}");
+    assert!(drops >= 2.0, "the SYN and its retry at 1 s, both ECN-setup: {drops}");
+    let (plain, drops) = measure(Some("syn"), 0, 1);
+    assert!(value_of(&plain, "connect_ms").is_some_and(|ms| ms < 1000.0), "{plain}");
+    assert_eq!(value_of(&plain, "ecn"), Some(0.0), "{plain}");
+    assert_eq!(drops, 0.0);
 }

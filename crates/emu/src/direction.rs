@@ -248,8 +248,7 @@ impl<T: Headers, O: Observer> Direction<T, O> {
         self.advance(now);
         let (id, len) = (packet.id, packet.len);
         self.observer.on_event(&Event::Arrival { at: now, id, len });
-        let ecn_blackholed = self.spec.ecn_blackhole
-            && packet.payload.ecn().is_some_and(crate::wire::Ecn::is_capable);
+        let ecn_blackholed = self.spec.ecn_blackhole.is_some_and(|b| b.drops(&packet.payload));
         let burst = self.timeline.loss_burst.filter(|&(until, _)| now < until);
         let reason = if self.timeline.blackhole {
             Some(DropReason::Blackhole)

@@ -28,7 +28,7 @@ pub fn mahimahi_trace(data: &[u8]) {
         jitter: None,
         loss: None,
         queue: QueueSpec { limit: QueueLimit::Packets(64), discipline: Discipline::codel() },
-        ecn_blackhole: false,
+        ecn_blackhole: None,
         reorder: None,
     };
     let mut dir = Direction::<()>::new(spec, 0);

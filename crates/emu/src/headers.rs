@@ -1,15 +1,15 @@
 //! [`Headers`]: the little the model may read and rewrite in a payload it carries.
 //!
-//! The model treats payloads as opaque except for three questions, asked only when the spec
-//! needs them: the ECN codepoint (an ECN blackhole drops ECN-capable packets), marking CE (a
-//! CoDel or fq_codel queue with `ecn` marks instead of dropping) and the flow's 5-tuple
-//! (fq_codel's flow queues). Raw IP packets (`Vec<u8>`, `Box<[u8]>`, starting with the IP
+//! The model treats payloads as opaque except for four questions, asked only when the spec
+//! needs them: the ECN codepoint (an ECN blackhole drops ECN-capable packets), the TCP flags
+//! (an ECN blackhole drops ECN-setup SYNs), marking CE (a CoDel or fq_codel queue with `ecn`
+//! marks instead of dropping) and the flow's 5-tuple (fq_codel's flow queues). Raw IP packets (`Vec<u8>`, `Box<[u8]>`, starting with the IP
 //! header) answer through [`crate::wire`]; GSO [`Segment`]s through their shared packet and
 //! per-segment ECN override; plain ids (`u64`, `()`) have no headers: never ECN-capable, all
 //! one flow.
 
 use crate::segment::Segment;
-use crate::wire::{Ecn, FlowKey, IpPacket};
+use crate::wire::{Ecn, FlowKey, IpPacket, TcpFlags};
 
 /// What the model may read and rewrite in a payload.
 pub trait Headers {
@@ -23,6 +23,9 @@ pub trait Headers {
 
     /// The flow's 5-tuple, `None` if there is none to read.
     fn flow_key(&self) -> Option<FlowKey>;
+
+    /// The TCP flags as this packet carries them on the wire, `None` if it is not TCP.
+    fn tcp_flags(&self) -> Option<TcpFlags>;
 }
 
 /// Payloads that are not packets (ids in tests and simulations): no ECN, one flow.
@@ -36,6 +39,9 @@ macro_rules! opaque {
                 false
             }
             fn flow_key(&self) -> Option<FlowKey> {
+                None
+            }
+            fn tcp_flags(&self) -> Option<TcpFlags> {
                 None
             }
         }
@@ -67,6 +73,9 @@ impl Headers for Vec<u8> {
     fn flow_key(&self) -> Option<FlowKey> {
         IpPacket::new(&self[..]).ok()?.flow_key()
     }
+    fn tcp_flags(&self) -> Option<TcpFlags> {
+        IpPacket::new(&self[..]).ok()?.tcp_flags()
+    }
 }
 
 /// An IP packet at the start of the buffer (bytes after the packet are ignored).
@@ -79,6 +88,9 @@ impl Headers for Box<[u8]> {
     }
     fn flow_key(&self) -> Option<FlowKey> {
         IpPacket::new(&self[..]).ok()?.flow_key()
+    }
+    fn tcp_flags(&self) -> Option<TcpFlags> {
+        IpPacket::new(&self[..]).ok()?.tcp_flags()
     }
 }
 
@@ -100,6 +112,9 @@ impl Headers for Segment {
     }
     fn flow_key(&self) -> Option<FlowKey> {
         Segment::flow_key(self)
+    }
+    fn tcp_flags(&self) -> Option<TcpFlags> {
+        Segment::tcp_flags(self)
     }
 }
 

@@ -46,7 +46,7 @@
 //!     jitter: None,
 //!     loss: None,
 //!     queue: QueueSpec { limit: QueueLimit::Bytes(ByteSize(375_000)), discipline: Discipline::Fifo },
-//!     ecn_blackhole: false,
+//!     ecn_blackhole: None,
 //!     reorder: None,
 //! };
 //! spec.validate()?;
@@ -104,8 +104,9 @@ pub use headers::Headers;
 pub use mahimahi_log::{LogHeader, MahimahiLog};
 pub use packet::{Packet, ReleaseInfo};
 pub use spec::{
-    DirectionSpec, Discipline, FQ_CODEL_DEFAULT_LIMIT, Jitter, LossModel, MAX_SPEC_DURATION,
-    MIN_BDP_QUEUE_BYTES, PathSpec, QueueLimit, QueueSpec, Rate, Reorder, SpecError,
+    DirectionSpec, Discipline, EcnBlackhole, FQ_CODEL_DEFAULT_LIMIT, Jitter, LossModel,
+    MAX_SPEC_DURATION, MIN_BDP_QUEUE_BYTES, PathSpec, QueueLimit, QueueSpec, Rate, Reorder,
+    SpecError,
 };
 pub use stats::{
     AppliedChange, Count, DelaySummary, DropCounts, MAX_BINS, Opportunities, Stats, StatsSummary,

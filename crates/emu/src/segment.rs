@@ -199,6 +199,20 @@ impl Segment {
         IpPacket::new(self.packet.ip_packet()).ok()?.flow_key()
     }
 
+    /// The TCP flags this segment carries when written out: the packet's, with CWR only on the
+    /// first segment and FIN and PSH only on the last (as in [`Segment::to_packet`]); `None`
+    /// if the packet is not TCP.
+    pub fn tcp_flags(&self) -> Option<TcpFlags> {
+        let mut flags = IpPacket::new(self.packet.ip_packet()).ok()?.tcp_flags()?;
+        if self.index > 0 {
+            flags = flags.without(TcpFlags::CWR);
+        }
+        if !self.is_last() {
+            flags = flags.without(TcpFlags::FIN | TcpFlags::PSH);
+        }
+        Some(flags)
+    }
+
     /// This segment as a standalone IP packet with complete checksums.
     pub fn to_packet(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len() as usize);

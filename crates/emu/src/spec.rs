@@ -14,8 +14,10 @@ use std::time::Duration;
 
 use tcptail_units::{Bdp, BitRate, ByteSize, HumanDuration};
 
+use crate::headers::Headers;
 use crate::jitter::{self, Shape};
 use crate::trace::{DeliveryTrace, OPPORTUNITY_BYTES};
+use crate::wire::{Ecn, TcpFlags};
 
 /// Durations in specs above this are treated as unit mistakes (and keep arithmetic in range).
 pub const MAX_SPEC_DURATION: Duration = Duration::from_secs(3600);
@@ -37,12 +39,65 @@ pub struct DirectionSpec {
     pub loss: Option<LossModel>,
     /// The bottleneck queue in front of the link.
     pub queue: QueueSpec,
-    /// Drop every ECN-capable (ECT or CE) packet on arrival: a path through a middlebox that
-    /// discards ECN traffic instead of passing or clearing it.
-    pub ecn_blackhole: bool,
+    /// A middlebox that discards ECN traffic on arrival instead of passing or clearing it:
+    /// which packets it drops, `None` for none.
+    pub ecn_blackhole: Option<EcnBlackhole>,
     /// Optional reordering: some packets are held back after the delay so later ones overtake
     /// them.
     pub reorder: Option<Reorder>,
+}
+
+/// What an ECN-hostile middlebox drops (RFC 3168 section 6.1.1.1 and the "ECN without
+/// downstream support" of deployment reports): the two kinds of broken boxes found in the wild,
+/// and both at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EcnBlackhole {
+    /// ECN-setup SYNs: a TCP SYN (without ACK) carrying both ECE and CWR, however its IP
+    /// header is marked. Linux's `tcp_ecn_fallback` answers exactly this box: the SYN it
+    /// retransmits after the SYN timeout carries neither flag, so it passes.
+    Syn,
+    /// Every ECN-capable packet: ECT(0), ECT(1) or CE in the IP header. Linux sends its SYN
+    /// Not-ECT, so the handshake passes, ECN is negotiated, and then every new data segment
+    /// (sent ECT) is dropped while retransmissions and pure ACKs (Not-ECT) pass.
+    Data,
+    /// Both: ECN-setup SYNs and ECN-capable packets.
+    All,
+}
+
+impl EcnBlackhole {
+    /// Every mode, in the order help texts list them.
+    pub const ALL: [EcnBlackhole; 3] = [EcnBlackhole::Syn, EcnBlackhole::Data, EcnBlackhole::All];
+
+    /// The mode's name as flags and experiment files write it: `syn`, `data`, `all`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EcnBlackhole::Syn => "syn",
+            EcnBlackhole::Data => "data",
+            EcnBlackhole::All => "all",
+        }
+    }
+
+    /// Whether this box drops `packet` (one that has no IP header is never dropped).
+    pub fn drops(self, packet: &impl Headers) -> bool {
+        let ecn_capable = || packet.ecn().is_some_and(Ecn::is_capable);
+        let ecn_setup_syn = || {
+            packet.tcp_flags().is_some_and(|f| {
+                f.contains(TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR)
+                    && !f.contains(TcpFlags::ACK)
+            })
+        };
+        match self {
+            EcnBlackhole::Syn => ecn_setup_syn(),
+            EcnBlackhole::Data => ecn_capable(),
+            EcnBlackhole::All => ecn_setup_syn() || ecn_capable(),
+        }
+    }
+}
+
+impl fmt::Display for EcnBlackhole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Reordering: each packet, with probability `p`, is released `gap` after the time it would
@@ -365,7 +420,7 @@ impl DirectionSpec {
             jitter: None,
             loss: None,
             queue,
-            ecn_blackhole: false,
+            ecn_blackhole: None,
             reorder: None,
         }
     }
@@ -544,8 +599,8 @@ impl fmt::Display for DirectionSpec {
         if let Some(Reorder { p, gap }) = self.reorder {
             write!(f, " reorder={}%,gap={}", p * 100.0, human(gap))?;
         }
-        if self.ecn_blackhole {
-            write!(f, " ecn-blackhole")?;
+        if let Some(mode) = self.ecn_blackhole {
+            write!(f, " ecn-blackhole={mode}")?;
         }
         Ok(())
     }

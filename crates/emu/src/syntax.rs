@@ -1,5 +1,5 @@
 //! The text syntax of the path's values, as `tcptail lab path`'s flags and experiment files
-//! write them: [`LossModel`], [`Discipline`], [`Jitter`] and [`Reorder`] parse from text
+//! write them: [`LossModel`], [`Discipline`], [`Jitter`], [`Reorder`] and [`EcnBlackhole`] parse from text
 //! (`FromStr`), and [`BufferSize`] is a buffer as a user gives it, possibly in BDPs. Parsing is pure; a
 //! [`SyntaxError`] says what was expected, and the caller adds which flag or key it was.
 //!
@@ -10,13 +10,14 @@
 //! | [`Discipline`] | `fifo` (drop-tail), `codel`, `codel,ecn`, `codel:target=5ms,interval=100ms`, `fq_codel`, `fq_codel,ecn`, `fq_codel:quantum=1514,flows=1024,target=5ms,interval=100ms` |
 //! | [`Jitter`] | `2ms` or `uniform:2ms` (+-2 ms), `normal:1ms` (sigma, cut at 3 sigma), `pareto:1ms`, `paretonormal:1ms` (netem's tables); never reorders |
 //! | [`Reorder`] | `1%,gap=2ms` (each packet with probability 1% is held back 2 ms) |
+//! | [`EcnBlackhole`] | `syn` (drop ECN-setup SYNs), `data` (drop ECT/CE packets), `all` (both) |
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use tcptail_units::{Bdp, ByteSize, Percent, parse_duration};
 
-use crate::{Discipline, Jitter, LossModel, QueueLimit, Reorder};
+use crate::{Discipline, EcnBlackhole, Jitter, LossModel, QueueLimit, Reorder};
 
 /// A value that does not follow its syntax (the caller adds the flag's or key's name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -291,9 +292,35 @@ impl FromStr for Reorder {
     }
 }
 
+impl FromStr for EcnBlackhole {
+    type Err = SyntaxError;
+    /// `syn`, `data` or `all`.
+    fn from_str(s: &str) -> Result<Self, SyntaxError> {
+        let s = s.trim();
+        EcnBlackhole::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            arg_err(format!(
+                "unknown ECN blackhole mode '{s}' (use syn: drop ECN-setup SYNs, data: drop \
+                 ECT/CE packets, or all: both)"
+            ))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ecn_blackhole_modes() {
+        for mode in EcnBlackhole::ALL {
+            assert_eq!(mode.name().parse::<EcnBlackhole>().unwrap(), mode);
+            assert_eq!(format!(" {mode} ").parse::<EcnBlackhole>().unwrap(), mode);
+        }
+        for bad in ["", "SYN", "true", "syn,data", "ect"] {
+            let err = bad.parse::<EcnBlackhole>().unwrap_err().to_string();
+            assert!(err.contains("syn") && err.contains("data") && err.contains("all"), "{err}");
+        }
+    }
 
     #[test]
     fn value_syntax() {

@@ -205,14 +205,19 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
         }
     }
 
+    /// The whole packet's bytes.
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            IpPacket::V4(p) => p.as_bytes(),
+            IpPacket::V6(p) => p.as_bytes(),
+        }
+    }
+
     /// The flow's 5-tuple; `None` if the headers are cut short or malformed. Ports are read for
     /// TCP and UDP when the transport header is present, else 0.
     pub fn flow_key(&self) -> Option<FlowKey> {
         let t = self.transport().ok()?;
-        let b = match self {
-            IpPacket::V4(p) => p.as_bytes(),
-            IpPacket::V6(p) => p.as_bytes(),
-        };
+        let b = self.as_bytes();
         let ports = match t.protocol {
             PROTO_TCP | PROTO_UDP if t.has_header => b.get(t.offset..t.offset + 4)?,
             _ => &[0, 0, 0, 0][..],
@@ -224,6 +229,17 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
             src_port: u16::from_be_bytes([ports[0], ports[1]]),
             dst_port: u16::from_be_bytes([ports[2], ports[3]]),
         })
+    }
+
+    /// The TCP flags, `None` if this is not TCP or its header is absent (a later fragment) or
+    /// cut short.
+    pub fn tcp_flags(&self) -> Option<TcpFlags> {
+        let t = self.transport().ok()?;
+        if t.protocol != PROTO_TCP || !t.has_header {
+            return None;
+        }
+        let b = self.as_bytes();
+        Some(Tcp::new(b.get(t.offset..)?).ok()?.flags())
     }
 }
 

@@ -3,7 +3,7 @@
 //! | `path =` | what is built | keys |
 //! |---|---|---|
 //! | `"veth"` (default) | client ─veth─ server, no shaping: a datacenter path | `sysctl` |
-//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (`true`: drop every ECT/CE packet, both directions), `event`, `sysctl` |
+//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (an ECN-hostile middlebox, both directions: `"syn"` drops ECN-setup SYNs, `"data"` or `true` every ECT/CE packet, `"all"` both), `event`, `sysctl` |
 //! | `"tbf"` | client ─veth─ router ─veth─ server, kernel `tbf` on the router's egress towards the server, never on the sender | `rate` (required), `buffer` (bytes, default 1 ms at `rate`, at least 64 KB), `sysctl` |
 //!
 //! `loss` and `reorder` apply to the data direction only (client to server): losing or
@@ -27,7 +27,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tcptail_emu::{
-    BufferSize, DirectionSpec, Discipline, LossModel, PathEvent, PathSpec, QueueSpec, Reorder,
+    BufferSize, DirectionSpec, Discipline, EcnBlackhole, LossModel, PathEvent, PathSpec, QueueSpec,
+    Reorder,
 };
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
 use tcptail_lab::path::LabError;
@@ -136,7 +137,7 @@ impl PathPlan {
                     .limit(bdp);
                 let reorder = params
                     .parsed("reorder", |s| s.parse::<Reorder>().map_err(|e| e.to_string()))?;
-                let ecn_blackhole = params.bool("ecn_blackhole")?.unwrap_or(false);
+                let ecn_blackhole = ecn_blackhole(params)?;
                 let mut dir =
                     DirectionSpec::constant(rate, rtt / 2, QueueSpec { limit, discipline });
                 dir.loss = loss;
@@ -271,6 +272,26 @@ impl PathPlan {
 }
 
 /// The `event` key: strings (`"5s:blackhole"`) or tables (`{ at = "5s", change = "blackhole" }`).
+/// `ecn_blackhole`: a mode (`"syn"`, `"data"`, `"all"`), or `true` for `"data"` (what the
+/// bare `--ecn-blackhole` flag means) and `false` for none.
+fn ecn_blackhole(params: &Params) -> Result<Option<EcnBlackhole>, ParamError> {
+    match params.raw("ecn_blackhole") {
+        None | Some(toml::Value::Boolean(false)) => Ok(None),
+        Some(toml::Value::Boolean(true)) => Ok(Some(EcnBlackhole::Data)),
+        Some(toml::Value::String(s)) => s
+            .parse::<EcnBlackhole>()
+            .map(Some)
+            .map_err(|e| ParamError::new("ecn_blackhole", e.to_string())),
+        Some(other) => Err(ParamError::new(
+            "ecn_blackhole",
+            format!(
+                "expected \"syn\", \"data\", \"all\" or true/false, found {}",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
 fn events(params: &Params) -> Result<Vec<PathEvent>, ParamError> {
     let items = match params.raw("event") {
         None => return Ok(Vec::new()),
@@ -426,6 +447,34 @@ mod tests {
     }
 
     #[test]
+    fn ecn_blackhole_modes() {
+        let with = |v: toml::Value| {
+            let p = Params::from_pairs([
+                ("path", toml::Value::String("emulated".into())),
+                ("rate", toml::Value::String("100mbit".into())),
+                ("ecn_blackhole", v),
+            ]);
+            PathPlan::from_params(&p).map(|plan| match plan.kind {
+                PathShape::Emulated(spec) => (spec.up.ecn_blackhole, spec.down.ecn_blackhole),
+                other => panic!("{other:?}"),
+            })
+        };
+        for mode in EcnBlackhole::ALL {
+            assert_eq!(with(mode.name().into()).unwrap(), (Some(mode), Some(mode)));
+        }
+        assert_eq!(
+            with(true.into()).unwrap(),
+            (Some(EcnBlackhole::Data), Some(EcnBlackhole::Data))
+        );
+        assert_eq!(with(false.into()).unwrap(), (None, None));
+        for bad in [toml::Value::from("ect"), toml::Value::from(1)] {
+            let err = with(bad).unwrap_err();
+            assert_eq!(err.key, "ecn_blackhole");
+            assert!(err.to_string().contains("syn"), "{err}");
+        }
+    }
+
+    #[test]
     fn reorder_and_ecn_blackhole() {
         let p = Params::from_pairs([
             ("path", toml::Value::String("emulated".into())),
@@ -439,7 +488,10 @@ mod tests {
         let gap = spec.up.reorder.map(|r| r.gap);
         assert_eq!(gap, Some(Duration::from_millis(3)));
         assert!(spec.down.reorder.is_none());
-        assert!(spec.up.ecn_blackhole && spec.down.ecn_blackhole);
+        assert_eq!(
+            (spec.up.ecn_blackhole, spec.down.ecn_blackhole),
+            (Some(EcnBlackhole::Data), Some(EcnBlackhole::Data))
+        );
         let bad = Params::from_pairs([
             ("path", toml::Value::String("emulated".into())),
             ("rate", toml::Value::String("100mbit".into())),

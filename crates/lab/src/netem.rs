@@ -177,7 +177,7 @@ mod tests {
                 limit: QueueLimit::Bytes(ByteSize(375_000)),
                 discipline: Discipline::Fifo,
             },
-            ecn_blackhole: false,
+            ecn_blackhole: None,
             reorder: None,
         };
         let rtt = Duration::from_millis(10);
@@ -209,7 +209,7 @@ mod tests {
             jitter: None,
             loss: None,
             queue: QueueSpec { limit: QueueLimit::Packets(100), discipline: Discipline::Fifo },
-            ecn_blackhole: false,
+            ecn_blackhole: None,
             reorder: None,
         };
         // 10 Gbit/s x 50 ms = 62.5 MB = 41667 packets, twice.

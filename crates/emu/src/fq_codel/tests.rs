@@ -26,6 +26,9 @@ impl Headers for Port {
             dst_port: 9,
         })
     }
+    fn tcp_flags(&self) -> Option<crate::wire::TcpFlags> {
+        None
+    }
 }
 
 fn fq(quantum: u32) -> FqCodel<Port> {

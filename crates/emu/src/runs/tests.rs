@@ -40,7 +40,7 @@ fn direction(rate: Rate, delay_us: u64, limit: QueueLimit) -> Direction<Segment>
         jitter: None,
         loss: None,
         queue: QueueSpec::drop_tail(limit),
-        ecn_blackhole: false,
+        ecn_blackhole: None,
         reorder: None,
     };
     Direction::new(spec, 1)

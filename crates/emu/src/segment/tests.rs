@@ -277,7 +277,7 @@ proptest! {
         if let Ok(p) = GsoPacket::from_vec(data, true) {
             let p = Arc::new(p);
             for seg in Segment::all(&p) {
-                let _ = (seg.len(), seg.to_packet(), seg.flow_key(), seg.ecn());
+                let _ = (seg.len(), seg.to_packet(), seg.flow_key(), seg.ecn(), seg.tcp_flags());
             }
         }
     }
@@ -318,6 +318,11 @@ fn a_64k_tso_packet_becomes_45_segments() {
     assert_eq!(segments[0][33], 0x90);
     assert_eq!(segments[1][33], 0x10);
     assert_eq!(segments[44][33], 0x18);
+    // Each segment reports the flags it is written out with.
+    let shared = Arc::new(packet);
+    for (segment, bytes) in Segment::all(&shared).zip(&segments) {
+        assert_eq!(segment.tcp_flags(), Some(TcpFlags(bytes[33])), "segment {}", segment.index());
+    }
     assert_eq!(coalesce(&segments).unwrap(), frame);
 }
 

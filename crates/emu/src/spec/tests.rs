@@ -16,7 +16,7 @@ fn base() -> DirectionSpec {
             limit: QueueLimit::Bytes(ByteSize(375_000)),
             discipline: Discipline::Fifo,
         },
-        ecn_blackhole: false,
+        ecn_blackhole: None,
         reorder: None,
     }
 }
@@ -221,14 +221,14 @@ fn the_new_options_show_in_the_summary_line() {
     let mut s = base();
     s.queue.discipline = "fq_codel,ecn".parse().unwrap();
     s.reorder = Some(Reorder { p: 0.01, gap: Duration::from_millis(2) });
-    s.ecn_blackhole = true;
+    s.ecn_blackhole = Some(EcnBlackhole::Syn);
     s.jitter = Some(Jitter::Pareto { sigma: Duration::from_millis(1) });
     let line = s.to_string();
     for part in [
         "jitter=pareto(sigma=1ms)",
         "fq_codel [target=5ms, interval=100ms, quantum=1514, flows=1024, ecn, bytes=375000]",
         "reorder=1%,gap=2ms",
-        "ecn-blackhole",
+        "ecn-blackhole=syn",
     ] {
         assert!(line.contains(part), "{part} not in {line}");
     }

@@ -67,6 +67,10 @@ fn ipv4_fields() {
     assert_eq!((tcp.src_port(), tcp.dst_port(), tcp.seq(), tcp.ack()), (40000, 5201, 1000, 77));
     assert_eq!(tcp.flags(), TcpFlags::ACK | TcpFlags::PSH);
     assert_eq!((tcp.header_len(), tcp.window()), (20, 0xffff));
+    assert_eq!(IpPacket::new(&p[..]).unwrap().tcp_flags(), Some(TcpFlags::ACK | TcpFlags::PSH));
+    // Not TCP: no flags.
+    p[9] = PROTO_UDP;
+    assert_eq!(IpPacket::new(&p[..]).unwrap().tcp_flags(), None);
 }
 
 #[test]

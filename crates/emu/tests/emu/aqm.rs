@@ -12,10 +12,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use tcptail_emu::wire::{Ecn, FlowKey};
+use tcptail_emu::wire::{Ecn, FlowKey, IpPacket, TcpFlags};
 use tcptail_emu::{
-    Admission, Direction, DirectionSpec, Discipline, DropReason, Event, Headers, Nanos, Packet,
-    QueueLimit, Stats,
+    Admission, Direction, DirectionSpec, Discipline, DropReason, EcnBlackhole, Event, Headers,
+    Nanos, Packet, QueueLimit, Stats,
 };
 use tcptail_units::ByteSize;
 
@@ -50,6 +50,9 @@ impl Headers for Pkt {
             src_port: 10_000 + self.flow,
             dst_port: 5201,
         })
+    }
+    fn tcp_flags(&self) -> Option<TcpFlags> {
+        None
     }
 }
 
@@ -344,10 +347,89 @@ fn codel_with_ecn_still_drops_packets_that_are_not_ect() {
     assert!(!events.iter().any(|e| matches!(e, Event::Mark { .. })));
 }
 
+/// An IPv4 TCP packet from 10.77.0.1:40000 to 10.77.0.2:5201 with these TCP flags and this ECN
+/// codepoint, header checksum filled.
+fn tcp_v4(flags: TcpFlags, ecn: Ecn, payload: usize) -> Vec<u8> {
+    let total = 40 + payload;
+    let mut p = vec![
+        0x45,
+        ecn.bits(),
+        0,
+        0,
+        0x12,
+        0x34,
+        0x40,
+        0x00,
+        64,
+        6,
+        0,
+        0,
+        10,
+        77,
+        0,
+        1,
+        10,
+        77,
+        0,
+        2,
+    ];
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0x03, 0xe8, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0x50, flags.0, 0xff, 0xff, 0, 0, 0, 0]);
+    p.resize(total, 0x5a);
+    IpPacket::new(&mut p[..]).unwrap().fill_checksum();
+    p
+}
+
+/// Each mode against the packets of a handshake and a transfer as Linux sends them with
+/// `tcp_ecn=1` (and the ECT SYN a DCTCP-like sender uses): `syn` drops exactly the ECN-setup
+/// SYNs, `data` exactly the ECN-capable packets, `all` both.
+#[test]
+fn each_ecn_blackhole_mode_drops_its_own_packets() {
+    let (syn, ack, ece, cwr) = (TcpFlags::SYN, TcpFlags::ACK, TcpFlags::ECE, TcpFlags::CWR);
+    // (what it is, packet, dropped by syn, by data)
+    let packets = [
+        ("ECN-setup SYN, Not-ECT", tcp_v4(syn | ece | cwr, Ecn::NotEct, 0), true, false),
+        ("ECN-setup SYN, ECT(0)", tcp_v4(syn | ece | cwr, Ecn::Ect0, 0), true, true),
+        ("retried SYN without ECN", tcp_v4(syn, Ecn::NotEct, 0), false, false),
+        ("SYN with ECE only", tcp_v4(syn | ece, Ecn::NotEct, 0), false, false),
+        ("ECN-setup SYN-ACK", tcp_v4(syn | ack | ece, Ecn::NotEct, 0), false, false),
+        ("SYN-ACK with ECE and CWR", tcp_v4(syn | ack | ece | cwr, Ecn::NotEct, 0), false, false),
+        ("data, ECT(0)", tcp_v4(ack, Ecn::Ect0, 1000), false, true),
+        ("data with CWR, ECT(0)", tcp_v4(ack | cwr, Ecn::Ect0, 1000), false, true),
+        ("data, CE", tcp_v4(ack, Ecn::Ce, 1000), false, true),
+        ("retransmission, Not-ECT", tcp_v4(ack, Ecn::NotEct, 1000), false, false),
+        ("pure ACK with ECE", tcp_v4(ack | ece, Ecn::NotEct, 0), false, false),
+    ];
+    for mode in EcnBlackhole::ALL {
+        let mut spec = constant(100_000_000);
+        spec.ecn_blackhole = Some(mode);
+        let mut dir = Direction::<Vec<u8>>::new(spec, 1).with_observer(Stats::default());
+        let mut expected_drops = 0;
+        for (i, (what, packet, by_syn, by_data)) in packets.iter().enumerate() {
+            let dropped = match mode {
+                EcnBlackhole::Syn => *by_syn,
+                EcnBlackhole::Data => *by_data,
+                EcnBlackhole::All => *by_syn || *by_data,
+            };
+            expected_drops += u64::from(dropped);
+            let p = Packet { id: i as u64, len: packet.len() as u32, payload: packet.clone() };
+            match dir.enqueue(Nanos::from_micros(100 * i as u64), p) {
+                Admission::Queued => assert!(!dropped, "{mode}: {what} passed"),
+                Admission::Dropped { reason, .. } => {
+                    assert!(dropped, "{mode}: {what} dropped");
+                    assert_eq!(reason, DropReason::EcnBlackhole);
+                }
+            }
+        }
+        assert_eq!(dir.observer().drops(DropReason::EcnBlackhole).packets, expected_drops);
+    }
+}
+
 #[test]
 fn the_ecn_blackhole_drops_ect_and_ce_and_passes_the_rest() {
     let mut spec = constant(100_000_000);
-    spec.ecn_blackhole = true;
+    spec.ecn_blackhole = Some(EcnBlackhole::Data);
     let mut dir = Direction::<Pkt>::new(spec, 1).with_observer(Stats::default());
     let codepoints = [Ecn::NotEct, Ecn::Ect0, Ecn::Ect1, Ecn::Ce];
     for (i, &ecn) in codepoints.iter().cycle().take(400).enumerate() {

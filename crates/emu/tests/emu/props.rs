@@ -58,7 +58,7 @@ fn spec() -> impl Strategy<Value = DirectionSpec> {
                 jitter: jitter.map(|f| Jitter::Uniform { max: delay.mul_f64(f) }),
                 loss,
                 queue: QueueSpec { limit, discipline },
-                ecn_blackhole: false,
+                ecn_blackhole: None,
                 reorder: None,
             }
         },

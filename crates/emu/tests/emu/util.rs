@@ -17,7 +17,7 @@ pub fn constant(bits_per_second: u64) -> DirectionSpec {
         jitter: None,
         loss: None,
         queue: QueueSpec { limit: QueueLimit::Packets(u64::MAX), discipline: Discipline::Fifo },
-        ecn_blackhole: false,
+        ecn_blackhole: None,
         reorder: None,
     }
 }

@@ -31,7 +31,7 @@ fn direction(delay_ms: u64, loss: Option<LossModel>) -> DirectionSpec {
             limit: QueueLimit::Bytes(ByteSize(10_000_000)),
             discipline: Discipline::Fifo,
         },
-        ecn_blackhole: false,
+        ecn_blackhole: None,
         reorder: None,
     }
 }

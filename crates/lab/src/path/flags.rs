@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tcptail_emu::{
-    BufferSize, DeliveryTrace, DirectionSpec, Discipline, FQ_CODEL_DEFAULT_LIMIT, Jitter,
-    LossModel, PathSpec, QueueSpec, Rate, Reorder,
+    BufferSize, DeliveryTrace, DirectionSpec, Discipline, EcnBlackhole, FQ_CODEL_DEFAULT_LIMIT,
+    Jitter, LossModel, PathSpec, QueueSpec, Rate, Reorder,
 };
 use tcptail_units::{Bdp, BitRate};
 
@@ -58,8 +58,8 @@ pub struct PathFlags {
     pub reorder: Option<Reorder>,
     pub reorder_up: Option<Reorder>,
     pub reorder_down: Option<Reorder>,
-    /// Drop ECT and CE packets in both directions.
-    pub ecn_blackhole: bool,
+    /// An ECN-hostile middlebox in both directions: what it drops.
+    pub ecn_blackhole: Option<EcnBlackhole>,
     /// Path events on the emulator's clock (`5s:blackhole`), both directions.
     pub events: Vec<tcptail_emu::PathEvent>,
     pub emulator: EmulatorKind,
@@ -187,7 +187,7 @@ impl PathFlags {
             ("--reorder", self.reorder.is_some()),
             ("--reorder-up", self.reorder_up.is_some()),
             ("--reorder-down", self.reorder_down.is_some()),
-            ("--ecn-blackhole", self.ecn_blackhole),
+            ("--ecn-blackhole", self.ecn_blackhole.is_some()),
             ("--event", !self.events.is_empty()),
         ];
         match set.iter().find(|(_, given)| *given) {
@@ -265,7 +265,7 @@ impl PathFlags {
                 ("--reorder", self.reorder.is_some()),
                 ("--reorder-up", self.reorder_up.is_some()),
                 ("--reorder-down", self.reorder_down.is_some()),
-                ("--ecn-blackhole", self.ecn_blackhole),
+                ("--ecn-blackhole", self.ecn_blackhole.is_some()),
                 ("--event", !self.events.is_empty()),
             ]
             .into_iter()

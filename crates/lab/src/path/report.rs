@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tcptail_emu::{DirectionSpec, Discipline, LossModel, QueueLimit, Rate, Reorder};
+use tcptail_emu::{DirectionSpec, Discipline, EcnBlackhole, LossModel, QueueLimit, Rate, Reorder};
 
 use super::{EmulatorKind, TcpBuffers};
 
@@ -33,8 +33,9 @@ pub struct DirectionView {
     pub queue: Value,
     /// `{"p": ..., "gap_us": ...}` when packets are held back to be overtaken.
     pub reorder: Option<Value>,
-    /// Whether ECT and CE packets are dropped on arrival.
-    pub ecn_blackhole: bool,
+    /// What an ECN-hostile middlebox drops on arrival: `"syn"` (ECN-setup SYNs), `"data"`
+    /// (ECT and CE packets), `"all"` (both), or `null` for no such box.
+    pub ecn_blackhole: Option<&'static str>,
 }
 
 impl From<&DirectionSpec> for DirectionView {
@@ -78,7 +79,7 @@ impl From<&DirectionSpec> for DirectionView {
             loss,
             queue,
             reorder,
-            ecn_blackhole: d.ecn_blackhole,
+            ecn_blackhole: d.ecn_blackhole.map(EcnBlackhole::name),
         }
     }
 }

@@ -101,7 +101,7 @@ mod tests {
             jitter: None,
             loss: None,
             queue: QueueSpec { limit, discipline: Discipline::Fifo },
-            ecn_blackhole: false,
+            ecn_blackhole: None,
             reorder: None,
         }
     }

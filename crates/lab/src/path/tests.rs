@@ -3,7 +3,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use tcptail_emu::{BufferSize, Discipline, Jitter, LossModel, QueueLimit, Rate, Reorder};
+use tcptail_emu::{
+    BufferSize, Discipline, EcnBlackhole, Jitter, LossModel, QueueLimit, Rate, Reorder,
+};
 use tcptail_units::{BitRate, ByteSize};
 
 use super::*;
@@ -293,7 +295,7 @@ fn aqm_reorder_and_ecn_blackhole_flags() {
         queue: Some("fq_codel,ecn".parse().unwrap()),
         reorder: Some("1%,gap=2ms".parse().unwrap()),
         reorder_down: Some("5%,gap=1ms".parse().unwrap()),
-        ecn_blackhole: true,
+        ecn_blackhole: Some(EcnBlackhole::Syn),
         jitter: Some("pareto:1ms".parse().unwrap()),
         ..flags("50mbit", "20ms")
     };
@@ -302,7 +304,7 @@ fn aqm_reorder_and_ecn_blackhole_flags() {
         // fq_codel without --buffer keeps Linux's limit, not one BDP.
         assert_eq!(d.queue.limit, QueueLimit::Packets(10_240));
         assert!(d.queue.discipline.ecn());
-        assert!(d.ecn_blackhole);
+        assert_eq!(d.ecn_blackhole, Some(EcnBlackhole::Syn));
         assert_eq!(d.jitter, Some(Jitter::Pareto { sigma: Duration::from_millis(1) }));
     }
     assert_eq!(path.up.reorder, Some(Reorder { p: 0.01, gap: Duration::from_millis(2) }));
@@ -327,7 +329,10 @@ fn aqm_reorder_and_ecn_blackhole_flags() {
     assert!(err(&bad_reorder).starts_with("--reorder-up: up direction"), "{}", err(&bad_reorder));
     for (netem, flag) in [
         (PathFlags { reorder: fq.reorder, ..flags("1mbit", "10ms") }, "--reorder"),
-        (PathFlags { ecn_blackhole: true, ..flags("1mbit", "10ms") }, "--ecn-blackhole"),
+        (
+            PathFlags { ecn_blackhole: Some(EcnBlackhole::Data), ..flags("1mbit", "10ms") },
+            "--ecn-blackhole",
+        ),
         (PathFlags { queue: fq.queue, ..flags("1mbit", "10ms") }, "--queue"),
     ] {
         let netem = PathFlags { emulator: EmulatorKind::Netem, ..netem };
