@@ -149,6 +149,106 @@ pub fn connect_marked(
     Ok((socket.into(), server))
 }
 
+/// One connection attempt of [`connect_all`]: how long `connect()` took, and the connection or
+/// why there is none.
+#[derive(Debug)]
+pub struct Handshake {
+    /// From the `connect()` call to its return (success, error or timeout).
+    pub took: Duration,
+    /// Both ends (client/sender, server/receiver), or the client's error.
+    pub result: std::io::Result<(TcpStream, TcpStream)>,
+}
+
+/// Opens `n` connections from the client namespace to `listener` at once, each `connect()`
+/// allowed `timeout`, and times each handshake: for paths where a handshake can take seconds
+/// (a dropped SYN retried after the SYN timeout) or fail, so that `n` slow handshakes cost the
+/// time of one. A connection that did not complete in time is an `Err` in its [`Handshake`],
+/// not a failure of the call; sockets are made with congestion control `cc` (the namespace's
+/// default when `None`).
+pub fn connect_all(
+    live: &LivePath,
+    listener: &TcpListener,
+    n: usize,
+    cc: Option<&str>,
+    timeout: Duration,
+) -> Result<Vec<Handshake>, RunError> {
+    let port = listener.local_addr().map_err(|e| RunError::io("listener address", e))?.port();
+    let target: socket2::SockAddr = SocketAddr::from((live.server_addr(), port)).into();
+    // Made inside the client namespace; a socket stays in it whichever thread connects it.
+    let sockets = live
+        .client()
+        .run(|| -> std::io::Result<Vec<Socket>> {
+            (0..n)
+                .map(|_| {
+                    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+                    if let Some(cc) = cc {
+                        s.set_tcp_congestion(cc.as_bytes())?;
+                    }
+                    Ok(s)
+                })
+                .collect()
+        })?
+        .map_err(|e| {
+            RunError::failed(format!("make a socket with {}", cc.unwrap_or("default cc")), e)
+        })?;
+    let attempts: Vec<(Duration, std::io::Result<Socket>)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = sockets
+            .into_iter()
+            .map(|s| {
+                let target = &target;
+                scope.spawn(move || {
+                    let start = Instant::now();
+                    let done = s.connect_timeout(target, timeout).map(|()| s);
+                    (start.elapsed(), done)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
+                    (Duration::ZERO, Err(std::io::Error::other("connect thread panicked")))
+                })
+            })
+            .collect()
+    });
+    let connected = attempts.iter().filter(|(_, r)| r.is_ok()).count();
+    let mut accepted = accept_n(listener, connected)?;
+    let mut handshakes = Vec::with_capacity(n);
+    for (took, attempt) in attempts {
+        let result = attempt.and_then(|client| {
+            let client = TcpStream::from(client);
+            let local = client.local_addr()?;
+            let i = accepted
+                .iter()
+                .position(|(_, peer)| *peer == local)
+                .ok_or_else(|| std::io::Error::other("the server never accepted the connection"))?;
+            Ok((client, accepted.swap_remove(i).0))
+        });
+        handshakes.push(Handshake { took, result });
+    }
+    Ok(handshakes)
+}
+
+/// Accepts `n` connections whose handshakes the clients have seen complete (the server's side
+/// completes half an RTT later, with the client's ACK), each within a bound that only a lost
+/// final ACK would reach.
+fn accept_n(listener: &TcpListener, n: usize) -> Result<Vec<(TcpStream, SocketAddr)>, RunError> {
+    let bound = Some(Duration::from_secs(5));
+    let sock = socket2::SockRef::from(listener);
+    sock.set_read_timeout(bound).map_err(|e| RunError::io("SO_RCVTIMEO on the listener", e))?;
+    let accepted: std::io::Result<Vec<_>> = (0..n)
+        .map(|_| {
+            let (stream, peer) = listener.accept()?;
+            // An accepted socket is a clone of the listener, timeout included.
+            stream.set_read_timeout(None)?;
+            Ok((stream, peer))
+        })
+        .collect();
+    sock.set_read_timeout(None).map_err(|e| RunError::io("SO_RCVTIMEO on the listener", e))?;
+    accepted.map_err(|e| RunError::io("accept a connection the client completed", e))
+}
+
 /// The socket's `tcp_info`.
 pub fn tcp_info(s: &TcpStream) -> Result<TcpInfo, RunError> {
     tcptail_sock::sys::info::tcp_info(s.as_fd()).map_err(|e| RunError::failed("read tcp_info", e))
@@ -199,12 +299,22 @@ impl BulkFlows {
         cpu: Option<usize>,
     ) -> Result<BulkFlows, RunError> {
         let listener = listen(live)?;
-        let received = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
         let mut pairs = Vec::with_capacity(n);
         for _ in 0..n {
             pairs.push(connect(live, &listener, cc, false)?);
         }
+        BulkFlows::from_pairs(pairs, cpu)
+    }
+
+    /// Starts sending on connections already made, (client/sender, server/receiver) each, as
+    /// [`BulkFlows::start`] does after connecting.
+    pub fn from_pairs(
+        pairs: Vec<(TcpStream, TcpStream)>,
+        cpu: Option<usize>,
+    ) -> Result<BulkFlows, RunError> {
+        let n = pairs.len();
+        let received = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
         let mut flows = BulkFlows {
             senders: Vec::with_capacity(n),
             receivers: Vec::with_capacity(n),

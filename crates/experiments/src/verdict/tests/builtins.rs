@@ -541,9 +541,9 @@ fn every_builtin_reason_quotes_the_values_its_condition_reads() {
     );
 }
 
-/// nagle-delack's and sendq's findings (nagle-delack's single write and failure modes 2 and
-/// 3, sendq's poster run at 50 chunks are judged by them) quote in both texts each value
-/// their condition reads, like the verdict reasons above.
+/// nagle-delack's, sendq's and ecn's findings (nagle-delack's single write and failure modes 2
+/// and 3, sendq's poster run at 50 chunks, ecn's ECN fallback are judged by them) quote in both
+/// texts each value their condition reads, like the verdict reasons above.
 /// Other built-ins' findings do not all do so yet (trading-cc, tuning-ladder, bloat, wan,
 /// rwin-limited); they join this list when they do.
 #[test]
@@ -551,7 +551,7 @@ fn findings_quote_the_values_their_conditions_read() {
     let mut unquoted = Vec::new();
     for e in Experiment::builtins()
         .into_iter()
-        .filter(|e| ["nagle-delack", "sendq"].contains(&e.name.as_str()))
+        .filter(|e| ["nagle-delack", "sendq", "ecn"].contains(&e.name.as_str()))
     {
         let variants: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
         for f in &e.findings {
@@ -642,6 +642,109 @@ fn ecn_marks_without_a_response_are_partly() {
     assert!(d.reason.contains("BBR does not act on them"), "{}", d.reason);
     let d = decide(&rules, &run(1.7, 47.5));
     assert_eq!(d.verdict, Verdict::NotReproduced, "{}", d.reason);
+}
+
+/// `ecn`'s middleboxes on data shaped like a quick run: the verdict rests on the data-dropping
+/// box (reproduced when ECN also lowers BBR's RTT, not reproduced when the box does not hurt,
+/// inconclusive on a noisy pair of rounds) and names what the fallback costs against the
+/// SYN-dropping box; the fallback findings hold on the kernel's behaviour, fail when the
+/// fallback did not save the connection, and say what is missing when a variant did not run.
+#[test]
+fn ecn_fallback_saves_the_handshake_not_the_data() {
+    let (e, rules) = builtin("ecn");
+    let names: Vec<&str> = e.variants.iter().map(|v| v.name.as_str()).collect();
+    let findings: Vec<FindingRule> =
+        e.findings.iter().map(|f| FindingRule::compile(f, &names).unwrap()).collect();
+    let finding = |title: &str| {
+        findings
+            .iter()
+            .zip(&e.findings)
+            .find(|(_, f)| f.title.starts_with(title))
+            .map(|(rule, _)| rule)
+            .unwrap()
+    };
+    let (syn, data) = (finding("Does Linux's ECN fallback save"), finding("Does the connection"));
+    // (bbr_ecn rtt p95, fallback's failures, its connect ms, fallback-off failures, box's goodput)
+    let run = |rtt: f64, failures: f64, connect_ms: f64, stuck: f64, blackholed: f64| {
+        results(&[
+            ("bbr_plain", &[("retrans_pct", 1.14), ("rtt_p95_ms", 68.0), ("aqm_drops", 60.0)]),
+            ("bbr_ecn", &[("retrans_pct", 0.0), ("rtt_p95_ms", rtt), ("ce_marks", 58.0)]),
+            (
+                "bbr_ecn_blackhole",
+                &[
+                    ("goodput_mbps", blackholed),
+                    ("ecn_negotiated", 1.0),
+                    ("connect_ms", 20.5),
+                    ("rto_count", 16.0),
+                    ("ecn_drops", 276.0),
+                    ("stall_max_s", 0.3),
+                    ("last_s_link_pct", 3.43),
+                ],
+            ),
+            ("bbr_plain_blackhole", &[("goodput_mbps", 47.3), ("connect_ms", 23.9)]),
+            (
+                "bbr_ecn_syn_blackhole",
+                &[
+                    ("connect_failures", failures),
+                    ("connect_ms", connect_ms),
+                    ("ecn_negotiated", 0.0),
+                    ("goodput_mbps", 47.5),
+                    ("ecn_drops", 4.0),
+                ],
+            ),
+            (
+                "bbr_ecn_syn_blackhole_nofallback",
+                &[("connect_failures", stuck), ("ecn_drops", 8.0), ("goodput_mbps", 0.0)],
+            ),
+        ])
+    };
+    let measured = run(40.0, 0.0, 1040.0, 4.0, 1.95);
+    let d = decide(&rules, &measured);
+    assert_eq!(d.verdict, Verdict::Reproduced, "{} ({})", d.reason, d.rule);
+    assert!(d.reason.contains("costs 1040 ms per handshake instead"), "{}", d.reason);
+    let f = syn.evaluate(&measured.as_slice());
+    assert_eq!(f.outcome, Outcome::Holds, "{}", f.text);
+    assert!(f.text.contains("the slowest after 1040 ms against 23.9 ms without ECN"), "{}", f.text);
+    assert!(f.text.contains("With tcp_ecn_fallback=0 4 flows did not connect"), "{}", f.text);
+    let f = data.evaluate(&measured.as_slice());
+    assert_eq!(f.outcome, Outcome::Holds, "{}", f.text);
+    assert!(f.text.contains("1.95 Mbit/s against 47.3 without ECN, 16 RTOs"), "{}", f.text);
+    // BBR ignores the marks (RTT unchanged): partly, still with the SYN box's cost.
+    let d = decide(&rules, &run(69.0, 0.0, 1040.0, 4.0, 1.95));
+    assert_eq!(d.verdict, Verdict::Partly, "{} ({})", d.reason, d.rule);
+    assert!(d.reason.contains("where it costs 1040 ms per handshake"), "{}", d.reason);
+    // A box that does not hurt, marks that change nothing: not reproduced.
+    let none = results(&[
+        ("bbr_plain", &[("retrans_pct", 1.0), ("rtt_p95_ms", 68.0)]),
+        ("bbr_ecn", &[("retrans_pct", 1.0), ("rtt_p95_ms", 68.0)]),
+        ("bbr_ecn_blackhole", &[("goodput_mbps", 47.0)]),
+        ("bbr_plain_blackhole", &[("goodput_mbps", 47.3)]),
+    ]);
+    let d = decide(&rules, &none);
+    assert_eq!((d.verdict, d.rule.as_str()), (Verdict::NotReproduced, "otherwise"), "{}", d.reason);
+    // The box's collapse on two noisy rounds cannot be decided.
+    let noisy: Vec<VariantResult> = run(40.0, 0.0, 1040.0, 4.0, 1.95)
+        .into_iter()
+        .map(|mut v| {
+            if v.name == "bbr_ecn_blackhole" || v.name == "bbr_plain_blackhole" {
+                let m = v.metrics.get_mut("goodput_mbps").unwrap();
+                m.values = vec![m.median * 0.6, m.median * 1.4];
+            }
+            v
+        })
+        .collect();
+    assert_eq!(decide(&rules, &noisy).verdict, Verdict::Inconclusive);
+    // The fallback did not save the connection, or nothing failed without it: fails.
+    for (failures, stuck) in [(2.0, 4.0), (0.0, 0.0)] {
+        let f = syn.evaluate(&run(40.0, failures, 1040.0, stuck, 1.95).as_slice());
+        assert_eq!(f.outcome, Outcome::Fails, "{}", f.text);
+        assert!(f.text.starts_with("Not as predicted"), "{}", f.text);
+    }
+    // Without the SYN box's variants the finding is not decided, and says why.
+    let without: Vec<VariantResult> =
+        measured.iter().filter(|v| !v.name.contains("syn")).cloned().collect();
+    let f = syn.evaluate(&without.as_slice());
+    assert!(f.text.contains("which this run did not measure"), "{}", f.text);
 }
 
 /// keepalive: the seed's 10/5/3 gives 25 s; a detection within the measured resolution
