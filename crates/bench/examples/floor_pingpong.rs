@@ -2,12 +2,17 @@
 //! written (fixed-size messages, TCP_NODELAY, no framing, no profile, no statistics beyond one
 //! histogram). `scripts/bench-overhead` runs it beside `tcptail bench local` and sockperf.
 //!
-//! One connection: blocking `write_all` + `read_exact` on one thread each side.
-//! N connections x T threads (neper's `tcp_rr` design): each client thread owns its share of
+//! One connection: blocking `write_all` + `read_exact` on one thread each side, against an
+//! echo thread.
+//!
+//! N connections x T threads (neper's `tcp_rr` client): each client thread owns its share of
 //! the connections on one epoll instance and answers each readiness with one `read` (and, when
-//! a whole message is in, one `write` of the next); the server serves every connection on a
-//! thread of its own with blocking I/O, as `tcptail bench`'s server does, so the two differ
-//! only in the client.
+//! a whole response is in, one `write` of the next request), one clock read per wake-up as
+//! `tcptail bench`'s event loop does. The server is **tcptail's own** (`tcptail_bench::server`,
+//! a blocking thread per connection, as `bench local` runs it), reached with the wire
+//! protocol's handshake and a 24-byte Request header on each request, so the reference and
+//! `tcptail bench local --connections N --threads T` differ only in the client: what the
+//! ratio measures is the client's own cost.
 //!
 //! Usage: `floor_pingpong CPU SERVER_CPU SECONDS [SIZE] [CONNECTIONS THREADS]`; a CPU of `-`
 //! leaves that side unpinned. Prints one JSON line with p50/p99 µs and transactions per
@@ -19,8 +24,10 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use tcptail_bench::server::{Server, ServerConfig, ServerPolicy};
 use tcptail_bench::stats::LatencyHistogram;
 use tcptail_bench::sys::{EPOLL_IN, Epoll, pin_current_thread};
+use tcptail_bench::wire::{self, HelloConfig};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -35,12 +42,22 @@ fn main() {
     let connections = args.get(5).and_then(|a| a.parse().ok()).unwrap_or(1usize);
     let threads = args.get(6).and_then(|a| a.parse().ok()).unwrap_or(1usize).min(connections);
 
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || serve(listener, server_cpu, size));
     let (hist, n, secs) = if connections == 1 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || serve(listener, server_cpu, size));
         one_connection(addr, cpu, size, seconds)
     } else {
+        // tcptail's server, as `bench local` starts it.
+        let server = Server::bind(ServerConfig {
+            max_connections: 1024,
+            policy: ServerPolicy::trusting(),
+            cpu: server_cpu,
+            ..ServerConfig::new("127.0.0.1:0".parse().expect("literal address"))
+        })
+        .expect("bind the server");
+        let addr = server.local_addr();
+        let _running = server.spawn();
         many_connections(addr, cpu, size, seconds, connections, threads)
     };
     let s = hist.summary().expect("samples");
@@ -146,16 +163,27 @@ fn epoll_thread(
     barrier: &Barrier,
 ) -> (LatencyHistogram, u64, f64) {
     let epoll = Epoll::new().expect("epoll");
+    let hello = HelloConfig {
+        profile: tcptail_sock::Profile { nodelay: Some(true), ..Default::default() },
+        server_cpu: None,
+        spin: false,
+        request_len: size as u32,
+        reply_len: size as u32,
+    };
     let mut conns: Vec<(TcpStream, usize, Instant)> = (0..count)
         .map(|i| {
-            let c = TcpStream::connect(addr).expect("connect");
+            let mut c = TcpStream::connect(addr).expect("connect");
             c.set_nodelay(true).expect("nodelay");
+            wire::write_hello(&mut c, &hello).expect("hello");
+            wire::read_welcome(&mut c).expect("welcome");
             c.set_nonblocking(true).expect("nonblocking");
             epoll.add(c.as_fd(), i as u64, EPOLL_IN).expect("epoll add");
             (c, 0, Instant::now())
         })
         .collect();
-    let msg = vec![0u8; size];
+    // Every request is the same frame: the server echoes no sequence the client checks.
+    let mut msg = vec![0u8; size];
+    wire::encode_request(&mut msg, 0, size as u32);
     let mut buf = vec![0u8; size];
     let mut hist = LatencyHistogram::new();
     let mut events = [(0u64, 0u32); 64];
