@@ -64,17 +64,7 @@ impl VariantPlan for Plan {
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let (samples, lateness) = self.path.round(ctx, |live| {
             let flows = BulkFlows::start(live, self.shape.flows, Some(&self.shape.cc), None)?;
-            let samples = flows::sample_for(
-                &flows,
-                self.shape.duration,
-                self.shape.sample,
-                ctx.stop_requested,
-                ctx.progress,
-            );
-            let stopped = flows.stop();
-            let samples = samples?;
-            stopped?;
-            Ok::<_, RunError>(samples)
+            flows::sample_then_stop(flows, &self.shape, ctx)
         })?;
         let s = flows::summarise(&samples, self.shape.warmup, Duration::from_millis(100));
         let mut m = Measurement { lateness, ..Measurement::default() };

@@ -254,16 +254,7 @@ impl Plan {
             .map(flows::tcp_info)
             .transpose()?
             .is_some_and(|i| i.options.0 & TcpiOptions::ECN != 0);
-        let samples = flows::sample_for(
-            &flows,
-            self.shape.duration,
-            self.shape.sample,
-            ctx.stop_requested,
-            ctx.progress,
-        );
-        let stopped = flows.stop();
-        let samples = samples?;
-        stopped?;
+        let samples = flows::sample_then_stop(flows, &self.shape, ctx)?;
         Ok(DataPhase { samples, negotiated })
     }
 }

@@ -457,6 +457,21 @@ fn receive(mut s: TcpStream, received: &AtomicU64, stop: &AtomicBool) -> std::io
     }
 }
 
+/// Samples `flows` for `shape`'s duration at its interval ([`sample_for`]), then stops them:
+/// the samples, or the first error (the sampler's before the flows').
+pub fn sample_then_stop(
+    flows: BulkFlows,
+    shape: &BulkShape,
+    ctx: &crate::round::RoundContext<'_>,
+) -> Result<Vec<Sample>, RunError> {
+    let samples =
+        sample_for(&flows, shape.duration, shape.sample, ctx.stop_requested, ctx.progress);
+    let stopped = flows.stop();
+    let samples = samples?;
+    stopped?;
+    Ok(samples)
+}
+
 /// Runs `flows` for `duration`, sampling every `every`; returns the samples. Stops early with
 /// [`RunError::Interrupted`] when asked to.
 pub fn sample_for(
