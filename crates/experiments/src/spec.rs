@@ -332,6 +332,43 @@ impl Source<'_> {
         Ok(items.iter().collect())
     }
 
+    /// Rejects a key of `table` that is not in `known`: the table's header (`[[finding]]`,
+    /// `[decidability]`) and the keys it takes are in the error, keyed `name.key`.
+    fn check_keys(
+        &self,
+        name: &str,
+        header: &str,
+        table: &DeTable<'_>,
+        known: &[&str],
+    ) -> Result<(), SpecError> {
+        match table.iter().find(|(k, _)| !known.contains(&k.get_ref().as_ref())) {
+            Some((k, kv)) => Err(self.at(
+                kv,
+                &format!("{name}.{}", k.get_ref()),
+                format!("unknown key in {header} ({})", known.join(", ")),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The `[[name]]` tables in `v`, each beside its item (for its line), keys checked against
+    /// `known`.
+    fn checked_tables<'t, 'i>(
+        &self,
+        name: &str,
+        v: &'t Spanned<DeValue<'i>>,
+        known: &[&str],
+    ) -> Result<Vec<(&'t Spanned<DeValue<'i>>, &'t DeTable<'i>)>, SpecError> {
+        let header = format!("[[{name}]]");
+        let mut out = Vec::new();
+        for item in self.tables(name, v)? {
+            let table = self.table(name, item)?;
+            self.check_keys(name, &header, table, known)?;
+            out.push((item, table));
+        }
+        Ok(out)
+    }
+
     fn params(
         &self,
         table: &DeTable<'_>,

@@ -54,19 +54,7 @@ impl Experiment {
         let Some(v) = v else {
             return Ok(());
         };
-        let known = ["at", "change", "variants"];
-        for item in src.tables("event", v)? {
-            let t = src.table("event", item)?;
-            for (k, kv) in t.iter() {
-                let key = k.get_ref().as_ref();
-                if !known.contains(&key) {
-                    return Err(src.at(
-                        kv,
-                        &format!("event.{key}"),
-                        format!("unknown key in [[event]] ({})", known.join(", ")),
-                    ));
-                }
-            }
+        for (item, t) in src.checked_tables("event", v, &["at", "change", "variants"])? {
             let at = src.required_string(item, t, "event", "at")?;
             let change = src.required_string(item, t, "event", "change")?;
             let text = format!("{}:{}", at.trim(), change.trim());

@@ -9,26 +9,6 @@ use toml::de::DeValue;
 use super::{Experiment, FindingSpec, RuleSpec, Source, SpecError};
 use tcptail_report::{Decidability, QuickDecides, Verdict};
 
-/// Rejects a key of a `[[name]]` table that is not in `known`.
-fn check_keys(
-    src: &Source<'_>,
-    name: &str,
-    table: &toml::de::DeTable<'_>,
-    known: &[&str],
-) -> Result<(), SpecError> {
-    for (k, kv) in table.iter() {
-        let key = k.get_ref().as_ref();
-        if !known.contains(&key) {
-            return Err(src.at(
-                kv,
-                key,
-                format!("unknown key in [[{name}]] ({})", known.join(", ")),
-            ));
-        }
-    }
-    Ok(())
-}
-
 impl Experiment {
     pub(super) fn parse_rules(
         &mut self,
@@ -42,10 +22,8 @@ impl Experiment {
                 "at least one [[verdict]] rule is required",
             ));
         };
-        let items = src.tables("verdict", v)?;
-        for (i, item) in items.iter().enumerate() {
-            let t = src.table("verdict", item)?;
-            check_keys(src, "verdict", t, &["verdict", "when", "reason"])?;
+        let items = src.checked_tables("verdict", v, &["verdict", "when", "reason"])?;
+        for (i, &(item, t)) in items.iter().enumerate() {
             let verdict = match t.get("verdict") {
                 Some(vv) => {
                     let s = src.string("verdict", vv)?;
@@ -77,9 +55,9 @@ impl Experiment {
         let Some(v) = v else {
             return Ok(());
         };
-        for item in src.tables("finding", v)? {
-            let t = src.table("finding", item)?;
-            check_keys(src, "finding", t, &["title", "when", "then", "otherwise"])?;
+        for (item, t) in
+            src.checked_tables("finding", v, &["title", "when", "then", "otherwise"])?
+        {
             let required = |key: &str| src.required_string(item, t, "finding", key);
             self.findings.push(FindingSpec {
                 title: required("title")?,
@@ -102,9 +80,7 @@ impl Experiment {
         let Some(v) = v else {
             return Ok(());
         };
-        for item in src.tables("condition", v)? {
-            let t = src.table("condition", item)?;
-            check_keys(src, "condition", t, &["name", "seed", "run", "reason"])?;
+        for (item, t) in src.checked_tables("condition", v, &["name", "seed", "run", "reason"])? {
             let required = |key: &str| src.required_string(item, t, "condition", key);
             let (seed, run) = (required("seed")?, required("run")?);
             let matches = seed == run;
@@ -137,7 +113,7 @@ impl Experiment {
             return Ok(());
         };
         let t = src.table("decidability", v)?;
-        check_keys(src, "decidability", t, &["quick", "reason"])?;
+        src.check_keys("decidability", "[decidability]", t, &["quick", "reason"])?;
         let quick = src.required_string(v, t, "decidability", "quick")?;
         let quick = match quick.as_str() {
             "yes" => QuickDecides::Yes,

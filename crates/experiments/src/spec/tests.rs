@@ -142,7 +142,7 @@ fn findings_are_read_with_their_lines_and_checked_for_keys() {
     let e = err(&format!("{GOOD}{}", finding.replace("then = \"yes\"\n", "")));
     assert_eq!(e.key.as_deref(), Some("finding.then"), "{e}");
     let e = err(&format!("{GOOD}{finding}colour = \"red\"\n"));
-    assert_eq!(e.key.as_deref(), Some("colour"), "{e}");
+    assert_eq!(e.key.as_deref(), Some("finding.colour"), "{e}");
     assert!(e.problem.contains("unknown key in [[finding]] (title, when, then, otherwise)"), "{e}");
 }
 
@@ -225,7 +225,8 @@ fn decidability_is_read_and_checked() {
     let line = GOOD.matches('\n').count() + 3;
     assert_eq!(e.line, Some(line), "{e}");
     let e = err(&format!("{GOOD}{}", table.replace("reason = ", "why = ")));
-    assert_eq!(e.key.as_deref(), Some("why"), "{e}");
+    assert_eq!(e.key.as_deref(), Some("decidability.why"), "{e}");
+    assert!(e.problem.contains("unknown key in [decidability] (quick, reason)"), "{e}");
     let e = err(&format!("{GOOD}\n[decidability]\nquick = \"yes\"\n"));
     assert_eq!(e.key.as_deref(), Some("decidability.reason"), "{e}");
 }
