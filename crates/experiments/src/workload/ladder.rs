@@ -430,7 +430,8 @@ mod tests {
                 other => other.unwrap_or_else(|e| panic!("{rung}: {e}")),
             };
             assert!(m.metrics["min_us"] <= m.metrics["mean_us"], "{rung}: {:?}", m.metrics);
-            eprintln!("rung {rung}: p50 {:.1} µs", m.metrics["p50_us"]);
+            // A p50 may be not measurable on a loaded host (too few samples in 200 ms).
+            eprintln!("rung {rung}: p50 {:?} µs", m.metrics.get("p50_us"));
             if rung.starts_with("af-xdp") {
                 // The seed's point: a kick per request and one per response.
                 let kicks = m.metrics["kicks_per_request"];
