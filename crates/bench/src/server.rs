@@ -440,6 +440,22 @@ impl Server {
         }
     }
 
+    /// Binds a server that grants whatever its clients ask for ([`ServerPolicy::trusting`])
+    /// inside `ns`, and runs it ([`Server::spawn`]): for a lab's or an experiment's own
+    /// namespace, which only its namespace pair can reach. `config`'s policy is replaced.
+    ///
+    /// # Panics
+    ///
+    /// If the server's thread cannot be spawned.
+    pub fn spawn_trusting_in(
+        ns: &tcptail_netns::Netns,
+        config: ServerConfig,
+    ) -> io::Result<RunningServer> {
+        let config = ServerConfig { policy: ServerPolicy::trusting(), ..config };
+        let server = ns.run(|| Server::bind(config)).map_err(io::Error::other)??;
+        Ok(server.spawn())
+    }
+
     /// Runs the server on a background thread, discarding its events.
     ///
     /// # Panics

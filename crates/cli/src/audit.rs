@@ -25,7 +25,7 @@ use tcptail_audit::{cc, revert};
 use tcptail_bench::client as bench_client;
 use tcptail_bench::config::BenchConfig;
 use tcptail_bench::run::RunControl;
-use tcptail_bench::server::{RunningServer, Server, ServerConfig, ServerPolicy};
+use tcptail_bench::server::{RunningServer, Server, ServerConfig};
 use tcptail_bench::stats::LatencySummary;
 use tcptail_lab::{LivePath, PathShape};
 use tcptail_netns::addr::SERVER_ADDR;
@@ -414,16 +414,8 @@ fn verify_with(
     })?;
     // The lab's own server, reachable only from its namespace pair: it grants whatever the
     // verifying client asks for.
-    let server = live
-        .server()
-        .run(|| {
-            Server::bind(ServerConfig {
-                policy: ServerPolicy::trusting(),
-                ..ServerConfig::new(listen)
-            })
-        })?
-        .with_context(|| format!("the lab's bench server on {listen}"))?
-        .spawn();
+    let server = Server::spawn_trusting_in(live.server(), ServerConfig::new(listen))
+        .with_context(|| format!("the lab's bench server on {listen}"))?;
     let mut lab = BenchLab { _server: server, live, config, percentile: percentile.to_owned() };
     eprintln!(
         "verifying {} per-namespace change(s) of {} in a lab namespace pair: {runs} run(s) \

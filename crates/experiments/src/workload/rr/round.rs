@@ -20,7 +20,7 @@ use tcptail_bench::attribution::AttributedSample;
 use tcptail_bench::client::run_raw;
 use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter};
 use tcptail_bench::run::{RawRun, RunControl};
-use tcptail_bench::server::{Server, ServerConfig, ServerPolicy};
+use tcptail_bench::server::{Server, ServerConfig};
 use tcptail_bench::stats::LatencySummary;
 use tcptail_report::Series;
 use tcptail_sock::{BbrPhase, Profile};
@@ -116,19 +116,11 @@ impl RoundSpec {
 
     fn run_on(&self, live: &LivePath, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
         let listen = SocketAddr::from((live.server_addr(), 0));
-        let server = live
-            .server()
-            // The experiment's own server in its own namespace: it grants the spinning,
-            // pinning and congestion controls the experiment asks for.
-            .run(|| {
-                Server::bind(ServerConfig {
-                    policy: ServerPolicy::trusting(),
-                    engine: self.engine,
-                    ..ServerConfig::new(listen)
-                })
-            })?
-            .map_err(|e| RunError::failed("bench server: bind", e))?
-            .spawn();
+        // The experiment's own server in its own namespace: it grants the spinning, pinning
+        // and congestion controls the experiment asks for.
+        let config = ServerConfig { engine: self.engine, ..ServerConfig::new(listen) };
+        let server = Server::spawn_trusting_in(live.server(), config)
+            .map_err(|e| RunError::failed("bench server: bind", e))?;
         // The flows share the path's bottleneck with the requests; their bytes received while
         // the measurement runs become `competing_mbps`, which shows it really was saturated.
         let competing = match self.competing_flows {
