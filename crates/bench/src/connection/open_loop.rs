@@ -213,13 +213,7 @@ impl Connection {
         req: Outstanding,
         done: Instant,
     ) {
-        let latency = (done - req.intended).as_nanos() as u64;
-        let service = (done - req.sent).as_nanos() as u64;
-        self.m.record_latency(latency);
-        self.m.service.record(service);
-        self.m.requests += 1;
-        self.m.end = Some(done);
-        control.add_completed(1);
-        self.keep_answered(config, start, index, req, (latency, service));
+        let after = if req.before.is_some() { self.snapshot() } else { None };
+        self.m.answered(config, control, start, index, req, done, true, after);
     }
 }
