@@ -600,17 +600,24 @@ fn the_output_directory_is_private_and_never_written_through_links() {
     assert!(stderr.contains("owned by uid 65534"), "{stderr}");
     assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0, "nothing written into it");
 
-    // --force: the planted report link is replaced, never written through; a planted
-    // server.log link makes the run fail rather than write through it.
+    // --force: every file a run writes replaces what is there; a planted link is removed,
+    // never written through (the report, server.log, and the emulator's Mahimahi logs).
     let (code, stderr) = lab(&[&["--out", used_s, "--force"][..], &none].concat(), tmp.path());
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     assert!(std::fs::symlink_metadata(used.join("lab-report.json")).unwrap().is_file());
     symlink(&victim, used.join("server.log")).unwrap();
+    symlink(&victim, used.join("up.log")).unwrap();
     let server = ["--server-cmd", "echo hi", "--server-ready", "10ms"];
-    let args = [&["--out", used_s, "--force"][..], &server, &none].concat();
-    let (code, stderr) = lab(&args, tmp.path());
-    assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("server.log"), "{stderr}");
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let emulated = ["--rate", "10mbit", "--delay", "1ms", "--", "true"];
+    let args = [&["--out", used_s, "--force"][..], &server, &emulated].concat();
+    for run in 0..2 {
+        // The second run finds the first one's files (up.log, down.log, server.log) there.
+        let (code, stderr) = lab(&args, tmp.path());
+        assert_eq!(code, Some(0), "run {run}: {stderr}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(used.join("server.log")).unwrap(), "hi\n");
+        let up = std::fs::read_to_string(used.join("up.log")).unwrap();
+        assert!(up.starts_with("# mahimahi"), "run {run}: {up:.80}");
+    }
 }

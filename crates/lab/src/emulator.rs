@@ -422,8 +422,8 @@ impl Emulator {
             let path = dir.join(file);
             std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
             // Never through a symlink, never into someone else's file: the directory may be
-            // one the user named.
-            let file = tcptail_report::files::create_new(&path, 0o644);
+            // one the user named (an earlier run's log there is replaced: `--force`).
+            let file = tcptail_report::files::create_replacing(&path, 0o644);
             let out = BufWriter::new(file.map_err(|e| file_error(&path, e))?);
             let mut header = LogHeader::for_direction(name, dir_spec);
             header.log_name = path.display().to_string();

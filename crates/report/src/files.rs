@@ -13,6 +13,8 @@
 //!   way out.
 //! - [`create_new`] opens a file with `O_CREAT | O_EXCL | O_NOFOLLOW`: it never follows a
 //!   symlink and never reuses a file somebody else created.
+//! - [`create_replacing`] is [`create_new`] after unlinking an earlier run's file (or a
+//!   symlink, which is removed, never followed): what `--force` into a used directory means.
 //! - [`write_atomically`] writes a temporary file beside the target (created the same way),
 //!   fsyncs it, renames it over the target and fsyncs the directory: a crash leaves the old
 //!   content or the new one, never half of one, and never a file written through a symlink.
@@ -35,6 +37,21 @@ fn nofollow() -> i32 {
 /// with `AlreadyExists` if anything, a symlink included, is already there.
 pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nofollow()).open(path)
+}
+
+/// Like [`create_new`], after removing a file or symlink already at `path` (never following
+/// it): for a directory [`prepare_out_dir`] accepted with `force`, where a previous run's
+/// files are meant to be replaced. A directory at `path` is not removed: the create then
+/// fails with `AlreadyExists`. Whatever appears between the removal and the create is never
+/// written through: the create is still exclusive.
+pub fn create_replacing(path: &Path, mode: u32) -> io::Result<File> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if !meta.is_dir() => fs::remove_file(path)?,
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    create_new(path, mode)
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory: created with
@@ -254,6 +271,28 @@ mod tests {
         let names: Vec<_> =
             fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn replacing_removes_a_file_or_a_symlink_and_never_writes_through_it() {
+        let base = tempfile::tempdir().unwrap();
+        let log = base.path().join("up.log");
+        fs::write(&log, "an earlier run").unwrap();
+        create_replacing(&log, 0o644).unwrap().write_all(b"new").unwrap();
+        assert_eq!(fs::read_to_string(&log).unwrap(), "new");
+        // A planted symlink is removed; its target is untouched.
+        let target = base.path().join("target");
+        fs::write(&target, "secret").unwrap();
+        fs::remove_file(&log).unwrap();
+        std::os::unix::fs::symlink(&target, &log).unwrap();
+        create_replacing(&log, 0o644).unwrap().write_all(b"log").unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "secret");
+        assert!(!fs::symlink_metadata(&log).unwrap().is_symlink());
+        // A directory in the way is not removed.
+        let dir = base.path().join("down.log");
+        fs::create_dir(&dir).unwrap();
+        assert_eq!(create_replacing(&dir, 0o644).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
+        assert!(dir.is_dir());
     }
 
     #[test]

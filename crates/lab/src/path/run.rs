@@ -251,7 +251,7 @@ impl LabRun {
             return Ok(());
         };
         let log = self.out_dir.join(SERVER_LOG);
-        let out = files::create_new(&log, 0o644).map_err(output_err(&log, "create"))?;
+        let out = files::create_replacing(&log, 0o644).map_err(output_err(&log, "create"))?;
         let err = out.try_clone().map_err(output_err(&log, "open"))?;
         self.report.files.push(log.display().to_string());
         let mut cmd = self.live.server_command("sh");
