@@ -263,7 +263,9 @@ fn a_blackhole_event_stops_delivery_within_1ms_and_restore_resumes_it() {
             (f.next() == Some("-")).then_some(t)
         })
         .collect();
-    assert!(departures.iter().any(|&t| (1990..2000).contains(&t)), "idle before the outage");
+    // "Busy" within the last 100 ms: a loaded host can deschedule the sender for tens of ms
+    // (the drops counted above already show traffic arrived during the outage).
+    assert!(departures.iter().any(|&t| (1900..2000).contains(&t)), "idle before the outage");
     let during: Vec<u64> =
         departures.iter().copied().filter(|&t| (2001..3000).contains(&t)).collect();
     assert!(during.is_empty(), "departures during the outage: {during:?}");
