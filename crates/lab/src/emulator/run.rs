@@ -116,6 +116,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether a thread's loop ends now, and why: `Some(false)` after [`Self::request_stop`],
+    /// `Some(true)` on a termination signal, `None` to go on.
+    pub(crate) fn stop_requested(&self) -> Option<bool> {
+        if self.stop.load(Ordering::Relaxed) {
+            Some(false)
+        } else if tcptail_netns::signal::shutdown_requested() {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn request_stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         // An eventfd counter only overflows after 2^64 - 2 writes; a failed write can only
@@ -246,11 +258,8 @@ impl Worker {
     pub(crate) fn run(mut self) -> Finished {
         let spin_ns = u64::try_from(self.spin.as_nanos()).unwrap_or(u64::MAX);
         let by_signal = loop {
-            if self.shared.stop.load(Ordering::Relaxed) {
-                break false;
-            }
-            if tcptail_netns::signal::shutdown_requested() {
-                break true;
+            if let Some(by_signal) = self.shared.stop_requested() {
+                break by_signal;
             }
             let mut progress = false;
             for lane in &mut self.lanes {
@@ -449,11 +458,8 @@ impl ReaderWorker {
     /// Runs until stopped; returns the intakes for reporting.
     pub(crate) fn run(mut self) -> Finished {
         let by_signal = loop {
-            if self.shared.stop.load(Ordering::Relaxed) {
-                break false;
-            }
-            if tcptail_netns::signal::shutdown_requested() {
-                break true;
+            if let Some(by_signal) = self.shared.stop_requested() {
+                break by_signal;
             }
             let mut progress = false;
             for reader in &mut self.readers {
