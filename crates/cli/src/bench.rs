@@ -585,16 +585,7 @@ fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
         let result = matrix::run_matrix(&config, spec, opts.rounds, &control);
         finish(progress, reporter)?;
         let result = result?;
-        let mut stdout = std::io::stdout().lock();
-        if one_line {
-            serde_json::to_writer(&mut stdout, &result)?;
-            writeln!(stdout)?;
-        } else if opts.json {
-            serde_json::to_writer_pretty(&mut stdout, &result)?;
-            writeln!(stdout)?;
-        } else {
-            write!(stdout, "{}", matrix::render_matrix(&result))?;
-        }
+        print_result(&result, opts.json, one_line, matrix::render_matrix)?;
         return Ok(exit_code(result.rows.iter().any(|r| r.result.interrupted)));
     }
     let raw_probe = tcptail_bench::context::ContextProbe::start();
@@ -611,17 +602,29 @@ fn measure(server: SocketAddr, opts: &MeasureArgs) -> Result<ExitCode> {
         report::write_tcp_info_csv(&raw.tcp_info, std::io::BufWriter::new(file))
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    print_result(&result, opts.json, one_line, report::render_result)?;
+    Ok(exit_code(result.interrupted))
+}
+
+/// Prints a final result on stdout: as one JSON line (`one_line`, after interim JSON lines),
+/// as pretty JSON (`json`), or as the human text `render` makes of it.
+fn print_result<T: serde::Serialize>(
+    result: &T,
+    json: bool,
+    one_line: bool,
+    render: fn(&T) -> String,
+) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     if one_line {
-        serde_json::to_writer(&mut stdout, &result)?;
+        serde_json::to_writer(&mut stdout, result)?;
         writeln!(stdout)?;
-    } else if opts.json {
-        serde_json::to_writer_pretty(&mut stdout, &result)?;
+    } else if json {
+        serde_json::to_writer_pretty(&mut stdout, result)?;
         writeln!(stdout)?;
     } else {
-        write!(stdout, "{}", report::render_result(&result))?;
+        write!(stdout, "{}", render(result))?;
     }
-    Ok(exit_code(result.interrupted))
+    Ok(())
 }
 
 /// Takes the run's interval histograms every `period`: prints interim lines (if asked) and
