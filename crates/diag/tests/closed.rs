@@ -167,3 +167,64 @@ fn without_notifications_the_polls_summarise_every_close_once() {
         }
     }
 }
+
+#[test]
+fn a_stop_right_after_closes_waits_for_their_notifications() {
+    // Connections closed after the last poll and before the stop: the stopping recorder
+    // polls once more and waits for their destroy notifications, so both ends are summarised
+    // from the kernel (the stop used to end the loop with the notifications unread).
+    tcptail_netns::ensure_root().expect("the close tests need root (CI runs them as root)");
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "closed-stop").unwrap();
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    let (_listener, p) = ns
+        .run(|| {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = pair(&listener);
+            (listener, p)
+        })
+        .unwrap();
+    let mut p = Some(p);
+    if let Some(p) = &mut p {
+        transfer(p, 100_000);
+    }
+    let addr = p.as_ref().unwrap().client.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec");
+    let options = RecorderOptions { interval: Duration::from_millis(10), ..Default::default() };
+    let mut rec = Recorder::create(&path, options).unwrap();
+    rec.listen_for_closes(DestroyListener::in_netns(ns.name()).unwrap(), None);
+    let mut dumper = Dumper::in_netns(ns.name()).unwrap();
+    let req = DumpRequest { states: wire::ESTABLISHED, ..DumpRequest::default() };
+    // The first poll sees the connection; before the second, both ends close and the run
+    // is told to stop.
+    let mut asked = 0;
+    let stop = || {
+        asked += 1;
+        if asked < 2 {
+            return false;
+        }
+        let Pair { client, mut server } = p.take().expect("closed once");
+        drop(client);
+        assert_eq!(server.read(&mut [0u8; 16]).unwrap(), 0, "the server reads the client's FIN");
+        drop(server);
+        true
+    };
+    rec.run(&mut dumper, &req, stop, |e| panic!("dump failed: {e}")).unwrap();
+    let stats = rec.finish().unwrap();
+    assert_eq!((stats.polls, stats.lost_closes), (2, 0), "{stats:?}");
+    let mut replay = Replay::open(&path).unwrap();
+    let mut all = Vec::new();
+    while let Some(e) = replay.next_event() {
+        if let Event::Closed(c) = e.unwrap() {
+            all.push(*c);
+        }
+    }
+    assert_eq!(all.len(), 2, "{all:#?}");
+    for client in [true, false] {
+        let c = end(&all, addr, client);
+        assert_eq!(c.seen, CloseSeen::Destroyed, "{c:#?}");
+        assert!(c.lifetime.is_some(), "the first poll knew it: {c:#?}");
+    }
+    drop(ns);
+}

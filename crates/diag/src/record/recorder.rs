@@ -12,7 +12,9 @@
 //! Each connection's close is summarised once in a closed record ([`crate::closed`]): from
 //! the kernel's destroy notification when [`Recorder::listen_for_closes`] was called (a
 //! connection that left the dump waits for it up to 120 s); otherwise from the
-//! last poll that saw it, when it entered TIME_WAIT or left the dump.
+//! last poll that saw it, when it entered TIME_WAIT or left the dump. A stopping recorder polls
+//! once more, waits up to a second for the notifications of the closes it knows of, and
+//! summarises any still missing from their last poll, so no close is lost at the end.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -138,6 +140,9 @@ struct Departed {
 /// How long a connection that left the dump waits for its destroy notification before it is
 /// summarised from its last poll: longer than FIN_WAIT2's and TIME_WAIT's 60 s.
 const DEPARTED_FOR: Duration = Duration::from_secs(120);
+
+/// How long a stopping recorder waits for the destroy notifications of closes it knows of.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// `TCP_TIME_WAIT`, `TCP_LISTEN`.
 const TIME_WAIT: u32 = 6;
@@ -292,6 +297,34 @@ impl Table {
             let d = self.departed.remove(&cookie).expect("listed above");
             put_closed(out, &d.entry.closed(d.entry.row.values(), CloseSeen::Vanished, now));
             self.stats.closed += 1;
+        }
+    }
+
+    /// Whether a close is known whose destroy notification has not come: a connection that
+    /// left the dump, or one a poll saw enter TIME_WAIT (its full socket was freed then).
+    fn awaiting_notifications(&self) -> bool {
+        self.listening
+            && (!self.departed.is_empty()
+                || self.entries.values().any(|e| !e.summarised && e.row.state() == TIME_WAIT))
+    }
+
+    /// Summarises from its last poll every close [`Table::awaiting_notifications`] found (the
+    /// recorder stops and cannot wait longer).
+    fn summarise_awaiting(&mut self, out: &mut Vec<u8>) {
+        if !self.listening {
+            return;
+        }
+        let now = self.now;
+        for (_, d) in self.departed.drain() {
+            put_closed(out, &d.entry.closed(d.entry.row.values(), CloseSeen::Vanished, now));
+            self.stats.closed += 1;
+        }
+        for e in self.entries.values_mut() {
+            if !e.summarised && e.row.state() == TIME_WAIT {
+                put_closed(out, &e.closed(e.row.values(), CloseSeen::Vanished, now));
+                e.summarised = true;
+                self.stats.closed += 1;
+            }
         }
     }
 
@@ -472,6 +505,13 @@ impl Recorder {
         let (table, out) = (&mut self.table, &mut self.writer.records);
         // The table compares `tcp_info` bytes and reads one field: no need to decode it.
         let stats = dumper.dump_undecoded(req, |s| table.observe(s, out))?;
+        self.drain_closes()?;
+        self.end(now, !stats.interrupted)
+    }
+
+    /// Summarises the closes whose destroy notifications are queued now.
+    fn drain_closes(&mut self) -> Result<(), RecordError> {
+        let (table, out) = (&mut self.table, &mut self.writer.records);
         if let Some((listener, filter)) = &mut self.closes {
             listener.drain(|s| {
                 if filter.as_ref().is_none_or(|f| f.matches(&s.id)) {
@@ -480,7 +520,7 @@ impl Recorder {
             })?;
             table.stats.lost_closes = listener.overruns;
         }
-        self.end(now, !stats.interrupted)
+        Ok(())
     }
 
     /// One poll over sockets handed to `feed` (tests and replays of captured dumps): `now_ns`
@@ -555,15 +595,17 @@ impl Recorder {
         let cpu_before = sys::process_cpu_time();
         let mut run = RunStats::default();
         let mut next = started;
-        while !stop() {
-            match self.poll(dumper, req) {
-                Ok(()) => {}
-                Err(RecordError::Dump(e)) => {
-                    run.dump_errors += 1;
-                    dump_failed(&e);
-                }
-                Err(e) => return Err(e),
+        let mut poll = |rec: &mut Recorder, run: &mut RunStats| match rec.poll(dumper, req) {
+            Ok(()) => Ok(()),
+            Err(RecordError::Dump(e)) => {
+                run.dump_errors += 1;
+                dump_failed(&e);
+                Ok(())
             }
+            Err(e) => Err(e),
+        };
+        while !stop() {
+            poll(self, &mut run)?;
             next += interval;
             let now = Instant::now();
             if now > next {
@@ -573,13 +615,26 @@ impl Recorder {
             }
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
+        // Closes since the last poll: one more poll sees which connections left, then their
+        // destroy notifications (sent from a kernel work queue after the close) get a moment
+        // to arrive, so a stop right after a close still summarises it from the kernel.
+        if self.closes.is_some() {
+            poll(self, &mut run)?;
+            let deadline = Instant::now() + CLOSE_GRACE;
+            while self.table.awaiting_notifications() && Instant::now() < deadline {
+                std::thread::sleep(interval.min(Duration::from_millis(2)));
+                self.drain_closes()?;
+            }
+        }
         run.wall = started.elapsed();
         run.cpu = sys::process_cpu_time() - cpu_before;
         Ok(run)
     }
 
-    /// Writes what is pending and closes the file.
-    pub fn finish(self) -> Result<RecorderStats, RecordError> {
+    /// Writes what is pending and closes the file. Closes still waiting for their destroy
+    /// notification are summarised from the last poll that saw them.
+    pub fn finish(mut self) -> Result<RecorderStats, RecordError> {
+        self.table.summarise_awaiting(&mut self.writer.records);
         let stats = self.table.stats;
         self.writer.finish()?;
         Ok(stats)
