@@ -4,11 +4,13 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::time::Duration;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::{Guard, finish, run, spawn, tcptail, text, wait_for_stderr};
+use tcptail_diag::record::fields::field_index;
+use tcptail_diag::record::{Event, Replay, Tracked};
 
 /// A loopback listener and `tcptail record` of it, polling.
 struct Recording {
@@ -38,10 +40,43 @@ fn start_recording(port_flag: &str, duration: &str, extra: &[&str]) -> Recording
     Recording { listener, port, dir, file, recorder }
 }
 
+/// Waits (up to 30 s) until the recording at `file`, read while the recorder writes it, holds
+/// a record of a connection `wanted` accepts: evidence that the recorder polled it, where a
+/// sleep would guess. A block the recorder is still writing ends a read; the next one
+/// starts over.
+fn wait_until_recorded(file: &Path, what: &str, wanted: impl Fn(&Tracked) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut replay) = Replay::open(file) {
+            while let Some(Ok(e)) = replay.next_event() {
+                if let Event::Full { cookie, .. } | Event::Change { cookie, .. } = e
+                    && replay.get(cookie).is_some_and(&wanted)
+                {
+                    return;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no record of {what} within 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A recorded connection's `bytes_acked`.
+fn acked(t: &Tracked) -> u64 {
+    t.values.get(field_index("bytes_acked").unwrap()).unwrap_or(0)
+}
+
+/// Ctrl-C to the recorder: it stops, writing what it holds.
+fn interrupt(recorder: &Guard) {
+    let pid = recorder.pid.to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+}
+
 #[test]
 fn records_a_transfer_and_shows_its_timeline_and_csv() {
+    // The recording runs until Ctrl-C, so a slow host cannot end it before the transfer.
     let Recording { listener, port, dir: _dir, file, recorder } =
-        start_recording("--dport", "1500ms", &["--block-every", "100ms"]);
+        start_recording("--dport", "300s", &["--block-every", "100ms"]);
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     let local = client.local_addr().unwrap();
@@ -50,10 +85,16 @@ fn records_a_transfer_and_shows_its_timeline_and_csv() {
         server.read_to_end(&mut sink).unwrap();
         sink.len()
     });
-    for _ in 0..20 {
+    // Each write waits until the recording shows it acknowledged, so every write is seen by
+    // a later poll than the one before it: at least 19 polls with a change.
+    let ours = |t: &Tracked| t.id.local == local;
+    for i in 1..=20u64 {
         client.write_all(&[0u8; 100_000]).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        wait_until_recorded(&file, "the write acknowledged", |t| {
+            ours(t) && acked(t) >= i * 100_000
+        });
     }
+    interrupt(&recorder);
     let done = finish(recorder, Duration::from_secs(30));
     drop(client);
     assert_eq!(reader.join().unwrap(), 2_000_000);
@@ -183,16 +224,23 @@ fn bad_flags_are_usage_errors() {
 
 #[test]
 fn closes_are_summarised_once_per_end_and_exported() {
+    // Until Ctrl-C; the recording is read as it is written to see when both ends were polled.
     let Recording { listener, port, dir: _dir, file, recorder } =
-        start_recording("--port", "1200ms", &[]);
+        start_recording("--port", "300s", &["--block-every", "0ms"]);
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     client.write_all(&[1u8; 300_000]).unwrap();
     let mut got = vec![0u8; 300_000];
     server.read_exact(&mut got).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let local: SocketAddr = client.local_addr().unwrap();
+    wait_until_recorded(&file, "the client's end", |t| t.id.local == local);
+    wait_until_recorded(&file, "the server's end", |t| t.id.remote == local);
+    // Both ends close (the server reads the client's FIN first), then Ctrl-C at once: the
+    // recorder must still summarise both from the kernel's notifications before it exits.
     drop(client);
+    assert_eq!(server.read(&mut [0u8; 16]).unwrap(), 0, "the client's FIN");
     drop(server);
+    interrupt(&recorder);
     let done = finish(recorder, Duration::from_secs(30));
     assert!(done.status.success(), "{}", done.stderr);
     assert!(done.stderr.contains("2 closes summarised"), "{}", done.stderr);
