@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use tcptail_emu::{BufferSize, Discipline, EcnBlackhole, Jitter, LossModel, PathEvent, Reorder};
+use tcptail_lab::emulator::Threads;
 use tcptail_lab::path::{
     EmulatorKind, LabError, LabRun, LabSpec, PathFlags, ReadyArg, Side, exec_command, running_labs,
     select_lab,
@@ -72,6 +73,12 @@ Values:
              direction rate=R scales the trace to mean R (opportunities keep their times,
              evenly thinned or repeated); the times they took effect are in
              lab-report.json (emulator_report.*.stats.path_changes)
+  --threads  single (default): one thread forwards both directions, the least CPU per GB;
+             per-direction: one thread each way; split: a reader and a releaser thread per
+             direction; pipeline: one reader for both devices, one releaser for both. The
+             extra threads pay on a machine with idle CPUs (they compete with the endpoints
+             on a small one); lab-report.json names the layout (threads) and each
+             thread's CPU time (emulator_report.thread_cpu)
   --trace    Mahimahi packet-delivery traces: FILE (both directions) or UP,DOWN;
              --trace-up/--trace-down FILE for one direction, e.g. --trace-down lte.trace
              --rate-up 5mbit (a trace one way, a constant rate the other)
@@ -85,6 +92,8 @@ Examples:
       -- sh -c 'iperf3 -c $TCPTAIL_SERVER_ADDR -t 5 -C bbr'
   tcptail lab path --rate-up 5mbit --rate-down 50mbit --rtt 40ms --loss ge:1%,burst=4 -- bash
   tcptail lab path --rate 50mbit --rtt 20ms --queue fq_codel,ecn --reorder 1%,gap=2ms -- bash
+  tcptail lab path --rate 10gbit --rtt 120ms --threads split --server-cmd 'iperf3 -s -1' \\
+      -- sh -c 'iperf3 -c $TCPTAIL_SERVER_ADDR -t 10 -C bbr'
   tcptail lab exec --server -- ss -tin";
 
 #[derive(Debug, Args)]
@@ -188,6 +197,11 @@ pub struct PathArgs {
     /// sch_netem), or none (plain veth, no shaping).
     #[arg(long, value_name = "KIND", default_value = "builtin", help_heading = "Emulator")]
     emulator: EmulatorKind,
+    /// The built-in emulator's threads: single (one thread for both directions),
+    /// per-direction, split (a reader and a releaser per direction) or pipeline (one reader,
+    /// one releaser) [default: single]; recorded in lab-report.json (see below).
+    #[arg(long, value_name = "LAYOUT", help_heading = "Emulator")]
+    threads: Option<Threads>,
     /// Flag the run when the emulator's p99 release lateness exceeds this [default: 500us].
     #[arg(long, value_name = "DURATION", help_heading = "Emulator")]
     lateness_bound: Option<HumanDuration>,
@@ -246,6 +260,7 @@ impl PathArgs {
             ecn_blackhole: self.ecn_blackhole,
             events: self.events,
             emulator: self.emulator,
+            threads: self.threads,
             out: self.out,
             force: self.force,
             lateness_bound: d(self.lateness_bound),

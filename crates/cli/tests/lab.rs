@@ -74,6 +74,17 @@ fn bad_specs_fail_before_anything_is_created() {
         (vec!["--rate", "1mbit", "--rtt", "4ms", "--jitter", "3ms"], vec!["--jitter", "delay"]),
         (vec!["--rate", "1mbit", "--buffer", "12"], vec!["--buffer", "no unit"]),
         (vec!["--emulator", "none", "--rate", "1mbit"], vec!["--rate", "plain veth"]),
+        (
+            vec!["--rate", "1mbit", "--threads", "dual"],
+            vec![
+                "--threads",
+                "unknown thread layout 'dual' (use single, per-direction, split or pipeline)",
+            ],
+        ),
+        (
+            vec!["--emulator", "none", "--threads", "split"],
+            vec!["--threads", "only the built-in emulator has threads", "not none"],
+        ),
     ];
     for (flags, expected) in cases {
         let out = dir.path().join("out");
@@ -94,6 +105,98 @@ fn bad_specs_fail_before_anything_is_created() {
     );
     assert_eq!(done.status.code(), Some(2));
     assert!(done.stderr.contains("`no-such-program-xyz` was not found on PATH"), "{}", done.stderr);
+}
+
+/// Accepts one connection on port 7980 in the server namespace, reads it to its end and
+/// prints `N bytes sha256 HEX` of what arrived.
+const DIGEST_SERVER: &str = "exec python3 -c '
+import hashlib, socket
+l = socket.create_server((\"0.0.0.0\", 7980))
+c, h, n = l.accept()[0], hashlib.sha256(), 0
+while True:
+    b = c.recv(65536)
+    if not b:
+        break
+    h.update(b)
+    n += len(b)
+print(\"%d bytes sha256 %s\" % (n, h.hexdigest()), flush=True)
+c.close()
+'";
+
+/// Sends 4 MiB of a byte pattern to the server's port 7980, closes, and prints what
+/// [`DIGEST_SERVER`] prints for the same bytes.
+const DIGEST_CLIENT: &str = "python3 -c '
+import hashlib, os, socket
+data = bytes(range(251)) * 16710 + bytes(range(94))
+s = socket.create_connection((os.environ[\"TCPTAIL_SERVER_ADDR\"], 7980), timeout=30)
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+print(\"%d bytes sha256 %s\" % (len(data), hashlib.sha256(data).hexdigest()))
+'";
+
+/// Every thread layout of the built-in emulator (`--threads`) carries a transfer end to end,
+/// and `lab-report.json` names the layout and holds one CPU entry per thread it ran.
+#[test]
+fn every_thread_layout_carries_a_transfer_and_is_recorded() {
+    let _lock = lab_lock();
+    let layouts: [(&str, &[&str]); 4] = [
+        ("single", &["forward up,down"]),
+        ("per-direction", &["forward up", "forward down"]),
+        ("split", &["read up", "release up", "read down", "release down"]),
+        ("pipeline", &["read up,down", "release up,down"]),
+    ];
+    for (layout, roles) in layouts {
+        let out = tempfile::tempdir().unwrap();
+        let args = [
+            "lab",
+            "path",
+            "--out",
+            out.path().to_str().unwrap(),
+            "--rate",
+            "100mbit",
+            "--rtt",
+            "4ms",
+            "--threads",
+            layout,
+            "--server-cmd",
+            DIGEST_SERVER,
+            "--server-ready",
+            "7980",
+            "--",
+            "sh",
+            "-c",
+            DIGEST_CLIENT,
+        ];
+        let done = run(&args, Duration::from_secs(60));
+        assert!(done.status.success(), "{layout}: {:?}\n{}", done.status, done.stderr);
+        assert!(done.leftovers.is_empty(), "{layout}: left {:?}", done.leftovers);
+        let sent = done.stdout.trim();
+        assert!(sent.starts_with("4194304 bytes sha256 "), "{layout}: client printed {sent:?}");
+        let server_log = std::fs::read_to_string(out.path().join("server.log")).unwrap();
+        assert_eq!(server_log.trim(), sent, "{layout}: what arrived differs from what was sent");
+        if layout != "single" {
+            let banner = format!("via the built-in emulator (threads: {layout})");
+            assert!(done.stderr.contains(&banner), "{layout}: banner: {}", done.stderr);
+        }
+
+        let report = report(out.path());
+        assert_eq!(report["threads"], layout, "{layout}: lab-report.json");
+        let emulator = &report["emulator_report"];
+        assert_eq!(emulator["threads"], layout, "{layout}: the emulator's own report");
+        let mut ran: Vec<&str> = emulator["thread_cpu"]
+            .as_array()
+            .expect("thread_cpu")
+            .iter()
+            .map(|t| t["role"].as_str().expect("role"))
+            .collect();
+        ran.sort_unstable();
+        let mut expected = roles.to_vec();
+        expected.sort_unstable();
+        assert_eq!(ran, expected, "{layout}: the threads that ran");
+        let forwarded = emulator["up"]["forwarded"]["bytes"].as_u64().expect("forwarded bytes");
+        assert!(forwarded >= 4 << 20, "{layout}: the emulator forwarded {forwarded} bytes up");
+    }
 }
 
 #[test]
@@ -435,6 +538,9 @@ fn help_documents_the_flag_syntax() {
         "--trace-up",
         "--trace-down",
         "TCPTAIL_SERVER_ADDR",
+        "--threads",
+        "per-direction",
+        "pipeline",
     ] {
         assert!(help.contains(word), "{word} missing from lab path --help");
     }

@@ -3,8 +3,12 @@
 //! | `path =` | what is built | keys |
 //! |---|---|---|
 //! | `"veth"` (default) | client ─veth─ server, no shaping: a datacenter path | `sysctl` |
-//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (an ECN-hostile middlebox, both directions: `"syn"` drops ECN-setup SYNs, `"data"` or `true` every ECT/CE packet, `"all"` both), `event`, `sysctl` |
+//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (an ECN-hostile middlebox, both directions: `"syn"` drops ECN-setup SYNs, `"data"` or `true` every ECT/CE packet, `"all"` both), `event`, `threads`, `sysctl` |
 //! | `"tbf"` | client ─veth─ router ─veth─ server, kernel `tbf` on the router's egress towards the server, never on the sender | `rate` (required), `buffer` (bytes, default 1 ms at `rate`, at least 64 KB), `sysctl` |
+//!
+//! `threads` (emulated paths only) lays the built-in emulator out over threads, as `tcptail lab
+//! path --threads` does: `"single"` (the default), `"per-direction"`, `"split"` or
+//! `"pipeline"`. It is recorded with the variant's parameters in `results.json`.
 //!
 //! `loss` and `reorder` apply to the data direction only (client to server): losing or
 //! reordering ACKs is a different experiment.
@@ -30,7 +34,7 @@ use tcptail_emu::{
     BufferSize, DirectionSpec, Discipline, EcnBlackhole, LossModel, PathEvent, PathSpec, QueueSpec,
     Reorder,
 };
-use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport};
+use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport, Threads};
 use tcptail_lab::path::LabError;
 pub use tcptail_lab::{LivePath, PathShape};
 use tcptail_report::Lateness;
@@ -51,6 +55,9 @@ pub struct PathPlan {
     pub sysctls: BTreeMap<String, String>,
     /// Path events on the emulator's clock (emulated paths only).
     pub events: Vec<PathEvent>,
+    /// The built-in emulator's thread layout (emulated paths only; default
+    /// [`Threads::Single`]).
+    pub threads: Threads,
 }
 
 impl PathPlan {
@@ -68,7 +75,8 @@ impl PathPlan {
         Ok(path)
     }
 
-    /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue`, `event` and `sysctl`.
+    /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue`, `event`, `threads` and
+    /// `sysctl`.
     pub fn from_params(params: &Params) -> Result<PathPlan, ParamError> {
         let kind =
             params.choice("path", &["veth", "emulated", "tbf"])?.unwrap_or_else(|| "veth".into());
@@ -154,6 +162,14 @@ impl PathPlan {
                 PathShape::Emulated(spec)
             }
         };
+        let threads = params.parsed("threads", |s| s.parse::<Threads>())?;
+        if threads.is_some() && !matches!(kind, PathShape::Emulated(_)) {
+            return Err(ParamError::new(
+                "threads",
+                "lays out the built-in emulator's threads: it needs path = \"emulated\"",
+            ));
+        }
+        let threads = threads.unwrap_or(EmulatorOptions::default().threads);
         let events = events(params)?;
         if let PathShape::Emulated(spec) = &kind {
             for dir in [&spec.up, &spec.down] {
@@ -165,7 +181,7 @@ impl PathPlan {
                 })?;
             }
         }
-        Ok(PathPlan { kind, sysctls, events })
+        Ok(PathPlan { kind, sysctls, events, threads })
     }
 
     /// Base round-trip time of the path (zero for veth and tbf).
@@ -189,7 +205,12 @@ impl PathPlan {
     pub fn describe(&self) -> String {
         let base = match &self.kind {
             PathShape::Veth => "veth pair (no shaping)".to_owned(),
-            PathShape::Emulated(p) => format!("emulated path: {}", p.up),
+            PathShape::Emulated(p) if self.threads == EmulatorOptions::default().threads => {
+                format!("emulated path: {}", p.up)
+            }
+            PathShape::Emulated(p) => {
+                format!("emulated path: {} (emulator threads: {})", p.up, self.threads)
+            }
             PathShape::Netem(p) => format!("netem path: {}", p.up),
             PathShape::Tbf { rate, buffer_bytes } => {
                 format!(
@@ -252,6 +273,7 @@ impl PathPlan {
         tcptail_netns::ensure_root()?;
         let options = EmulatorOptions {
             seed,
+            threads: self.threads,
             lateness_bound: LATENESS_BOUND,
             events: self.events.clone(),
             ..EmulatorOptions::default()

@@ -183,9 +183,10 @@ use run::{Finished, ReaderWorker, Shared, Tunings, Worker};
 /// The longest a running emulator takes to notice a termination signal.
 pub const MAX_STOP_LATENCY: Duration = run::MAX_SLEEP;
 
-/// How the directions are spread over threads.
+/// How the directions are spread over threads (`tcptail lab path --threads`, `threads =` in
+/// experiment files; named as [`Threads::name`] says, in reports too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Threads {
     /// One thread serves both directions (the default: on a 2-vCPU machine a second busy
     /// thread competes with the endpoints it serves).
@@ -198,6 +199,45 @@ pub enum Threads {
     /// Two threads for both directions: one reads both devices, one runs both models and
     /// writes (the stages of [`Threads::Split`] without a second pair of threads).
     Pipeline,
+}
+
+impl Threads {
+    /// Every layout, in the order `--help` lists them.
+    pub const ALL: [Threads; 4] =
+        [Threads::Single, Threads::PerDirection, Threads::Split, Threads::Pipeline];
+
+    /// The name on command lines, in experiment files and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Threads::Single => "single",
+            Threads::PerDirection => "per-direction",
+            Threads::Split => "split",
+            Threads::Pipeline => "pipeline",
+        }
+    }
+
+    /// The accepted names, for error messages: `single, per-direction, split or pipeline`.
+    pub fn choices() -> String {
+        let names = Threads::ALL.map(Threads::name);
+        format!("{} or {}", names[..names.len() - 1].join(", "), names[names.len() - 1])
+    }
+}
+
+impl std::str::FromStr for Threads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Threads, String> {
+        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
+        Threads::ALL
+            .into_iter()
+            .find(|t| t.name() == wanted)
+            .ok_or_else(|| format!("unknown thread layout '{s}' (use {})", Threads::choices()))
+    }
+}
+
+impl std::fmt::Display for Threads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What one emulator thread runs.

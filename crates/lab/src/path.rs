@@ -109,6 +109,7 @@ pub struct LabSpec {
     pub(crate) path: Option<PathSpec>,
     pub(crate) events: Vec<tcptail_emu::PathEvent>,
     pub(crate) emulator: EmulatorKind,
+    pub(crate) threads: crate::emulator::Threads,
     pub(crate) out_dir: Option<PathBuf>,
     pub(crate) force: bool,
     pub(crate) lateness_bound: Duration,
@@ -125,6 +126,10 @@ impl LabSpec {
     /// Which emulator carries the path.
     pub fn emulator(&self) -> EmulatorKind {
         self.emulator
+    }
+    /// The built-in emulator's thread layout (`--threads`).
+    pub fn threads(&self) -> crate::emulator::Threads {
+        self.threads
     }
     /// The directory the user chose for `lab-report.json`, the emulator's logs and the
     /// server's output (`--out`); `None`: a new private directory ([`LabRun::out_dir`]).

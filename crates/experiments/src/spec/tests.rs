@@ -242,3 +242,42 @@ fn every_builtin_states_its_conditions_and_decidability() {
         assert!(d.reason.len() > 40, "{name}: say why in [decidability] reason");
     }
 }
+
+#[test]
+fn the_emulator_thread_layout_is_a_path_key_checked_with_its_file_and_line() {
+    use tcptail_lab::emulator::Threads;
+    let emulated =
+        GOOD.replace("path = \"veth\"", "path = \"emulated\"\nrate = \"10mbit\"\nrtt = \"20ms\"");
+    let plan_of = |text: &str, variant: usize| {
+        let exp = Experiment::parse(text, "x.toml").unwrap();
+        let v = &exp.variants[variant];
+        let engine = crate::workload::by_name(&exp.workload).expect("known workload");
+        crate::workload::plan(engine, &exp.params_for(v, RunMode::Full))
+            .map(|_| crate::path::PathPlan::from_params(&exp.params_for(v, RunMode::Full)).unwrap())
+            .map_err(|p| exp.param_error(v, RunMode::Full, &p.key, &p.problem))
+    };
+    assert_eq!(plan_of(&emulated, 0).unwrap().threads, Threads::Single, "the default");
+    let split = emulated.replace("nodelay = true", "nodelay = true\nthreads = \"split\"");
+    assert_eq!(plan_of(&split, 1).unwrap().threads, Threads::Split);
+    assert_eq!(plan_of(&split, 0).unwrap().threads, Threads::Single, "only where it is set");
+    let described = plan_of(&split, 1).unwrap().describe();
+    assert!(described.ends_with("(emulator threads: split)"), "{described}");
+
+    let bad = emulated.replace("nodelay = true", "nodelay = true\nthreads = \"dual\"");
+    let e = plan_of(&bad, 1).unwrap_err();
+    assert_eq!(
+        (e.file.as_str(), e.line, e.key.as_deref()),
+        ("x.toml", Some(line_of(&bad, "threads = \"dual\"")), Some("threads")),
+        "{e}"
+    );
+    assert!(
+        e.problem.contains(
+            "unknown thread layout 'dual' (use single, per-direction, split or pipeline)"
+        ),
+        "{e}"
+    );
+    let veth = GOOD.replace("nodelay = true", "nodelay = true\nthreads = \"split\"");
+    let e = plan_of(&veth, 1).unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("threads"), "{e}");
+    assert!(e.problem.contains("needs path = \"emulated\""), "{e}");
+}

@@ -465,3 +465,17 @@ mod offload {
         assert!(err.to_string().contains("virtio_net_hdr"), "{err}");
     }
 }
+
+#[test]
+fn thread_layouts_parse_by_the_names_they_print_and_serialise() {
+    for threads in Threads::ALL {
+        assert_eq!(threads.name().parse::<Threads>(), Ok(threads));
+        assert_eq!(threads.to_string(), threads.name());
+        let json = serde_json::to_value(threads).unwrap();
+        assert_eq!(json, threads.name(), "reports name the layout as the flag does");
+    }
+    assert_eq!(" Split ".parse::<Threads>(), Ok(Threads::Split));
+    assert_eq!("per_direction".parse::<Threads>(), Ok(Threads::PerDirection));
+    let err = "dual".parse::<Threads>().unwrap_err();
+    assert_eq!(err, "unknown thread layout 'dual' (use single, per-direction, split or pipeline)");
+}

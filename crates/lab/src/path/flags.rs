@@ -23,7 +23,7 @@ use tcptail_units::{Bdp, BitRate};
 
 use super::values::{EmulatorKind, ReadyArg};
 use super::{ANY_LISTENER_TIMEOUT, LabError, LabSpec, Readiness, ServerSpec};
-use crate::emulator::EmulatorOptions;
+use crate::emulator::{EmulatorOptions, Threads};
 
 /// The flags of `tcptail lab path`, typed but not yet checked against each other; see the
 /// [`crate::path`] docs. `-up`/`-down` fields override the both-directions field.
@@ -63,6 +63,8 @@ pub struct PathFlags {
     /// Path events on the emulator's clock (`5s:blackhole`), both directions.
     pub events: Vec<tcptail_emu::PathEvent>,
     pub emulator: EmulatorKind,
+    /// The built-in emulator's thread layout (default [`Threads::Single`]).
+    pub threads: Option<Threads>,
     pub out: Option<PathBuf>,
     pub force: bool,
     pub lateness_bound: Option<Duration>,
@@ -129,10 +131,23 @@ impl PathFlags {
         if self.lateness_bound.is_some_and(|b| b.is_zero()) {
             return Err(LabError::flag("--lateness-bound", "must be greater than zero"));
         }
+        if let Some(threads) = self.threads
+            && self.emulator != EmulatorKind::Builtin
+        {
+            return Err(LabError::flag(
+                "--threads",
+                format!(
+                    "{threads}: only the built-in emulator has threads to lay out; drop \
+                     --threads or use --emulator builtin (not {})",
+                    self.emulator
+                ),
+            ));
+        }
         Ok(LabSpec {
             path,
             events: self.events.clone(),
             emulator: self.emulator,
+            threads: self.threads.unwrap_or(EmulatorOptions::default().threads),
             out_dir: self.out.clone(),
             force: self.force,
             lateness_bound: self

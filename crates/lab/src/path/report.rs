@@ -102,6 +102,9 @@ pub struct LabReport {
     pub tcptail_version: &'static str,
     /// `builtin`, `netem` or `none`.
     pub emulator: EmulatorKind,
+    /// The built-in emulator's thread layout (`single`, `per-direction`, `split`,
+    /// `pipeline`); `None` for netem or a plain veth.
+    pub threads: Option<crate::emulator::Threads>,
     /// Seed of the emulator's loss and jitter draws.
     pub seed: u64,
     /// Wall-clock start, ms since the Unix epoch.

@@ -133,6 +133,7 @@ impl LabRun {
         let report = LabReport {
             tcptail_version: env!("CARGO_PKG_VERSION"),
             emulator: spec.emulator,
+            threads: builtin.then_some(spec.threads),
             seed: spec.seed,
             started_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -160,6 +161,7 @@ impl LabRun {
         };
         let options = EmulatorOptions {
             seed: spec.seed,
+            threads: spec.threads,
             lateness_bound: spec.lateness_bound,
             mahimahi_log_dir: Some(out_dir.clone()),
             command_line: Some(spec.client.join(" ")),
@@ -214,7 +216,10 @@ impl LabRun {
         let via = match (self.spec.emulator, self.live.router()) {
             (EmulatorKind::Netem, Some(r)) => format!("netem on router {}", r.name()),
             (EmulatorKind::None, _) => "a plain veth (no emulation)".to_owned(),
-            _ => "the built-in emulator".to_owned(),
+            _ if self.spec.threads == EmulatorOptions::default().threads => {
+                "the built-in emulator".to_owned()
+            }
+            _ => format!("the built-in emulator (threads: {})", self.spec.threads),
         };
         let path = match &self.spec.path {
             Some(p) => format!("; up: {}; down: {}", p.up, p.down),

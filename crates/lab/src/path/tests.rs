@@ -358,3 +358,17 @@ fn events_are_checked_against_both_directions() {
     let netem = PathFlags { emulator: EmulatorKind::Netem, ..ok };
     assert!(err(&netem).starts_with("--event"), "{}", err(&netem));
 }
+
+#[test]
+fn the_thread_layout_defaults_to_one_thread_and_needs_the_builtin_emulator() {
+    use crate::emulator::Threads;
+    assert_eq!(flags("30mbit", "10ms").check().unwrap().threads(), Threads::Single);
+    let split = PathFlags { threads: Some(Threads::Split), ..flags("30mbit", "10ms") };
+    assert_eq!(split.check().unwrap().threads(), Threads::Split);
+    let netem = PathFlags { emulator: EmulatorKind::Netem, ..split.clone() };
+    let e = err(&netem);
+    assert!(e.starts_with("--threads: split: only the built-in emulator"), "{e}");
+    assert!(e.contains("(not netem)"), "{e}");
+    let none = PathFlags { emulator: EmulatorKind::None, rate: None, rtt: None, ..split };
+    assert!(err(&none).contains("use --emulator builtin (not none)"));
+}
