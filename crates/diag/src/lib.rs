@@ -6,6 +6,8 @@
 //! - [`filter`]: port/address conditions compiled to `INET_DIAG_REQ_BYTECODE`, so the kernel
 //!   only serialises matching sockets, and evaluated identically in user space.
 //! - [`dump`]: the [`Dumper`], a sock_diag client for the current or a named network namespace.
+//! - [`bpf`]: the [`bpf::IterDumper`], the same dump from a BPF socket iterator (cheaper per
+//!   socket), with sock_diag as the fallback where it cannot run.
 //! - [`selector`]: the selector TOML file (named port/address rules) turned into filters.
 //! - [`closed`]: closed connections: the kernel's destroy notifications and the summary of
 //!   what each connection lived through.
@@ -26,6 +28,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bpf;
 pub mod closed;
 pub mod dump;
 pub mod filter;

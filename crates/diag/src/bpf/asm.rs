@@ -1,0 +1,254 @@
+//! A tiny eBPF instruction builder: the handful of instructions the socket iterator's program
+//! uses (moves, loads and stores, ALU with immediates, conditional jumps to labels, helper
+//! calls), encoded as `struct bpf_insn` (`include/uapi/linux/bpf.h`). Pure: it only builds
+//! bytes; the kernel's verifier is the judge of the program.
+
+/// A register, `r0`..`r10`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reg(pub u8);
+
+/// Return value / helper result.
+pub const R0: Reg = Reg(0);
+/// First argument (the context at entry).
+pub const R1: Reg = Reg(1);
+/// Second argument.
+pub const R2: Reg = Reg(2);
+/// Third argument.
+pub const R3: Reg = Reg(3);
+/// Callee-saved.
+pub const R6: Reg = Reg(6);
+/// Callee-saved.
+pub const R7: Reg = Reg(7);
+/// Callee-saved.
+pub const R8: Reg = Reg(8);
+/// Callee-saved.
+pub const R9: Reg = Reg(9);
+/// Frame pointer (read-only).
+pub const R10: Reg = Reg(10);
+
+/// Access width of a load or store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// 1 byte.
+    B,
+    /// 2 bytes.
+    H,
+    /// 4 bytes.
+    W,
+    /// 8 bytes.
+    DW,
+}
+
+impl Size {
+    /// The width for `bytes` (1, 2, 4 or 8).
+    pub fn of(bytes: u32) -> Option<Size> {
+        match bytes {
+            1 => Some(Size::B),
+            2 => Some(Size::H),
+            4 => Some(Size::W),
+            8 => Some(Size::DW),
+            _ => None,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Size::W => 0x00,
+            Size::H => 0x08,
+            Size::B => 0x10,
+            Size::DW => 0x18,
+        }
+    }
+}
+
+/// A conditional jump's comparison (64-bit, against an immediate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cond {
+    /// `==`.
+    Eq,
+    /// `!=`.
+    Ne,
+    /// unsigned `>`.
+    Gt,
+    /// `& imm != 0`.
+    Set,
+}
+
+/// A jump target, bound with [`Asm::bind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(usize);
+
+const CLASS_LDX: u8 = 0x01;
+const CLASS_ST: u8 = 0x02;
+const CLASS_STX: u8 = 0x03;
+const CLASS_JMP: u8 = 0x05;
+const CLASS_ALU64: u8 = 0x07;
+const MODE_MEM: u8 = 0x60;
+const SRC_X: u8 = 0x08;
+
+/// A program being built.
+#[derive(Debug, Default)]
+pub struct Asm {
+    insns: Vec<u64>,
+    labels: Vec<Option<usize>>,
+    /// (instruction index, label) of jumps to patch.
+    fixups: Vec<(usize, Label)>,
+}
+
+fn encode(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> u64 {
+    let mut b = [0u8; 8];
+    b[0] = code;
+    b[1] = (src.0 << 4) | (dst.0 & 0x0f);
+    b[2..4].copy_from_slice(&off.to_ne_bytes());
+    b[4..8].copy_from_slice(&imm.to_ne_bytes());
+    u64::from_ne_bytes(b)
+}
+
+impl Asm {
+    fn push(&mut self, code: u8, dst: Reg, src: Reg, off: i16, imm: i32) {
+        self.insns.push(encode(code, dst, src, off, imm));
+    }
+
+    /// `dst = src`.
+    pub fn mov(&mut self, dst: Reg, src: Reg) {
+        self.push(CLASS_ALU64 | 0xb0 | SRC_X, dst, src, 0, 0);
+    }
+
+    /// `dst = imm` (sign-extended).
+    pub fn mov_imm(&mut self, dst: Reg, imm: i32) {
+        self.push(CLASS_ALU64 | 0xb0, dst, Reg(0), 0, imm);
+    }
+
+    /// `dst += imm`.
+    pub fn add_imm(&mut self, dst: Reg, imm: i32) {
+        self.push(CLASS_ALU64, dst, Reg(0), 0, imm);
+    }
+
+    /// `dst <<= src`.
+    pub fn lsh(&mut self, dst: Reg, src: Reg) {
+        self.push(CLASS_ALU64 | 0x60 | SRC_X, dst, src, 0, 0);
+    }
+
+    /// `dst >>= imm` (logical).
+    pub fn rsh_imm(&mut self, dst: Reg, imm: i32) {
+        self.push(CLASS_ALU64 | 0x70, dst, Reg(0), 0, imm);
+    }
+
+    /// `dst &= imm`.
+    pub fn and_imm(&mut self, dst: Reg, imm: i32) {
+        self.push(CLASS_ALU64 | 0x50, dst, Reg(0), 0, imm);
+    }
+
+    /// `dst = *(size *)(src + off)`.
+    pub fn load(&mut self, size: Size, dst: Reg, src: Reg, off: i16) {
+        self.push(CLASS_LDX | MODE_MEM | size.code(), dst, src, off, 0);
+    }
+
+    /// `*(size *)(dst + off) = src`.
+    pub fn store(&mut self, size: Size, dst: Reg, off: i16, src: Reg) {
+        self.push(CLASS_STX | MODE_MEM | size.code(), dst, src, off, 0);
+    }
+
+    /// `*(size *)(dst + off) = imm`.
+    pub fn store_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) {
+        self.push(CLASS_ST | MODE_MEM | size.code(), dst, Reg(0), off, imm);
+    }
+
+    /// Calls helper number `id`.
+    pub fn call(&mut self, id: i32) {
+        self.push(CLASS_JMP | 0x80, Reg(0), Reg(0), 0, id);
+    }
+
+    /// Returns `r0`.
+    pub fn exit(&mut self) {
+        self.push(CLASS_JMP | 0x90, Reg(0), Reg(0), 0, 0);
+    }
+
+    /// A new, unbound label.
+    pub fn label(&mut self) -> Label {
+        self.labels.push(None);
+        Label(self.labels.len() - 1)
+    }
+
+    /// Binds `label` to the next instruction.
+    pub fn bind(&mut self, label: Label) {
+        self.labels[label.0] = Some(self.insns.len());
+    }
+
+    /// `if dst <cond> imm goto label`.
+    pub fn jump_if(&mut self, cond: Cond, dst: Reg, imm: i32, label: Label) {
+        let op = match cond {
+            Cond::Eq => 0x10,
+            Cond::Gt => 0x20,
+            Cond::Set => 0x40,
+            Cond::Ne => 0x50,
+        };
+        self.fixups.push((self.insns.len(), label));
+        self.push(CLASS_JMP | op, dst, Reg(0), 0, imm);
+    }
+
+    /// `goto label`.
+    pub fn jump(&mut self, label: Label) {
+        self.fixups.push((self.insns.len(), label));
+        self.push(CLASS_JMP, Reg(0), Reg(0), 0, 0);
+    }
+
+    /// Instructions emitted so far.
+    pub fn len(&self) -> usize {
+        self.insns.len()
+    }
+
+    /// Whether nothing was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.insns.is_empty()
+    }
+
+    /// The program, jumps resolved; `None` if a label was never bound or a jump is too far.
+    pub fn finish(mut self) -> Option<Vec<u64>> {
+        for &(at, label) in &self.fixups {
+            let target = self.labels[label.0]?;
+            let off = i16::try_from(target as i64 - at as i64 - 1).ok()?;
+            let mut b = self.insns[at].to_ne_bytes();
+            b[2..4].copy_from_slice(&off.to_ne_bytes());
+            self.insns[at] = u64::from_ne_bytes(b);
+        }
+        Some(self.insns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_like_the_kernel_headers() {
+        let mut a = Asm::default();
+        let out = a.label();
+        a.mov(R6, R1); // 0xbf 0x16
+        a.load(Size::DW, R2, R6, 8); // 0x79 0x62 off 8
+        a.jump_if(Cond::Eq, R2, 0, out); // 0x15 0x02 off 1
+        a.store_imm(Size::W, R10, -4, 7); // 0x62 0x0a off -4 imm 7
+        a.bind(out);
+        a.mov_imm(R0, 0); // 0xb7
+        a.exit(); // 0x95
+        let p = a.finish().unwrap();
+        let bytes: Vec<[u8; 8]> = p.iter().map(|i| i.to_ne_bytes()).collect();
+        assert_eq!(bytes[0][..2], [0xbf, 0x16]);
+        assert_eq!(bytes[1][..2], [0x79, 0x62]);
+        assert_eq!(i16::from_ne_bytes([bytes[1][2], bytes[1][3]]), 8);
+        assert_eq!(bytes[2][0], 0x15);
+        assert_eq!(i16::from_ne_bytes([bytes[2][2], bytes[2][3]]), 1);
+        assert_eq!(bytes[3][..2], [0x62, 0x0a]);
+        assert_eq!(i16::from_ne_bytes([bytes[3][2], bytes[3][3]]), -4);
+        assert_eq!(bytes[4][0], 0xb7);
+        assert_eq!(bytes[5][0], 0x95);
+    }
+
+    #[test]
+    fn unbound_labels_fail() {
+        let mut a = Asm::default();
+        let l = a.label();
+        a.jump(l);
+        assert!(a.finish().is_none());
+    }
+}
