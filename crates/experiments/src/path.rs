@@ -276,6 +276,7 @@ impl PathPlan {
             threads: self.threads,
             lateness_bound: LATENESS_BOUND,
             events: self.events.clone(),
+            mahimahi_log_dir: test_log_dir(),
             ..EmulatorOptions::default()
         };
         LivePath::builder(self.kind.clone())
@@ -354,6 +355,24 @@ fn events(params: &Params) -> Result<Vec<PathEvent>, ParamError> {
             t.parse::<PathEvent>().map_err(|e| ParamError::new("event", format!("'{t}': {e}")))
         })
         .collect()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Where this thread's rounds write the emulator's per-packet logs (`up.log`,
+    /// `down.log`): tests match a round's numbers against what the link carried.
+    pub(crate) static TEST_LOG_DIR: std::cell::RefCell<Option<std::path::PathBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn test_log_dir() -> Option<std::path::PathBuf> {
+    TEST_LOG_DIR.with(|d| d.borrow().clone())
+}
+
+#[cfg(not(test))]
+fn test_log_dir() -> Option<std::path::PathBuf> {
+    None
 }
 
 /// A round's view of the emulator's lateness against [`LATENESS_BOUND`].
