@@ -227,6 +227,13 @@ mod tests {
     }
 
     /// One short round on a real emulated path (needs root: fails with the reason otherwise).
+    ///
+    /// Goodput is the delivered bytes over the time from the first chunk's schedule to the
+    /// last completion, held to what the emulator's log says the link did, not to this host's
+    /// speed: that time covers the link's first to last data departure (no byte leaves before
+    /// its chunk's schedule, none completes before it left the link), and exceeds it by at
+    /// most the first chunk's wait for the link (within `sched_max_ms`) plus the last packet's
+    /// 5 ms one-way delay, the emulator's worst lateness and 5 ms of read lag.
     #[test]
     fn a_round_measures_chunk_latency() {
         let plan = workload::plan(
@@ -234,10 +241,19 @@ mod tests {
             &params(&[("control", "threshold:10ms".into()), ("chunks", 30.into())]),
         )
         .unwrap();
-        let m = test_support::run_once(plan.as_ref(), 7);
+        let round = test_support::run_logged(plan.as_ref(), 7);
+        let m = &round.m;
         let get = |k: &str| m.metrics[k];
         assert!(get("start_p50_ms") > 0.0 && get("start_p50_ms") <= get("start_p99_ms"), "{m:?}");
-        assert!(get("goodput_mbps") > 15.0 && get("goodput_mbps") < 31.0, "{m:?}");
+        let goodput = get("goodput_mbps");
+        assert!(goodput > 0.0 && goodput < 30.0 * 1448.0 / 1500.0 * 1.01, "{m:?}");
+        let bits = get("delivered_count") * 51_200.0 * 8.0;
+        let (first, last) = round.data_span_ms();
+        let lateness = m.lateness.as_ref().expect("an emulated path reports its lateness");
+        let longest = last - first + get("sched_max_ms") + 10.0 + lateness.max_us / 1e3;
+        let (most, least) = (bits / (last - first) / 1e3, bits / longest / 1e3);
+        eprintln!("goodput {goodput:.2} Mbit/s; from the link's data span: {least:.2}..{most:.2}");
+        assert!(goodput <= most * 1.002 && goodput >= least * 0.998, "{m:?}");
         assert!((get("sched_bound_ms") - (30.0 + 13.65)).abs() < 0.1, "{m:?}");
         assert!(get("queue_ms") >= 0.0 && get("queue_ms") < 50.0, "{m:?}");
         let blocked = get("blocked_pct");

@@ -136,7 +136,7 @@ impl LoggedRound {
     pub fn data_span_ms(&self) -> (f64, f64) {
         let mut data = self.departures.iter().filter(|&&(_, len)| len >= 200).map(|&(t, _)| t);
         let first = data.next().expect("the link carried data");
-        (first, data.last().unwrap_or(first))
+        (first, data.next_back().unwrap_or(first))
     }
 
     /// The up link's output over its busiest `bin_ms` (virtual time, whole bins), Mbit/s:

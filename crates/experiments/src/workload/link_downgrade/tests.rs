@@ -123,7 +123,12 @@ fn the_seeds_rule_fires_without_a_drop_and_the_corrected_one_only_with_one() {
 }
 
 /// One round: BBR at 50 Mbit/s stepping to 10 Mbit/s at 3 s; the queue grows after the step
-/// and every declared metric is there (needs root and /dev/net/tun).
+/// and every declared metric is there (needs root and /dev/net/tun). Before the step the
+/// link ran at 50 Mbit/s while busy (its busiest 100 ms, within two packets) and the flow's
+/// goodput is what the link delivered over the same samples, less headers (within 1 % and
+/// the data held at the window's ends: a round trip of at most 20 ms base + the 20 ms buffer
+/// behind a loss, the emulator's worst lateness, 5 ms of read lag), not a floor this host
+/// may miss.
 #[test]
 fn a_real_step_down() {
     let plan = workload::plan(
@@ -137,11 +142,24 @@ fn a_real_step_down() {
         ]),
     )
     .unwrap();
-    let m = test_support::run_once(plan.as_ref(), 5);
+    let round = test_support::run_logged(plan.as_ref(), 5);
+    let m = &round.m;
     for name in plan.metrics() {
         assert!(m.metrics.contains_key(&name), "{name}: {m:?}");
     }
-    assert!(m.metrics["pre_goodput_mbps"] > 40.0, "{:?}", m.metrics);
+    let busiest = round.busiest_mbps(100.0);
+    assert!((busiest - 50.0).abs() <= 0.24, "the link at its busiest: {busiest:.3} Mbit/s");
+    // The pre-step window: from the warm-up to the step, 3 s into the emulator's clock.
+    let step_ms = round.init_ms + 3000.0;
+    let link = round.link_goodput_where(|t, f| f >= 1.0 / 6.0 - 1e-9 && t < step_ms);
+    let pre = m.metrics["pre_goodput_mbps"];
+    let payload = 50.0 * 1448.0 / 1500.0;
+    let lateness = m.lateness.as_ref().expect("an emulated path reports its lateness");
+    let window_s = (step_ms - round.wall_at(1.0 / 6.0)) / 1e3;
+    let slack = 0.01 * payload + 3.0 * payload * (0.045 + lateness.max_us / 1e6) / window_s;
+    eprintln!("pre-step goodput {pre:.2}, the link delivered {link:.2} (slack {slack:.2})");
+    assert!(link <= payload * 1.01, "the link delivered more than its rate: {link:.2}");
+    assert!((pre - link).abs() <= slack, "pre-step goodput {pre:.2}, link {link:.2}: {m:?}");
     assert!(m.metrics["post_goodput_mbps"] < 11.0, "{:?}", m.metrics);
     assert!(m.metrics["post_queue_p95_ms"] > 5.0, "{:?}", m.metrics);
     assert!(m.series.iter().any(|s| s.name == "bbr_bw_mbps"));
