@@ -159,11 +159,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         environment: tcptail_experiments::environment::probe(),
     };
     let steps: usize = prepared.iter().map(Prepared::steps).sum();
+    let planned: Duration = prepared.iter().map(Prepared::estimate).sum();
     eprintln!(
-        "tcptail lab run: {} experiment(s), {steps} variant-rounds, {mode} mode; results in {}",
+        "tcptail lab run: {} experiment(s), {steps} variant-rounds, {mode} mode, planned {}; \
+         results in {}",
         prepared.len(),
+        human_duration(planned),
         out.display()
     );
+    if prepared.len() > 1 {
+        for p in &prepared {
+            eprintln!("  {:<16} {}", p.experiment.name, human_duration(p.estimate()));
+        }
+    }
     let observer = Progress::new(prepared.len());
     let results = runner::run(&prepared, &options, &observer, &signal::shutdown_requested)
         .context("writing the results")?;
@@ -191,19 +199,30 @@ pub fn report(args: ReportArgs) -> Result<ExitCode> {
 }
 
 fn print_list(prepared: &[Prepared], mode: RunMode) {
-    println!("{:<14} {:>8} {:>6}  {:<17} title", "experiment", "variants", "rounds", "workload");
+    println!(
+        "{:<16} {:>8} {:>6} {:>9}  {:<17} title",
+        "experiment", "variants", "rounds", "planned", "workload"
+    );
     for p in prepared {
         let e = &p.experiment;
         println!(
-            "{:<14} {:>8} {:>6}  {:<17} {}",
+            "{:<16} {:>8} {:>6} {:>9}  {:<17} {}",
             e.name,
             p.variant_names().len(),
             p.rounds(),
+            human_duration(p.estimate()),
             e.workload,
             e.title
         );
     }
-    println!("({mode} mode; --smoke, --quick and --full change variants and rounds)");
+    let total: Duration = prepared.iter().map(Prepared::estimate).sum();
+    println!(
+        "({mode} mode, planned {} in all: the rounds' own time plus {} ms of path setup per \
+         variant-round, more on a loaded machine; --smoke, --quick and --full change variants \
+         and rounds)",
+        human_duration(total),
+        runner::SETUP_PER_ROUND.as_millis()
+    );
 }
 
 fn print_summary(results: &Results, out: &Path) {
@@ -237,6 +256,18 @@ fn print_summary(results: &Results, out: &Path) {
         out.join(tcptail_report::results::REPORT_FILE).display(),
         results.run.duration_s
     );
+}
+
+/// A planned duration for a person, one word (a column of `--list`): `45s`, `14min`,
+/// `2h05min`.
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs_f64().round() as u64;
+    let minutes = (s + 30) / 60;
+    match s {
+        0..=99 => format!("{s}s"),
+        100..=5969 => format!("{minutes}min"),
+        _ => format!("{}h{:02}min", minutes / 60, minutes % 60),
+    }
 }
 
 fn default_out_dir() -> PathBuf {
@@ -377,6 +408,19 @@ impl Observer for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planned_durations_read_as_seconds_minutes_or_hours() {
+        let d = |s: u64| human_duration(Duration::from_secs(s));
+        assert_eq!(d(45), "45s");
+        assert_eq!(d(99), "99s");
+        assert_eq!(d(100), "2min");
+        assert_eq!(d(870), "15min");
+        assert_eq!(d(5969), "99min");
+        assert_eq!(d(5970), "1h40min");
+        assert_eq!(d(7199), "2h00min");
+        assert_eq!(d(7530), "2h06min");
+    }
 
     #[test]
     fn output_directories_are_named_by_utc_time() {

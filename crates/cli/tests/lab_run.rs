@@ -302,9 +302,11 @@ fn list_shows_every_builtin_with_its_variants_and_rounds() {
     for (e, row) in builtins.iter().zip(&rows) {
         let variants = e.variants_in(RunMode::Quick).len().to_string();
         let rounds = e.mode(RunMode::Quick).rounds.to_string();
-        assert_eq!(row[..4], [e.name.as_str(), &variants, &rounds, &e.workload], "{text}");
+        assert_eq!(row[..3], [e.name.as_str(), &variants, &rounds], "{text}");
+        assert!(planned_s(row[3]).is_some(), "planned {:?} in:\n{text}", row[3]);
+        assert_eq!(row[4], e.workload, "{text}");
     }
-    assert!(text.contains("(quick mode;"), "{text}");
+    assert!(text.contains("(quick mode, planned "), "{text}");
     // Another mode lists that mode's numbers.
     let out = Command::new(bin()).args(["lab", "run", "--list", "--full"]).output().expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -313,6 +315,20 @@ fn list_shows_every_builtin_with_its_variants_and_rounds() {
     let full: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(full[1], bloat.variants_in(RunMode::Full).len().to_string(), "{line}");
     assert_eq!(full[2], bloat.mode(RunMode::Full).rounds.to_string(), "{line}");
+    // Full bloat: 3 rounds x 6 variants x 300 s at least.
+    let planned = planned_s(full[3]).expect("a planned duration");
+    assert!((5400..6600).contains(&planned), "{line}");
+}
+
+/// `45s`, `14min` or `2h05min` in seconds (minutes rounded).
+fn planned_s(word: &str) -> Option<u64> {
+    if let Some(s) = word.strip_suffix("min") {
+        return match s.split_once('h') {
+            Some((h, m)) => Some(h.parse::<u64>().ok()? * 3600 + m.parse::<u64>().ok()? * 60),
+            None => Some(s.parse::<u64>().ok()? * 60),
+        };
+    }
+    word.strip_suffix('s')?.parse().ok()
 }
 
 #[test]

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tcptail_report::{
     Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RoundRecord,
@@ -30,6 +30,11 @@ use crate::round::{Measurement, RoundContext, RunError};
 use crate::spec::{Experiment, RunMode, SpecError, VariantSpec};
 use crate::verdict::{self, FindingRule, Rule, RuleError};
 use crate::workload::{self, JointPlan, VariantPlan};
+
+/// Building and removing one variant-round's path and processes (namespaces, links, sysctls,
+/// the emulator's threads), beside what the round's plan runs: 0.03-0.3 s per variant-round in
+/// smoke runs of every built-in on this project's 2-vCPU VM (docs/full-mode.md).
+pub const SETUP_PER_ROUND: Duration = Duration::from_millis(250);
 
 /// One experiment, checked: every variant planned, every rule compiled.
 pub struct Prepared {
@@ -121,6 +126,19 @@ impl Prepared {
     /// steps this experiment takes.
     pub fn steps(&self) -> usize {
         if self.joint.is_some() { self.rounds } else { self.rounds * self.variants.len() }
+    }
+
+    /// How long this experiment should take: per round, every variant's planned time (the
+    /// joint round's for engines that run them together) plus [`SETUP_PER_ROUND`] for
+    /// building and removing its path, times the rounds. What a loaded machine or an engine's
+    /// waits beyond its plan (timeouts, drains) add is not in it: `duration_s` in the results
+    /// is the measured time beside it.
+    pub fn estimate(&self) -> Duration {
+        let per_round = match &self.joint {
+            Some(joint) => joint.planned() + SETUP_PER_ROUND,
+            None => self.variants.iter().map(|v| v.plan.planned() + SETUP_PER_ROUND).sum(),
+        };
+        per_round * u32::try_from(self.rounds).unwrap_or(u32::MAX)
     }
 
     /// Rounds this experiment runs.

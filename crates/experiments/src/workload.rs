@@ -16,6 +16,8 @@
 //! runner then runs one joint round per round instead of one round per variant, and each
 //! variant gets one measurement per independent replica (e.g. one per connection).
 
+use std::time::Duration;
+
 use crate::params::{ParamError, Params};
 use crate::round::{Measurement, RoundContext, RunError};
 
@@ -46,6 +48,11 @@ pub trait VariantPlan: Send + Sync {
     /// A one-line description of the setup for the report ("veth, open loop 1000/s, 64 B").
     fn describe(&self) -> String;
 
+    /// How long one round takes by its plan: warm-up, measurement and the waits and drains the
+    /// engine schedules, without building and removing the path (the runner adds that). The
+    /// runner prints the sum over rounds and variants before it starts: a full mode takes hours.
+    fn planned(&self) -> Duration;
+
     /// The metrics every successful round of this variant produces. The runner treats a round
     /// that lacks one as failed, so an engine cannot silently stop measuring something an
     /// experiment's table or rules read. Empty (the default) declares nothing.
@@ -60,6 +67,9 @@ pub trait JointPlan: Send + Sync {
     /// [`Workload::joint`], its measurements: one per independent replica (at least one), each
     /// folded like a round of its own. Removes everything it created before returning.
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Vec<Vec<Measurement>>, RunError>;
+
+    /// How long one joint round takes by its plan, as [`VariantPlan::planned`].
+    fn planned(&self) -> Duration;
 }
 
 /// A workload engine.

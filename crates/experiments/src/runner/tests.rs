@@ -81,6 +81,9 @@ impl VariantPlan for Fake {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        Duration::from_secs(2)
+    }
     fn describe(&self) -> String {
         "fake path".into()
     }
@@ -337,6 +340,9 @@ impl VariantPlan for Pinner {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        Duration::from_secs(2)
+    }
     fn describe(&self) -> String {
         "pins".into()
     }
@@ -368,6 +374,9 @@ impl VariantPlan for NotHere {
         Err(RunError::NotApplicable("no CPU is isolated".into()))
     }
 
+    fn planned(&self) -> Duration {
+        Duration::from_secs(2)
+    }
     fn describe(&self) -> String {
         "isolated CPU".into()
     }
@@ -402,6 +411,9 @@ impl VariantPlan for Forgetful {
         self.0.run(ctx)
     }
 
+    fn planned(&self) -> Duration {
+        Duration::from_secs(2)
+    }
     fn describe(&self) -> String {
         self.0.describe()
     }
@@ -565,6 +577,9 @@ struct JointFake {
 }
 
 impl JointPlan for JointFake {
+    fn planned(&self) -> Duration {
+        Duration::from_secs(5)
+    }
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Vec<Vec<Measurement>>, RunError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         let late = Lateness {
@@ -595,6 +610,9 @@ struct Declares;
 impl VariantPlan for Declares {
     fn run(&self, _: &RoundContext<'_>) -> Result<Measurement, RunError> {
         unreachable!("joint experiments run through their joint plan")
+    }
+    fn planned(&self) -> Duration {
+        Duration::from_secs(2)
     }
     fn describe(&self) -> String {
         "joint path".into()
@@ -633,4 +651,17 @@ fn a_joint_round_runs_every_variant_once_and_folds_its_replicas() {
     assert!(why.contains("1 of 2 replicas") && why.contains("p50_us"), "{why}");
     assert_eq!(c.metrics["p50_us"].values.len(), 3);
     assert!(e.setup.contains("every variant at once"), "{}", e.setup);
+}
+
+#[test]
+fn the_estimate_is_rounds_times_every_variants_plan_and_setup() {
+    let log = Log::default();
+    let mut p = prepared([0.0; 3], None, &log);
+    // Three variants of 2 s each, three quick rounds.
+    assert_eq!(p.estimate(), (Duration::from_secs(2) + SETUP_PER_ROUND) * 3 * 3);
+    p.rounds = 5;
+    assert_eq!(p.estimate(), (Duration::from_secs(2) + SETUP_PER_ROUND) * 3 * 5);
+    // Variants run together: one joint round (5 s) and one path per round.
+    p.joint = Some(Box::new(JointFake { runs: Arc::new(AtomicUsize::new(0)) }));
+    assert_eq!(p.estimate(), (Duration::from_secs(5) + SETUP_PER_ROUND) * 5);
 }

@@ -296,6 +296,11 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        // Probe replies still queued at the end add up to PROBE_GRACE (3 s) to this.
+        self.duration
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}; {} {} bulk flows, probe of {} B every {} ms; {:.0} s per round of which {:.0} s \

@@ -84,6 +84,10 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        self.shape.duration
+    }
+
     fn describe(&self) -> String {
         self.shape.describe(&self.path)
     }

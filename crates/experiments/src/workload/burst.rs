@@ -348,6 +348,11 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        let lead = if self.bulk_flows > 0 { COMPETING_LEAD } else { Duration::ZERO };
+        lead + self.warmup + self.duration
+    }
+
     fn describe(&self) -> String {
         let path = match &self.classes {
             Some(c) => c.describe(),

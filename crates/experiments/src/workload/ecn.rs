@@ -38,13 +38,13 @@ use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use tcptail_emu::Count;
+use tcptail_emu::{Count, EcnBlackhole};
 use tcptail_lab::emulator::EmulatorReport;
 use tcptail_report::Series;
 use tcptail_sock::tcp_info::TcpiOptions;
 
 use crate::params::{ParamError, Params};
-use crate::path::PathPlan;
+use crate::path::{PathPlan, PathShape};
 use crate::round::{Measurement, RoundContext, RunError};
 use crate::workload::flows::{self, BulkFlows, BulkShape, Sample};
 use crate::workload::{VariantPlan, Workload};
@@ -233,6 +233,23 @@ impl VariantPlan for Plan {
             ));
         }
         Ok(m)
+    }
+
+    fn planned(&self) -> Duration {
+        // A handshake through a SYN-dropping box completes one initial RTO (1 s) late, or
+        // not before `connect_timeout`.
+        let drops_syns = match &self.path.kind {
+            PathShape::Emulated(p) | PathShape::Netem(p) => {
+                matches!(p.up.ecn_blackhole, Some(EcnBlackhole::Syn | EcnBlackhole::All))
+            }
+            _ => false,
+        };
+        let handshake = if drops_syns {
+            self.connect_timeout.min(Duration::from_secs(1))
+        } else {
+            Duration::ZERO
+        };
+        self.shape.duration + handshake
     }
 
     fn describe(&self) -> String {

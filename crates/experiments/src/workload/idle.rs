@@ -213,6 +213,15 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        // Per burst: the warm-up bytes, the idle time, the burst, a few round trips between.
+        let send = |bytes: usize| {
+            self.path.rate().map_or(Duration::ZERO, |r| r.transmission_time(bytes as u64))
+        };
+        let each = send(self.warmup_bytes) + self.idle + send(self.burst) + self.path.rtt() * 4;
+        each * u32::try_from(self.bursts).unwrap_or(u32::MAX)
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}; {} connection: {} KB warm-up, {:.1} s idle, {} KB burst, {} bursts per round",

@@ -540,6 +540,10 @@ impl VariantPlan for Plan {
         self.case.describe(&self.shared)
     }
 
+    fn planned(&self) -> Duration {
+        Joint { shared: self.shared.clone(), cases: vec![self.case.clone()] }.planned()
+    }
+
     fn metrics(&self) -> Vec<String> {
         let mut names = vec!["detect_s", "expected_s", "floor_s", "bound_s", "after_outage_s"];
         if self.case.keepalive_unscaled.is_some() || self.case.retries2_unscaled.is_some() {
@@ -711,9 +715,9 @@ fn watch_inflight(mut c: Connection, stop: &AtomicBool) -> std::io::Result<Detec
     result
 }
 
-impl JointPlan for Joint {
-    fn run(&self, ctx: &RoundContext<'_>) -> Result<Vec<Vec<Measurement>>, RunError> {
-        let tick = kernel_tick();
+impl Joint {
+    /// The latest a case's detection is expected after the blackhole, timer slack included.
+    fn longest_expected(&self, tick: Duration) -> Result<Duration, RunError> {
         let shared = &self.shared;
         let mut limits = Vec::new();
         for case in &self.cases {
@@ -726,7 +730,20 @@ impl JointPlan for Joint {
             let slack: Duration = timers.iter().map(|&t| timer_granularity(t, tick)).sum();
             limits.push(at + slack);
         }
-        let longest = limits.iter().copied().max().unwrap_or_default();
+        Ok(limits.into_iter().max().unwrap_or_default())
+    }
+}
+
+impl JointPlan for Joint {
+    fn planned(&self) -> Duration {
+        // The connections' setup before the blackhole, then the slowest case's detection.
+        self.shared.blackhole_at + self.longest_expected(kernel_tick()).unwrap_or_default()
+    }
+
+    fn run(&self, ctx: &RoundContext<'_>) -> Result<Vec<Vec<Measurement>>, RunError> {
+        let tick = kernel_tick();
+        let shared = &self.shared;
+        let longest = self.longest_expected(tick)?;
         // Give up on a connection this long after the blackhole.
         let deadline_after = longest + longest / 4 + Duration::from_secs(5);
         let (detections, lateness) = shared.path.round(ctx, |live| {

@@ -188,6 +188,10 @@ impl VariantPlan for Plan {
         names
     }
 
+    fn planned(&self) -> Duration {
+        self.spec.warmup + self.spec.duration
+    }
+
     fn describe(&self) -> String {
         let s = &self.spec;
         let mut d = format!(

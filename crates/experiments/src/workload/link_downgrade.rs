@@ -278,6 +278,10 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        self.duration
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}; one {} flow, {:.0} s per round, rate to {} Mbit/s at {:.1} s",

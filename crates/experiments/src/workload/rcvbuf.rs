@@ -326,6 +326,10 @@ impl VariantPlan for Plan {
         Ok(Measurement { lateness, ..m })
     }
 
+    fn planned(&self) -> Duration {
+        self.warmup + self.duration
+    }
+
     fn describe(&self) -> String {
         let buffer = match self.mode {
             Mode::Request => {

@@ -162,6 +162,12 @@ impl VariantPlan for Plan {
         self.spec.metrics()
     }
 
+    fn planned(&self) -> Duration {
+        let lead =
+            if self.spec.competing_flows > 0 { round::COMPETING_LEAD } else { Duration::ZERO };
+        lead + self.spec.warmup + self.spec.duration
+    }
+
     fn describe(&self) -> String {
         let s = &self.spec;
         let load = match s.load {

@@ -177,6 +177,15 @@ impl VariantPlan for Plan {
         latency.chain(totals.map(String::from)).collect()
     }
 
+    fn planned(&self) -> Duration {
+        // The chunks' schedule, or the link's time for all of them when it cannot keep up
+        // (an unbounded queue drains after the last write), and a round trip to finish.
+        let c = &self.config;
+        let schedule = c.interval * u32::try_from(c.chunks).unwrap_or(u32::MAX);
+        let bytes = c.chunk_bytes as u64 * c.chunks as u64;
+        schedule.max(BitRate(c.rate.0).transmission_time(bytes)) + c.rtt * 2
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}; {} chunks of {} B every {} ms ({:.0} Mbit/s offered)",
@@ -224,6 +233,23 @@ mod tests {
         let veth = Params::from_pairs([("control", toml::Value::from("no-control"))]);
         assert_eq!(err(veth).key, "path");
         assert!(workload::plan(&SendQueue, &params(&[("fresh", true.into())])).is_ok());
+    }
+
+    #[test]
+    fn a_round_is_planned_as_the_schedule_or_the_links_time_for_every_chunk() {
+        let planned = |chunks: i64| {
+            let p = params(&[("chunks", chunks.into())]);
+            workload::plan(&SendQueue, &p).expect("plans").planned()
+        };
+        // 50 chunks of 51,200 B every 10 ms offer 41 Mbit/s to a 30 Mbit/s link: the link
+        // needs 683 ms for them, more than the 500 ms schedule; a 20 ms RTT x 2 to finish.
+        let link_50 = 50.0 * 51_200.0 * 8.0 / 30e6;
+        assert!((planned(50).as_secs_f64() - (link_50 + 0.02)).abs() < 1e-3, "{:?}", planned(50));
+        assert!((planned(100).as_secs_f64() - (2.0 * link_50 + 0.02)).abs() < 1e-3);
+        // A slow schedule is its own length.
+        let p = params(&[("chunks", 20.into()), ("interval", "100ms".into())]);
+        let slow = workload::plan(&SendQueue, &p).expect("plans").planned();
+        assert_eq!(slow, Duration::from_millis(2000 + 20));
     }
 
     /// One short round on a real emulated path (needs root: fails with the reason otherwise).

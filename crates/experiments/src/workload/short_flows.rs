@@ -191,6 +191,11 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        // Transfers under way at the end finish: a few round trips each.
+        self.duration + self.path.rtt() * 10
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}; {} flow worker(s) of {} KB per connection and {} request/response \

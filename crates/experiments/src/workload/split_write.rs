@@ -166,6 +166,10 @@ impl VariantPlan for Plan {
         Ok(m)
     }
 
+    fn planned(&self) -> Duration {
+        self.warmup + self.duration
+    }
+
     fn describe(&self) -> String {
         let request = if self.body == 0 {
             format!("request written as one {} B write", self.header)

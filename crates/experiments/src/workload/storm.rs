@@ -282,6 +282,10 @@ impl VariantPlan for Plan {
         Ok(Measurement { lateness, ..m })
     }
 
+    fn planned(&self) -> Duration {
+        self.duration + self.recovery_window
+    }
+
     fn describe(&self) -> String {
         let ports = u32::from(self.ports.1 - self.ports.0) + 1;
         format!(

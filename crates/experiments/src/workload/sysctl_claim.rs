@@ -305,6 +305,22 @@ impl VariantPlan for Plan {
         Ok(Measurement { lateness, ..m })
     }
 
+    fn planned(&self) -> Duration {
+        match self.claim {
+            Claim::Frto => self.duration,
+            // The lossy flow, its FIN exchange, the next connection.
+            Claim::Metrics => self.duration + self.path.rtt() * 6 + Duration::from_millis(100),
+            Claim::Timewait => {
+                self.path.rtt() * 2 * self.connections as u32 + Duration::from_millis(200)
+            }
+            // Connections, then tcp_fin_timeout and 1.8 s.
+            Claim::FinTimeout => {
+                fin_timeout(&self.path).unwrap_or(Duration::from_secs(60))
+                    + Duration::from_millis(1800)
+            }
+        }
+    }
+
     fn describe(&self) -> String {
         let what = match self.claim {
             Claim::Frto => {
