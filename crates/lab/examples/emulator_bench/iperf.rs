@@ -1,6 +1,7 @@
 //! iperf3 inside the lab namespaces: a one-off server in the server namespace, a client in the
 //! client namespace, and the receiver's goodput from the client's JSON output.
 
+use std::io::Read as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,53 @@ pub struct Flow {
     /// CPU use of the sending and the receiving iperf3 process, percent of one CPU
     /// (iperf3's `cpu_utilization_percent` `host_total` and `remote_total`).
     pub cpu_percent: (f64, f64),
+    /// How the scheduler treated the sending iperf3 process; `None` when its
+    /// `/proc/PID/task/*/schedstat` could not be read.
+    pub sender_sched: Option<Sched>,
+}
+
+/// A process's time on and waiting for a CPU (`/proc/PID/task/*/schedstat`: every thread's
+/// time running and time runnable on a run queue but not running), from its start to the last
+/// sample before it exited.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sched {
+    /// Seconds on a CPU.
+    pub run_s: f64,
+    /// Seconds runnable but waiting for a CPU: what a starved process lacks.
+    pub wait_s: f64,
+    /// Wall-clock seconds from its start to the sample.
+    pub wall_s: f64,
+}
+
+impl Sched {
+    /// Share of the time it could run that it spent waiting for a CPU.
+    pub fn wait_share(&self) -> f64 {
+        self.wait_s / (self.run_s + self.wait_s).max(1e-9)
+    }
+
+    /// Its CPU time as a share of one CPU over its life.
+    pub fn cpu_share(&self) -> f64 {
+        self.run_s / self.wall_s.max(1e-9)
+    }
+
+    /// The sum over `pid`'s threads, `None` when unreadable (the process is gone).
+    fn read(pid: u32, wall_s: f64) -> Option<Sched> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let mut sched = Sched { wall_s, ..Sched::default() };
+        let mut any = false;
+        for task in tasks.flatten() {
+            let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+                continue;
+            };
+            let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+            if let (Some(Some(run)), Some(Some(wait))) = (fields.next(), fields.next()) {
+                sched.run_s += run as f64 / 1e9;
+                sched.wait_s += wait as f64 / 1e9;
+                any = true;
+            }
+        }
+        any.then_some(sched)
+    }
 }
 
 /// Goodput (payload bits per second, as received) of one iperf3 TCP flow client -> server
@@ -69,7 +117,37 @@ pub fn flow(
     let (secs, omit) = (secs.to_string(), omit.to_string());
     client.args(["-c", &tcptail_netns::addr::SERVER_ADDR.to_string(), "-p", PORT]);
     client.args(["-t", &secs, "-O", &omit, "-C", cc, "-J", "--get-server-output"]);
-    let out = client.output().map_err(|e| format!("iperf3 client: {e}"))?;
+    client.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = client.spawn().map_err(|e| format!("iperf3 client: {e}"))?;
+    // Its output is read on threads so that a full pipe never stalls it while it is sampled.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let mut sender_sched = None;
+    loop {
+        match child.try_wait().map_err(|e| format!("iperf3 client: {e}"))? {
+            Some(_) => break,
+            None => {
+                let wall = started.elapsed().as_secs_f64();
+                sender_sched = Sched::read(child.id(), wall).or(sender_sched);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    let out = std::process::Output {
+        status: child.wait().map_err(|e| format!("iperf3 client: {e}"))?,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
     let json: serde_json::Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("iperf3 JSON: {e}: {}", String::from_utf8_lossy(&out.stderr)))?;
     if let Some(err) = json.get("error") {
@@ -81,7 +159,12 @@ pub fn flow(
     let steady_bps = steady(&json["server_output_json"]["intervals"]);
     let cpu = &json["end"]["cpu_utilization_percent"];
     let percent = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
-    Ok(Flow { bps, steady_bps, cpu_percent: (percent("host_total"), percent("remote_total")) })
+    Ok(Flow {
+        bps,
+        steady_bps,
+        cpu_percent: (percent("host_total"), percent("remote_total")),
+        sender_sched,
+    })
 }
 
 /// Bits per second over the receiver's whole, non-omitted intervals but the last; NaN when

@@ -9,7 +9,7 @@
 //! emulator_bench rate       [--rates 0.128,1,10,100,1000,10000] [--secs 10] [--delay-ms 5]
 //!                           [--cc cubic]
 //! common: [--tun offload|plain] [--spin-us 50] [--fixed-spin] [--wake ppoll|timerfd]
-//!         [--threads single|per|split|pipeline]
+//!         [--threads single|per-direction (or per)|split|pipeline]
 //!         [--cpu N] [--no-fifo] [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N]
 //!         [--log-dir DIR] [--json (full emulator reports on stderr)]
 //!         [--endpoints-fifo (iperf3 under `chrt -f 5`, veth's too)]
@@ -28,6 +28,16 @@
 //! - `longfat`: seed 002's path (10 Gbit/s, 120 ms RTT, a 150 MB bottleneck buffer): one BBR
 //!   flow's goodput and the release lateness.
 //! - `rate`: one iperf3 flow through `r` Mbit/s; goodput / (r × 1448/1500).
+//!
+//! A row that misses its target says why, from measurements of the same run, never from the
+//! shortfall alone (`why_missed`): `unfaithful (lateness)` when the emulator's release
+//! lateness p99 exceeded its bound; `unfaithful (reads: ...)` when the sending kernel dropped
+//! packets before the emulator read them or an emulator thread ran 90 % of a CPU or more;
+//! `sender-starved (not the emulator)` when the emulator was on time with CPU to spare, the
+//! link's queue was not kept busy (the load offered to it below the rate, or the link idle in
+//! some 100 ms bins) and the sending iperf3 waited for a CPU (its run-queue time in
+//! `/proc/PID/task/*/schedstat`) 10 % or more of the time it could run; otherwise `cause not
+//! measured`. The evidence follows the cause.
 //!
 //! `--endpoints-fifo` runs both iperf3 processes (the veth reference's too) `SCHED_FIFO` 5,
 //! below the emulator: on a machine shared with other work, ordinary endpoints get only their
@@ -152,13 +162,8 @@ fn parse() -> Res<Args> {
             }
             "--threads" => {
                 a.options.threads = match val()?.as_str() {
-                    "single" => Threads::Single,
                     "per" => Threads::PerDirection,
-                    "split" => Threads::Split,
-                    "pipeline" => Threads::Pipeline,
-                    other => {
-                        return Err(format!("--threads {other}: single, per, split or pipeline"));
-                    }
+                    other => other.parse().map_err(|e| format!("--threads: {e}"))?,
                 }
             }
             other => return Err(format!("unknown flag {other}")),
@@ -367,7 +372,7 @@ fn throughput(a: &Args) -> Res<()> {
     }
     println!(
         "one-way | goodput (Gbit/s) | x veth | tcp_rmem/wmem max | lateness p50/p99/max (ms) | \
-         costs | peak RSS"
+         costs | peak RSS | why a miss"
     );
     for &d in &a.list {
         let one_way = Duration::from_secs_f64(d / 1e3);
@@ -382,12 +387,13 @@ fn throughput(a: &Args) -> Res<()> {
         let ratio = veth.map_or(f64::NAN, |v| bps / v);
         let ok = bps >= 10e9 && (veth.is_none() || ratio >= 0.4);
         println!(
-            "{d:4} ms | {:9.3} {:6} | {ratio:6.3} | {buffers:>17} | {} | {} | {:.0} MB",
+            "{d:4} ms | {:9.3} {:6} | {ratio:6.3} | {buffers:>17} | {} | {} | {:.0} MB | {}",
             bps / 1e9,
             mark(ok),
             lateness(&report),
             costs(&report, &flow),
-            peak_rss_mb()
+            peak_rss_mb(),
+            verdict(ok, &report, &flow, None, UNSHAPED.0 as f64)
         );
     }
     Ok(())
@@ -415,9 +421,10 @@ fn longfat(a: &Args) -> Res<()> {
     let bps = flow.bps;
     let ok = bps >= 0.9 * rate.0 as f64 && report.lateness.p99_us <= 1000.0;
     let up = &report.up.stats;
+    let w = window(&report, 5.0, rate);
     println!(
         "goodput {:.3} Gbit/s ({:.3} x rate) {} | lateness p50/p99/max {} ms | queue p50/p99 \
-         {:.1} / {:.1} ms | drops {} | {} | peak RSS {:.0} MB",
+         {:.1} / {:.1} ms | drops {} | {} | peak RSS {:.0} MB | {}",
         bps / 1e9,
         bps / rate.0 as f64,
         mark(ok),
@@ -426,26 +433,130 @@ fn longfat(a: &Args) -> Res<()> {
         up.queue_delay_ms.p99,
         up.drops.queue_full.packets,
         costs(&report, &flow),
-        peak_rss_mb()
+        peak_rss_mb(),
+        verdict(ok, &report, &flow, w.as_ref(), rate.0 as f64)
     );
     Ok(())
 }
 
-/// The link's own departure rate (the emulator's throughput bins, wire bytes) over the
-/// saturated middle of the run: from `skip_s` after the first departure to 1 s before the
-/// last, in bits per second.
-fn link_rate(report: &EmulatorReport, skip_s: f64) -> f64 {
+/// The up direction's link over the saturated middle of the run (from `skip_s` after the
+/// first departure to 1 s before the last), from the emulator's throughput bins (wire bytes).
+struct Window {
+    /// The link's own departure rate, bits per second.
+    out_bps: f64,
+    /// The load offered to its queue (arrivals, drops included), bits per second.
+    in_bps: f64,
+    /// Share of the bins in which the link sent less than 99 % of `rate`: its queue ran empty
+    /// for part of the bin (a constant-rate link is busy whenever its queue holds a packet).
+    idle_bins: f64,
+}
+
+fn window(report: &EmulatorReport, skip_s: f64, rate: BitRate) -> Option<Window> {
     let t = &report.up.stats.throughput;
     let bin_s = t.bin_ms / 1e3;
     let first = t.out_mbps.iter().position(|&m| m > 0.0).unwrap_or(0);
     let last = t.out_mbps.iter().rposition(|&m| m > 0.0).unwrap_or(0);
     let from = first + (skip_s / bin_s).ceil() as usize;
     let to = last.saturating_sub((1.0 / bin_s).ceil() as usize);
-    if to <= from {
-        return f64::NAN;
+    if to <= from || t.in_mbps.len() < to {
+        return None;
     }
-    let bins = &t.out_mbps[from..to];
-    bins.iter().sum::<f64>() / bins.len() as f64 * 1e6
+    let mean = |bins: &[f64]| bins.iter().sum::<f64>() / bins.len() as f64 * 1e6;
+    let out = &t.out_mbps[from..to];
+    let short = out.iter().filter(|&&m| m * 1e6 < 0.99 * rate.0 as f64).count();
+    Some(Window {
+        out_bps: mean(out),
+        in_bps: mean(&t.in_mbps[from..to]),
+        idle_bins: short as f64 / out.len() as f64,
+    })
+}
+
+/// An emulator thread that ran at least this share of a CPU had no time to spare: it may
+/// have read its device late, which lateness (measured from the read) does not show.
+const SATURATED_THREAD: f64 = 0.9;
+/// A sender that waited for a CPU at least this share of the time it was runnable was held
+/// back by the machine, not by the path.
+const STARVED_WAIT: f64 = 0.1;
+
+/// Why a row missed its target, decided from what the run measured, never from the
+/// shortfall alone: the emulator's release lateness against its bound, the packets the
+/// sending kernel dropped before the emulator read them, its busiest thread's CPU, the load
+/// offered to the link's queue (`window`, `None` for an unshaped link, whose queue never
+/// limits) and how long the sender (iperf3) waited for a CPU.
+///
+/// - `unfaithful (lateness)`: releases were written later than the bound (p99);
+/// - `unfaithful (reads)`: the emulator fell behind its reads (kernel drops at the device, or
+///   a thread without CPU to spare);
+/// - `sender-starved (not the emulator)`: on time, keeping up with its reads, the link's
+///   queue not kept busy (offered below the rate, or the link idle in some bins), and the
+///   sender waiting for a CPU at least [`STARVED_WAIT`] of the time it could run;
+/// - `cause not measured`: none of these; the evidence is printed either way.
+fn why_missed(
+    r: &EmulatorReport,
+    flow: &iperf::Flow,
+    window: Option<&Window>,
+    rate: f64,
+) -> String {
+    let drops =
+        r.up.kernel_drops_before_read.unwrap_or(0) + r.down.kernel_drops_before_read.unwrap_or(0);
+    let busiest = r.thread_cpu.iter().map(|t| t.cpu_s).fold(0.0, f64::max) / r.duration_s.max(1e-9);
+    let mut evidence = vec![
+        format!(
+            "lateness p99 {:.3} ms (bound {:.3})",
+            r.lateness.p99_us / 1e3,
+            r.lateness_bound_ms
+        ),
+        format!("{drops} kernel drops before read"),
+        format!("busiest emulator thread {:.0} % of a CPU", 100.0 * busiest),
+    ];
+    let queue_idle = match window {
+        Some(w) => {
+            evidence.push(format!(
+                "offered {:.1} % of the rate, link idle (queue empty) in {:.0} % of its {} ms bins, queue p50 {:.2} ms",
+                100.0 * w.in_bps / rate,
+                100.0 * w.idle_bins,
+                r.up.stats.throughput.bin_ms,
+                r.up.stats.queue_delay_ms.p50
+            ));
+            w.in_bps < 0.99 * rate || w.idle_bins >= 0.1
+        }
+        None => true,
+    };
+    let starved = match flow.sender_sched {
+        Some(s) => {
+            evidence.push(format!(
+                "iperf3 sender waited for a CPU {:.0} % of its runnable time (ran {:.0} % of a CPU)",
+                100.0 * s.wait_share(),
+                100.0 * s.cpu_share()
+            ));
+            s.wait_share() >= STARVED_WAIT
+        }
+        None => {
+            evidence.push("the sender's run-queue wait could not be read".to_owned());
+            false
+        }
+    };
+    let cause = if r.lateness_flag.is_some() {
+        "unfaithful (lateness)"
+    } else if drops > 0 || busiest >= SATURATED_THREAD {
+        "unfaithful (reads: the emulator fell behind its device)"
+    } else if queue_idle && starved {
+        "sender-starved (not the emulator)"
+    } else {
+        "cause not measured"
+    };
+    format!("{cause}: {}", evidence.join(", "))
+}
+
+/// The last column of a row: `-` when it met its target, else [`why_missed`].
+fn verdict(
+    ok: bool,
+    r: &EmulatorReport,
+    flow: &iperf::Flow,
+    window: Option<&Window>,
+    rate: f64,
+) -> String {
+    if ok { "-".to_owned() } else { why_missed(r, flow, window, rate) }
 }
 
 fn rate(a: &Args) -> Res<()> {
@@ -463,7 +574,9 @@ fn rate(a: &Args) -> Res<()> {
     );
     println!(
         "rate (Mbit/s) | link ratio       | steady  | iperf3  | queue p50/p99 (ms) | drops | \
-         lateness p50/p99/max (ms) | emulator CPU | peak RSS"
+         lateness p50/p99/max (ms) | emulator CPU | peak RSS | why a miss (decided \
+         from lateness, kernel drops before read, emulator CPU, offered load and the sender's \
+         wait for a CPU)"
     );
     for &r in &a.list {
         let rate = BitRate((r * 1e6) as u64);
@@ -480,13 +593,22 @@ fn rate(a: &Args) -> Res<()> {
             iperf::flow(topo, secs, 2, &a.cc, a.endpoints_fifo)
         })?;
         let payload = rate.0 as f64 * 1448.0 / 1500.0;
-        let link = link_rate(&report, 3.0) / rate.0 as f64;
+        let w = window(&report, 3.0, rate);
+        let link = w.as_ref().map_or(f64::NAN, |w| w.out_bps) / rate.0 as f64;
+        let ok = (link - 1.0).abs() <= 0.01;
+        let why = match &w {
+            None => "no saturated middle to measure: run longer (--secs)".to_owned(),
+            Some(_) if link > 1.01 => {
+                "the link ran faster than its rate: the model's own error".to_owned()
+            }
+            Some(w) => verdict(ok, &report, &flow, Some(w), rate.0 as f64),
+        };
         let up = &report.up.stats;
         println!(
             "{r:13} | {link:.4} {:+.2} % {:4} | {:.4}  | {:.4}  | {:7.2} / {:7.2} | {:5} | {} | \
-             {:.0} % | {:.0} MB",
+             {:.0} % | {:.0} MB | {why}",
             (link - 1.0) * 100.0,
-            mark((link - 1.0).abs() <= 0.01),
+            mark(ok),
             flow.steady_bps / payload,
             flow.bps / payload,
             up.queue_delay_ms.p50,
