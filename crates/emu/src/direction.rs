@@ -246,6 +246,76 @@ impl<T: Headers, O: Observer> Direction<T, O> {
     pub fn enqueue(&mut self, now: Nanos, packet: Packet<T>) -> Admission<T> {
         let now = self.clock(now);
         self.advance(now);
+        self.admit(now, packet)
+    }
+
+    /// Packets that arrive together at `now`, in order (the segments of one GSO packet):
+    /// exactly what [`Direction::enqueue`] of each in turn does (the same decisions, events,
+    /// RNG draws and schedule), in one step where no segment can be treated differently from
+    /// the next. The model is advanced to `now` once; then, while nothing is drawn per packet
+    /// (no loss model that draws, no loss burst, no outage, no ECN blackhole) and the queue is
+    /// a FIFO limited in bytes or packets, each packet costs only its arrival event and the
+    /// limit check. Otherwise each takes the full path of [`Direction::enqueue`]. Each
+    /// dropped packet's payload goes to `dropped` with the reason; returns how many were
+    /// queued.
+    pub fn enqueue_burst(
+        &mut self,
+        now: Nanos,
+        packets: impl IntoIterator<Item = Packet<T>>,
+        mut dropped: impl FnMut(T, DropReason),
+    ) -> usize {
+        let now = self.clock(now);
+        self.advance(now);
+        let alike = self.treats_alike(now);
+        let mut queued = 0;
+        for packet in packets {
+            let admission =
+                if alike { self.admit_alike(now, packet) } else { self.admit(now, packet) };
+            match admission {
+                Admission::Queued => queued += 1,
+                Admission::Dropped { payload, reason } => dropped(payload, reason),
+            }
+        }
+        queued
+    }
+
+    /// Whether every packet arriving at `now` gets the same treatment but for the queue's
+    /// limit: no random draw, no outage, no header inspection, a FIFO limit in bytes or
+    /// packets (fq_codel's overflow and time limits take the full path).
+    fn treats_alike(&self, now: Nanos) -> bool {
+        let burst = self.timeline.loss_burst.filter(|&(until, _)| now < until);
+        let loss_draws = match burst {
+            Some((_, p)) => p > 0.0,
+            None => self.loss.draws(),
+        };
+        !self.timeline.blackhole
+            && !loss_draws
+            && self.spec.ecn_blackhole.is_none()
+            && !self.queue.drops_from_fattest_flow()
+            && self.queue.limit_is_counted()
+    }
+
+    /// [`Direction::admit`] where [`Direction::treats_alike`] holds (the model advanced to
+    /// `now`): the same events and decisions without the checks that cannot apply.
+    fn admit_alike(&mut self, now: Nanos, packet: Packet<T>) -> Admission<T> {
+        let (id, len) = (packet.id, packet.len);
+        self.observer.on_event(&Event::Arrival { at: now, id, len });
+        if !self.queue.admits(len, || Duration::ZERO) {
+            let reason = DropReason::QueueFull;
+            self.observer.on_event(&Event::Drop { at: now, id, len, reason, arrival: now });
+            return Admission::Dropped { payload: packet.payload, reason };
+        }
+        self.queue.push(packet, now);
+        // Advanced to `now` already: only an idle link has anything to do (start the packet).
+        if self.in_service.is_none() {
+            self.advance_link(now);
+        }
+        Admission::Queued
+    }
+
+    /// A packet arrives at `now`, the model advanced to `now`: the body of
+    /// [`Direction::enqueue`].
+    fn admit(&mut self, now: Nanos, packet: Packet<T>) -> Admission<T> {
         let (id, len) = (packet.id, packet.len);
         self.observer.on_event(&Event::Arrival { at: now, id, len });
         let ecn_blackholed = self.spec.ecn_blackhole.is_some_and(|b| b.drops(&packet.payload));
@@ -295,6 +365,14 @@ impl<T: Headers, O: Observer> Direction<T, O> {
         let now = self.clock(now);
         self.advance(now);
         self.delay.pop_due(now)
+    }
+
+    /// [`Direction::poll_release`] without advancing the model: for an adapter that has just
+    /// called [`Direction::advance`] with the same `now` and takes several releases in a row
+    /// (nothing can have left the link in between).
+    pub(crate) fn pop_release(&mut self, now: Nanos) -> Option<(T, ReleaseInfo)> {
+        debug_assert!(now <= self.now, "pop_release before advancing to {now:?}");
+        self.delay.pop_due(now.min(self.now))
     }
 
     /// The next packet to be released and its scheduled release time, without taking it
@@ -566,3 +644,6 @@ impl<T: Headers, O: Observer> Path<T, O> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,6 +20,15 @@ impl Loss {
         Loss { model, bad: false }
     }
 
+    /// Whether [`Loss::lose`] draws from the RNG (and may lose a packet).
+    pub(crate) fn draws(&self) -> bool {
+        match self.model {
+            None => false,
+            Some(LossModel::Bernoulli { p }) => p > 0.0,
+            Some(LossModel::GilbertElliott { .. }) => true,
+        }
+    }
+
     /// True if this packet is lost. Gilbert-Elliott: the current state decides, then the chain
     /// moves (one draw for each).
     pub(crate) fn lose(&mut self, rng: &mut impl Rng) -> bool {

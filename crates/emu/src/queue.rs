@@ -62,6 +62,12 @@ impl<T: Headers> BottleneckQueue<T> {
         }
     }
 
+    /// Whether the limit counts bytes or packets (not time), so [`BottleneckQueue::admits`]
+    /// never asks for the wait.
+    pub(crate) fn limit_is_counted(&self) -> bool {
+        matches!(self.limit, QueueLimit::Bytes(_) | QueueLimit::Packets(_))
+    }
+
     /// Whether a packet that does not fit is taken anyway, room being made by dropping from
     /// the fattest flow ([`BottleneckQueue::push_over_limit`]), instead of being dropped.
     pub(crate) fn drops_from_fattest_flow(&self) -> bool {

@@ -104,7 +104,11 @@ impl Run {
     fn start(segment: Segment, info: ReleaseInfo) -> Run {
         let index = segment.index();
         let ecn = segment.ecn_override();
-        Run { packet: segment.packet().clone(), range: index..index + 1, ecn, releases: vec![info] }
+        // Room for the rest of the packet: runs usually take it whole.
+        let mut releases =
+            Vec::with_capacity(usize::from(segment.packet().layout().segments() - index));
+        releases.push(info);
+        Run { packet: segment.packet().clone(), range: index..index + 1, ecn, releases }
     }
 
     /// Whether `segment` continues this run: the next segment of the same packet, with the
@@ -210,7 +214,8 @@ impl RunAssembler {
                 // `next` stays in the direction and starts the following run.
                 return self.run.take();
             }
-            let (segment, info) = direction.poll_release(now)?;
+            // Advanced to `now` above: popping needs no further advance.
+            let (segment, info) = direction.pop_release(now)?;
             match &mut self.run {
                 Some(run) => run.push(segment, info),
                 None => self.run = Some(Run::start(segment, info)),

@@ -619,16 +619,19 @@ impl Lane {
         n
     }
 
-    /// Enqueues each segment of `packet`, read at `now`.
+    /// Enqueues each segment of `packet`, read at `now`, in one step of the model
+    /// ([`Direction::enqueue_burst`]: per segment only where segments can be treated
+    /// differently).
     fn admit(&mut self, now: Nanos, packet: Arc<GsoPacket>) {
-        for segment in Segment::all(&packet) {
-            let id = self.next_id;
-            self.next_id += 1;
+        let first = self.next_id;
+        self.next_id += u64::from(packet.layout().segments());
+        let segments = Segment::all(&packet).zip(first..).map(|(segment, id)| {
             let len = segment.len();
-            // A dropped segment's handle is released here; the packet's buffer goes when the
-            // last of its segments does.
-            let _ = self.model.enqueue(now, Packet { id, len, payload: segment });
-        }
+            Packet { id, len, payload: segment }
+        });
+        // A dropped segment's handle is released here; the packet's buffer goes when the
+        // last of its segments does.
+        self.model.enqueue_burst(now, segments, |_, _| {});
         self.recycler.reclaim(packet);
     }
 
