@@ -8,8 +8,8 @@
 //!                           [--cc bbr]
 //! emulator_bench rate       [--rates 0.128,1,10,100,1000,10000] [--secs 10] [--delay-ms 5]
 //!                           [--cc cubic]
-//! common: [--tun offload|plain] [--spin-us 50] [--fixed-spin] [--wake ppoll|timerfd]
-//!         [--threads single|per-direction (or per)|split|pipeline]
+//! common: [--tun offload|plain] [--spin-us 50] [--fixed-spin] [--coalesce-us 100]
+//!         [--wake ppoll|timerfd] [--threads single|per-direction (or per)|split|pipeline]
 //!         [--cpu N] [--no-fifo] [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N]
 //!         [--log-dir DIR] [--json (full emulator reports on stderr)]
 //!         [--endpoints-fifo (iperf3 under `chrt -f 5`, veth's too)]
@@ -137,6 +137,7 @@ fn parse() -> Res<Args> {
             "--interval-us" => a.interval_us = num(val()?)?,
             "--spin-us" => a.options.spin = Duration::from_micros(num(val()?)?),
             "--fixed-spin" => a.options.adaptive_spin = false,
+            "--coalesce-us" => a.options.coalesce = Duration::from_micros(num(val()?)?),
             "--batch" => a.options.batch = num(val()?)? as usize,
             "--cpu" => a.options.cpu = Some(num(val()?)? as usize),
             "--no-fifo" => a.options.fifo_priority = None,

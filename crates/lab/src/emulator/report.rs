@@ -216,6 +216,9 @@ pub struct EmulatorReport {
     pub wake: super::Wake,
     /// How long before a release the thread stops sleeping and spins, in µs.
     pub spin_us: f64,
+    /// The grid, in µs, that timed wake-ups were rounded up to while busy
+    /// ([`EmulatorOptions::coalesce`](super::EmulatorOptions::coalesce)).
+    pub coalesce_us: f64,
     /// Times the thread blocked waiting for packets or a release.
     pub sleeps: u64,
     /// Times a thread armed its timerfd for a release ([`Wake::Timerfd`](super::Wake)): each

@@ -15,7 +15,10 @@
 //!    if nothing is in flight, block until a packet or a stop arrives.
 //!
 //! So the thread never sleeps *past* a release: it wakes `spin` early and busy-waits the last
-//! stretch, which absorbs the tens of µs an idle vCPU needs to wake. Blocking waits are capped
+//! stretch, which absorbs the tens of µs an idle vCPU needs to wake. Except while it is busy
+//! (the [`SpinGovernor`] turned spinning off): then it sleeps to the release's deadline
+//! rounded up to [`EmulatorOptions::coalesce`], so that the releases due within one such step
+//! share one timer arm. Blocking waits are capped
 //! at [`MAX_SLEEP`] so a termination signal is noticed promptly.
 //!
 //! A split direction's releaser runs this same loop: its lanes take their packets from a
@@ -197,6 +200,8 @@ pub(crate) struct Worker {
     shared: Arc<Shared>,
     clock: MonoClock,
     spin: Duration,
+    /// While busy, timed wake-ups are rounded up to a multiple of this (zero: never).
+    coalesce: u64,
     batch: usize,
     timer: Option<OwnedFd>,
     max_busy: Option<Duration>,
@@ -226,6 +231,7 @@ impl Worker {
             shared,
             clock,
             spin: options.spin,
+            coalesce: u64::try_from(options.coalesce.as_nanos()).unwrap_or(u64::MAX),
             batch: options.batch,
             timer: None,
             max_busy: options.max_busy,
@@ -295,7 +301,10 @@ impl Worker {
                     std::hint::spin_loop();
                 }
                 _ => {
-                    let deadline = wakeup.map(|w| Nanos(w.as_nanos() - spin_ns));
+                    let deadline = wakeup.map(|w| match self.governor.allowed {
+                        true => Nanos(w.as_nanos() - spin_ns),
+                        false => coalesced(w, self.coalesce),
+                    });
                     self.wait(now, deadline);
                     self.last_block = self.clock.now();
                     self.governor.idle += self.last_block - now;
@@ -409,6 +418,17 @@ impl Worker {
             }
         }
     }
+}
+
+/// `wakeup` rounded up to a multiple of `grid` ns on the monotonic clock (unchanged if `grid`
+/// is zero): while the thread is busy, the releases due within one grid step share one
+/// timed wake-up (one `timerfd_settime` instead of one per run; see
+/// [`EmulatorOptions::coalesce`]).
+fn coalesced(wakeup: Nanos, grid: u64) -> Nanos {
+    if grid == 0 {
+        return wakeup;
+    }
+    Nanos(wakeup.as_nanos().div_ceil(grid).saturating_mul(grid))
 }
 
 /// The calling thread's CPU time.
@@ -530,6 +550,26 @@ impl ReaderWorker {
                 self.errors.push(why.clone());
                 intake.close_input(why);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesced_wake_ups_round_up_to_the_grid_and_never_earlier() {
+        assert_eq!(coalesced(Nanos(123_456), 0), Nanos(123_456));
+        assert_eq!(coalesced(Nanos(100_000), 100_000), Nanos(100_000));
+        assert_eq!(coalesced(Nanos(100_001), 100_000), Nanos(200_000));
+        assert_eq!(coalesced(Nanos(1), 100_000), Nanos(100_000));
+        // Releases due within one step share a deadline, so one timer arm serves them all.
+        let due = [Nanos(1_200_001), Nanos(1_252_000), Nanos(1_299_999), Nanos(1_300_000)];
+        assert!(due.iter().all(|&w| coalesced(w, 100_000) == Nanos(1_300_000)));
+        for w in [0, 1, 99_999, 7_777_777, u64::MAX / 2] {
+            let c = coalesced(Nanos(w), 100_000);
+            assert!(c >= Nanos(w) && c - Nanos(w) < Duration::from_micros(100));
         }
     }
 }
