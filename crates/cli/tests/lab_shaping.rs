@@ -30,9 +30,128 @@ fn f64_at(v: &Value, pointer: &str) -> f64 {
 /// TCP payload per 1500-byte IP packet (timestamps on): goodput = rate x this.
 const PAYLOAD_SHARE: f64 = 1448.0 / 1500.0;
 
+/// One link direction's departures from the emulator's log (`up.log`, `down.log`):
+/// wall-clock ms since the Unix epoch (virtual time from the log's init timestamp), IP bytes.
+#[derive(Debug, Default)]
+struct LinkLog(Vec<(f64, u64)>);
+
+/// IP + TCP header bytes of a data packet (timestamps on).
+const HEADERS: u64 = 52;
+
+impl LinkLog {
+    fn read(path: &Path) -> LinkLog {
+        let log = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let init: f64 = log
+            .lines()
+            .find_map(|l| l.strip_prefix("# init timestamp: "))
+            .and_then(|v| v.parse().ok())
+            .expect("init timestamp in the link log");
+        LinkLog(
+            log.lines()
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    if f.len() < 3 || f[1] != "-" {
+                        return None;
+                    }
+                    Some((init + f[0].parse::<f64>().ok()?, f[2].parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// Payload bytes (each packet less [`HEADERS`]) that left the link within wall-clock ms
+    /// `from..to`.
+    fn payload_between(&self, from: f64, to: f64) -> f64 {
+        let in_window = self.0.iter().filter(|&&(t, _)| t >= from && t < to);
+        in_window.map(|&(_, len)| len.saturating_sub(HEADERS) as f64).sum()
+    }
+
+    /// The most the link carried in any `window_ms` starting at a departure, Mbit/s.
+    fn busiest_mbps(&self, window_ms: f64) -> f64 {
+        let (mut best, mut sum, mut j) = (0u64, 0u64, 0);
+        for i in 0..self.0.len() {
+            while j < self.0.len() && self.0[j].0 < self.0[i].0 + window_ms {
+                sum += self.0[j].1;
+                j += 1;
+            }
+            best = best.max(sum);
+            sum -= self.0[i].1;
+        }
+        best as f64 * 8.0 / (window_ms / 1e3) / 1e6
+    }
+}
+
+/// The shell line that runs `cmd` between two wall-clock stamps (ms since the Unix epoch), so
+/// a test can match iperf3's measurement window against the link's log.
+fn timed(cmd: &str) -> String {
+    format!("date +%s%3N && {cmd} && date +%s%3N")
+}
+
+/// iperf3 got what the link carried: its receiver's bytes are at least the payload the link
+/// (`log`, the data direction) carried in a part of the run that lies inside iperf3's
+/// measurement window whatever the host did, less the data that can be held at the window's
+/// end (a round trip of `rtt_ms` plus `buffer_ms` of queue behind a loss, the emulator's worst
+/// lateness, 5 ms of read lag) at `rate_mbps`. `stamps` are the wall-clock ms before and
+/// after the iperf3 run; `omit_s` its -O seconds.
+///
+/// The window starts after the connection setup and the omitted seconds and lasts
+/// `sum_received.seconds`; setup and teardown together took the run's time beyond those, so
+/// the window holds [before + omit + overhead, after - overhead].
+fn assert_got_what_the_link_carried(
+    iperf: &Value,
+    stamps: (f64, f64),
+    omit_s: f64,
+    log: &LinkLog,
+    report: &Value,
+    (rate_mbps, rtt_ms, buffer_ms): (f64, f64, f64),
+) {
+    let (before, after) = stamps;
+    let seconds = f64_at(iperf, "/end/sum_received/seconds");
+    let received = f64_at(iperf, "/end/sum_received/bytes");
+    let overhead = ((after - before) - (omit_s + seconds) * 1e3).max(0.0);
+    let (from, to) = (before + omit_s * 1e3 + overhead, after - overhead);
+    let carried = log.payload_between(from, to);
+    let lateness_ms = f64_at(report, "/emulator_report/lateness/max_us") / 1e3;
+    let held = rate_mbps * 1e6 / 8.0 * (rtt_ms + buffer_ms + lateness_ms + 5.0) / 1e3;
+    eprintln!(
+        "iperf3 received {received:.0} B in {seconds:.2} s; the link carried {carried:.0} B of \
+         payload in the {:.2} s inside its window (held at the end: up to {held:.0} B)",
+        (to - from) / 1e3
+    );
+    assert!(
+        received >= carried - held,
+        "iperf3 received {received:.0} B, less than the {carried:.0} B the link delivered \
+         inside its window (less {held:.0} B held at the end)"
+    );
+}
+
+/// The iperf3 runs of a [`timed`] script: each JSON document with the stamps around it.
+fn timed_runs(docs: Vec<Value>) -> Vec<(Value, (f64, f64))> {
+    let mut runs = Vec::new();
+    let mut docs = docs.into_iter();
+    while let Some(before) = docs.next() {
+        let (Some(json), Some(after)) = (docs.next(), docs.next()) else {
+            panic!("a stamp, an iperf3 JSON document and a stamp per run");
+        };
+        let stamp = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("a stamp, not {v}"));
+        runs.push((json, (stamp(&before), stamp(&after))));
+    }
+    runs
+}
+
 /// Runs `script` (sh) as the client of a lab path with `iperf3 -s` as the server, and returns
 /// the JSON documents the script printed (iperf3 -J runs, in order) and the lab report.
 fn iperf_runs(path_args: &[&str], server: &str, script: &str) -> (Vec<Value>, Value) {
+    let (docs, report, _) = iperf_runs_logged(path_args, server, script);
+    (docs, report)
+}
+
+/// [`iperf_runs`], also giving the link's logs (up, down).
+fn iperf_runs_logged(
+    path_args: &[&str],
+    server: &str,
+    script: &str,
+) -> (Vec<Value>, Value, [LinkLog; 2]) {
     let out = tempfile::tempdir().expect("tempdir");
     let out_dir = out.path().to_str().expect("utf-8 path");
     let mut args = vec!["lab", "path", "--out", out_dir, "--seed", "42"];
@@ -46,15 +165,24 @@ fn iperf_runs(path_args: &[&str], server: &str, script: &str) -> (Vec<Value>, Va
         .into_iter::<Value>()
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("iperf3 -J output: {e}\n{}", done.stdout));
-    (docs, report(out.path()))
+    let logs = ["up.log", "down.log"].map(|f| LinkLog::read(&out.path().join(f)));
+    (docs, report(out.path()), logs)
 }
 
 /// One iperf3 run through a lab path: (iperf3 JSON, lab report).
 fn iperf(path_args: &[&str], iperf_args: &str) -> (Value, Value) {
-    let client = format!("iperf3 -c $TCPTAIL_SERVER_ADDR -J {iperf_args}");
-    let (mut docs, report) = iperf_runs(path_args, "iperf3 -s -1", &client);
-    assert_eq!(docs.len(), 1, "one iperf3 run");
-    (docs.remove(0), report)
+    let (json, report, _, _) = iperf_logged(path_args, iperf_args);
+    (json, report)
+}
+
+/// [`iperf`], also giving the wall-clock stamps around the run and the up link's log.
+fn iperf_logged(path_args: &[&str], iperf_args: &str) -> (Value, Value, (f64, f64), LinkLog) {
+    let client = timed(&format!("iperf3 -c $TCPTAIL_SERVER_ADDR -J {iperf_args}"));
+    let (docs, report, [up, _]) = iperf_runs_logged(path_args, "iperf3 -s -1", &client);
+    let mut runs = timed_runs(docs);
+    assert_eq!(runs.len(), 1, "one iperf3 run");
+    let (json, stamps) = runs.remove(0);
+    (json, report, stamps, up)
 }
 
 /// The emulated link's output over its busiest 100 ms bin in `dir`, Mbit/s, and how far from
@@ -91,11 +219,23 @@ fn iperf3_gets_the_bottleneck_rate_within_two_percent() {
     // while it recovers from slow start's overshoot (the emulator's own output rate dips
     // too), and with a deep buffer iperf3's receive sum also counts the queue drained after
     // the sender stopped (+1.5 % with 375 KB).
-    let (json, report) = iperf(&["--rate", "30mbit", "--rtt", "10ms"], "-t 5 -O 1 -C bbr");
+    //
+    // The rate is the emulator's, read from its own schedule (a loaded host can leave the
+    // link idle, never make it faster or slower while busy): its busiest 100 ms within one
+    // packet of 30 Mbit/s, no 100 ms above that. iperf3 gets at most the rate less headers
+    // (2 % for its interval edges), and what the link carried inside its window.
+    let (json, report, stamps, up) =
+        iperf_logged(&["--rate", "30mbit", "--rtt", "10ms"], "-t 5 -O 1 -C bbr");
     let goodput = goodput_mbps(&json);
     let expected = 30.0 * PAYLOAD_SHARE;
-    eprintln!("iperf3 goodput {goodput:.3} Mbit/s (expected {expected:.3})");
-    assert!((goodput / expected - 1.0).abs() < 0.02, "goodput {goodput:.3} Mbit/s");
+    let (busiest, tolerance) = busiest_bin_mbps(&report, "up", 30.0);
+    eprintln!(
+        "iperf3 goodput {goodput:.3} Mbit/s (the rate less headers: {expected:.3}); the link's \
+         busiest 100 ms {busiest:.3} Mbit/s"
+    );
+    assert!(within(busiest, 30.0, tolerance), "the link at its busiest: {busiest:.3} Mbit/s");
+    assert!(goodput < expected * 1.02, "goodput {goodput:.3} Mbit/s above the rate");
+    assert_got_what_the_link_carried(&json, stamps, 1.0, &up, &report, (30.0, 10.0, 10.0));
 
     // The report: the path, the sysctls read back, both commands, the emulator's numbers.
     assert_eq!(report["emulator"], "builtin");
@@ -133,7 +273,12 @@ fn cubic_fills_the_buffer_while_bbr_stays_near_the_base_rtt() {
     // vCPUs cannot shorten it); the sender's RTT must show the same (base + queue).
     let path = ["--rate", "30mbit", "--rtt", "10ms", "--buffer", "375KB"];
     let measure = |cc: &str| {
-        let (json, report) = iperf(&path, &format!("-t 6 -O 2 -C {cc}"));
+        let (json, report, stamps, up) = iperf_logged(&path, &format!("-t 6 -O 2 -C {cc}"));
+        // Both fill the link as far as the host lets them: iperf3 got what the link carried,
+        // which ran at its rate while busy.
+        let (busiest, tolerance) = busiest_bin_mbps(&report, "up", 30.0);
+        assert!(within(busiest, 30.0, tolerance), "{cc}: the link at its busiest: {busiest:.3}");
+        assert_got_what_the_link_carried(&json, stamps, 2.0, &up, &report, (30.0, 10.0, 100.0));
         let (p50, p90, max) = queue_delay_ms(&report, "up");
         let max_rtt = f64_at(&json, "/end/streams/0/sender/max_rtt") / 1e3;
         let mean_rtt = f64_at(&json, "/end/streams/0/sender/mean_rtt") / 1e3;
@@ -160,7 +305,10 @@ fn cubic_fills_the_buffer_while_bbr_stays_near_the_base_rtt() {
     );
     let (b50, _, _, _, b_rate) = measure("bbr");
     assert!(b50 < 15.0, "BBR should keep the queue short: queue delay p50 {b50:.1} ms");
-    assert!(c_rate > 26.0 && b_rate > 26.0, "{c_rate} / {b_rate}");
+    // At most the rate less headers, plus the 375 KB queue the receiver drains after the
+    // sender stopped, over the 6 s measured.
+    let most = 30.0 * PAYLOAD_SHARE * 1.02 + 0.375 * 8.0 / 6.0;
+    assert!(c_rate < most && b_rate < most, "{c_rate} / {b_rate}");
 }
 
 #[test]
@@ -180,10 +328,9 @@ fn one_percent_loss_shows_in_retransmits() {
 
 /// An upload then a download (`-R`) of `secs` seconds each, BBR, first second omitted.
 fn both_ways(secs: u32) -> String {
-    format!(
-        "iperf3 -c $TCPTAIL_SERVER_ADDR -J -t {secs} -O 1 -C bbr && \
-         iperf3 -c $TCPTAIL_SERVER_ADDR -J -t {secs} -O 1 -C bbr -R"
-    )
+    let up = timed(&format!("iperf3 -c $TCPTAIL_SERVER_ADDR -J -t {secs} -O 1 -C bbr"));
+    let down = timed(&format!("iperf3 -c $TCPTAIL_SERVER_ADDR -J -t {secs} -O 1 -C bbr -R"));
+    format!("{up} && {down}")
 }
 
 fn within(measured: f64, expected: f64, tolerance: f64) -> bool {
@@ -201,16 +348,31 @@ fn a_trace_one_way_and_a_constant_rate_the_other() {
         (1..=10u32).flat_map(|ms| vec![ms.to_string(); if ms <= 5 { 3 } else { 1 }]).collect();
     std::fs::write(&trace, lines.join("\n") + "\n").expect("write trace");
     let trace = trace.to_str().expect("utf-8");
-    let (runs, report) = iperf_runs(
+    let (docs, report, [up_log, down_log]) = iperf_runs_logged(
         &["--rate-up", "5mbit", "--trace-down", trace, "--rtt", "10ms"],
         "iperf3 -s",
         &both_ways(4),
     );
-    let (up, down) = (goodput_mbps(&runs[0]), goodput_mbps(&runs[1]));
+    let runs = timed_runs(docs);
+    let (up, down) = (goodput_mbps(&runs[0].0), goodput_mbps(&runs[1].0));
     let (up_expected, down_expected) = (5.0 * PAYLOAD_SHARE, 24.064 * PAYLOAD_SHARE);
-    eprintln!("up {up:.3} (expected {up_expected:.3}), down {down:.3} ({down_expected:.3}) Mbit/s");
-    assert!(within(up, up_expected, 0.025), "constant 5 Mbit/s up: {up:.3} Mbit/s");
-    assert!(within(down, down_expected, 0.025), "trace down: {down:.3} Mbit/s");
+    // Each link's rate from the emulator's own schedule (a 100 ms bin holds ten trace
+    // periods, 200 opportunities: 24.0 Mbit/s of 1500-byte packets), never above it; iperf3
+    // at most that less headers, and what the link carried inside its window.
+    let (up_bin, up_tolerance) = busiest_bin_mbps(&report, "up", 5.0);
+    let (down_bin, down_tolerance) = busiest_bin_mbps(&report, "down", 24.064);
+    eprintln!(
+        "up {up:.3} (at most {up_expected:.3}), down {down:.3} ({down_expected:.3}) Mbit/s; \
+         busiest 100 ms: up {up_bin:.3}, down {down_bin:.3}"
+    );
+    assert!(within(up_bin, 5.0, up_tolerance), "constant 5 Mbit/s up: {up_bin:.3} at its busiest");
+    assert!(within(down_bin, 24.064, 2.0 * down_tolerance), "trace down: {down_bin:.3}");
+    assert!(up < up_expected * 1.025, "constant 5 Mbit/s up: {up:.3} Mbit/s");
+    assert!(down < down_expected * 1.025, "trace down: {down:.3} Mbit/s");
+    let path = |rate: f64| (rate, 10.0, 20.0);
+    assert_got_what_the_link_carried(&runs[0].0, runs[0].1, 1.0, &up_log, &report, path(5.0));
+    let down_run = (&runs[1].0, runs[1].1);
+    assert_got_what_the_link_carried(down_run.0, down_run.1, 1.0, &down_log, &report, path(24.064));
     // The report says which direction is which, and the trace drove the down link.
     assert_eq!(report["up"]["rate_bps"], 5_000_000);
     assert!(report["down"]["trace"].as_str().is_some_and(|t| t.ends_with("down.trace")));
@@ -238,6 +400,7 @@ fn asymmetric_rates_and_delays_each_way() {
         "iperf3 -s",
         &both_ways(4),
     );
+    let runs: Vec<Value> = timed_runs(runs).into_iter().map(|(json, _)| json).collect();
     let (up, down) = (goodput_mbps(&runs[0]), goodput_mbps(&runs[1]));
     let (up_bin, up_tolerance) = busiest_bin_mbps(&report, "up", 8.0);
     let (down_bin, down_tolerance) = busiest_bin_mbps(&report, "down", 40.0);
@@ -273,15 +436,20 @@ fn codel_keeps_the_queue_short_where_drop_tail_fills_it() {
     // (target 5 ms, interval 100 ms) drops at the head until the standing queue is gone.
     let measure = |queue: &str| {
         let path = ["--rate", "20mbit", "--rtt", "20ms", "--buffer", "300ms", "--queue", queue];
-        let (json, report) = iperf(&path, "-t 6 -O 2 -P 4 -C cubic");
+        let (json, report, stamps, up) = iperf_logged(&path, "-t 6 -O 2 -P 4 -C cubic");
+        // iperf3 got what the link carried (a round trip of 20 ms + up to the 300 ms buffer
+        // held at the end), and the link's best second: CoDel's drops must not keep it below
+        // 90 % of its rate even when the host lets the senders keep it busy.
+        assert_got_what_the_link_carried(&json, stamps, 2.0, &up, &report, (20.0, 20.0, 300.0));
+        let best_second = up.busiest_mbps(1000.0);
         let (p50, p90, _) = queue_delay_ms(&report, "up");
         let codel_drops = f64_at(&report, "/emulator_report/up/stats/drops/codel/packets");
         let goodput = goodput_mbps(&json);
         eprintln!(
             "{queue}: queue delay p50 {p50:.1} ms, p90 {p90:.1} ms; {codel_drops} CoDel drops; \
-             goodput {goodput:.2} Mbit/s"
+             goodput {goodput:.2} Mbit/s; the link's best second {best_second:.2} Mbit/s"
         );
-        (p50, p90, codel_drops, goodput)
+        (p50, p90, codel_drops, (goodput, best_second))
     };
     let (fifo50, _, fifo_drops, fifo_rate) = measure("fifo");
     let (codel50, codel90, codel_drops, codel_rate) = measure("codel");
@@ -290,9 +458,14 @@ fn codel_keeps_the_queue_short_where_drop_tail_fills_it() {
     assert!(codel50 < 15.0, "CoDel should keep the queue near its 5 ms target: p50 {codel50:.1}");
     assert!(codel90 < 40.0, "CoDel p90 {codel90:.1} ms");
     assert!(codel_drops > 0.0, "CoDel must have dropped to control the queue");
-    // And the link stays busy.
-    let link = 20.0 * PAYLOAD_SHARE;
-    assert!(codel_rate > 0.9 * link && fifo_rate > 0.9 * link, "{codel_rate} / {fifo_rate}");
+    // And the link stays busy: in its best second at least 90 % of its rate, never above it;
+    // iperf3 at most the rate less headers, plus the 300 ms (750 KB) queue the receiver
+    // drains after the sender stopped, over the 6 s measured.
+    for (goodput, best_second) in [codel_rate, fifo_rate] {
+        assert!((18.0..=20.0 * 1.001).contains(&best_second), "{codel_rate:?} / {fifo_rate:?}");
+        let most = 20.0 * PAYLOAD_SHARE * 1.02 + 0.75 * 8.0 / 6.0;
+        assert!(goodput < most, "{codel_rate:?} / {fifo_rate:?}");
+    }
 }
 
 /// Whether this kernel can create a netem qdisc, probed on `lo` of a scratch namespace (never
