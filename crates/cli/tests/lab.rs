@@ -321,6 +321,28 @@ fn has_child(pid: u32, program: &str) -> bool {
     })
 }
 
+/// Starts a lab run (10 Mbit/s, 10 ms) with `server_cmd` as its server and `sleep CLIENT` as
+/// its client, and waits for its two namespaces (returned by name).
+fn spawn_sleeping_lab(server_cmd: &str, client: &str) -> (Guard, Vec<String>) {
+    let mut guard = spawn(&[
+        "lab",
+        "path",
+        "--rate",
+        "10mbit",
+        "--rtt",
+        "10ms",
+        "--server-cmd",
+        server_cmd,
+        "--server-ready",
+        "100ms",
+        "--",
+        "sleep",
+        client,
+    ]);
+    let names = wait_for_namespaces(&mut guard, 2);
+    (guard, names)
+}
+
 #[test]
 fn sigterm_and_sigint_clean_up_by_themselves() {
     let _lock = lab_lock();
@@ -328,23 +350,7 @@ fn sigterm_and_sigint_clean_up_by_themselves() {
         // The server and the client sleep for lengths no other process uses; deleting a
         // namespace does not kill what runs in it, so they are looked for by name.
         let (server, client) = (marker(number), marker(number + 100));
-        let server_cmd = format!("sleep {server}");
-        let mut guard = spawn(&[
-            "lab",
-            "path",
-            "--rate",
-            "10mbit",
-            "--rtt",
-            "10ms",
-            "--server-cmd",
-            &server_cmd,
-            "--server-ready",
-            "100ms",
-            "--",
-            "sleep",
-            &client,
-        ]);
-        let names = wait_for_namespaces(&mut guard, 2);
+        let (guard, names) = spawn_sleeping_lab(&format!("sleep {server}"), &client);
         let alive = |m: &str| eventually(Duration::from_secs(5), || !processes_with(m).is_empty());
         assert!(alive(&format!("sleep {server}")), "SIG{signal}: the server never ran");
         assert!(alive(&format!("sleep {client}")), "SIG{signal}: the client never ran");
@@ -425,23 +431,7 @@ fn sigint_belongs_to_an_interactive_command() {
 fn sigkill_kills_the_commands_and_lab_clean_removes_the_rest() {
     let _lock = lab_lock();
     let (server, client) = (marker(9), marker(109));
-    let server_cmd = format!("exec sleep {server}");
-    let mut guard = spawn(&[
-        "lab",
-        "path",
-        "--rate",
-        "10mbit",
-        "--rtt",
-        "10ms",
-        "--server-cmd",
-        &server_cmd,
-        "--server-ready",
-        "100ms",
-        "--",
-        "sleep",
-        &client,
-    ]);
-    let names = wait_for_namespaces(&mut guard, 2);
+    let (mut guard, names) = spawn_sleeping_lab(&format!("exec sleep {server}"), &client);
     let _ = guard.child.kill();
     let _ = guard.child.wait();
     assert_eq!(namespaces_of(guard.pid), names, "a SIGKILLed run cannot clean up after itself");

@@ -103,6 +103,30 @@ impl Lab {
             .expect("bind in the server namespace")
     }
 
+    /// A UDP socket on the server's address (any port), created inside the server namespace
+    /// with an 8 MB receive buffer, so that a burst waits in it rather than being dropped.
+    fn udp_receiver(&self) -> UdpSocket {
+        self.topo
+            .server()
+            .run(|| -> std::io::Result<UdpSocket> {
+                let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+                s.set_recv_buffer_size(8 << 20)?;
+                s.bind(&SocketAddr::from((SERVER_ADDR, 0)).into())?;
+                Ok(s.into())
+            })
+            .expect("enter the server namespace")
+            .expect("UDP socket in the server namespace")
+    }
+
+    /// A UDP socket created inside the client namespace.
+    fn udp_sender(&self) -> UdpSocket {
+        self.topo
+            .client()
+            .run(|| UdpSocket::bind("0.0.0.0:0"))
+            .expect("enter the client namespace")
+            .expect("UDP socket in the client namespace")
+    }
+
     /// A TCP connection from the client namespace with congestion control `cc` (set per
     /// socket: the host's default may be BBR, whose PROBE_RTT dips would blur the rate check).
     fn connect(&self, port: u16, cc: &str) -> TcpStream {
@@ -315,17 +339,7 @@ fn one_percent_loss_shows_as_drops_in_the_report() {
     let mut spec = symmetric(100_000_000, Duration::from_millis(1), 1_000_000);
     spec.up.loss = Some(LossModel::Bernoulli { p: 0.01 });
     let mut lab = Lab::start(spec, EmulatorOptions { seed: 11, ..Default::default() });
-    let receiver = lab
-        .topo
-        .server()
-        .run(|| -> std::io::Result<UdpSocket> {
-            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-            s.set_recv_buffer_size(8 << 20)?;
-            s.bind(&SocketAddr::from((SERVER_ADDR, 0)).into())?;
-            Ok(s.into())
-        })
-        .expect("enter the server namespace")
-        .expect("UDP socket in the server namespace");
+    let receiver = lab.udp_receiver();
     let target = receiver.local_addr().unwrap();
     receiver.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     let counter = std::thread::spawn(move || {
@@ -335,12 +349,7 @@ fn one_percent_loss_shows_as_drops_in_the_report() {
         }
         n
     });
-    let sender = lab
-        .topo
-        .client()
-        .run(|| UdpSocket::bind("0.0.0.0:0"))
-        .expect("enter the client namespace")
-        .expect("UDP socket in the client namespace");
+    let sender = lab.udp_sender();
     let sent = 20_000u64;
     for i in 0..sent {
         sender.send_to(&[9u8; 200], target).expect("send");
@@ -441,25 +450,10 @@ fn udp_gso_sends_arrive_as_their_datagrams() {
     let _serial = require_root();
     let spec = symmetric(1_000_000_000, Duration::from_millis(1), 4_000_000);
     let mut lab = Lab::start(spec, EmulatorOptions::default());
-    let receiver = lab
-        .topo
-        .server()
-        .run(|| -> std::io::Result<UdpSocket> {
-            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-            s.set_recv_buffer_size(8 << 20)?;
-            s.bind(&SocketAddr::from((SERVER_ADDR, 0)).into())?;
-            Ok(s.into())
-        })
-        .expect("enter the server namespace")
-        .expect("UDP socket in the server namespace");
+    let receiver = lab.udp_receiver();
     let target = receiver.local_addr().unwrap();
     receiver.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    let sender = lab
-        .topo
-        .client()
-        .run(|| UdpSocket::bind("0.0.0.0:0"))
-        .expect("enter the client namespace")
-        .expect("UDP socket in the client namespace");
+    let sender = lab.udp_sender();
     tcptail_netns::sys::set_udp_segment(std::os::fd::AsFd::as_fd(&sender), 1000)
         .expect("UDP_SEGMENT");
     let (sends, per_send) = (20u32, 10usize);
@@ -494,12 +488,7 @@ fn stop_is_prompt_and_removes_the_tun_devices() {
     let delay = Duration::from_secs(2);
     let spec = symmetric(100_000_000, delay, 1_000_000);
     let mut lab = Lab::start(spec, Default::default());
-    let sender = lab
-        .topo
-        .client()
-        .run(|| UdpSocket::bind("0.0.0.0:0"))
-        .expect("enter the client namespace")
-        .expect("UDP socket");
+    let sender = lab.udp_sender();
     for _ in 0..5 {
         sender.send_to(&[1u8; 100], (SERVER_ADDR, 9)).expect("send");
     }

@@ -8,7 +8,7 @@
 //! CoDel controls that flow only. Each property is also shown *not* to hold for a FIFO on the
 //! same load, so the tests can fail.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use tcptail_emu::{
 };
 use tcptail_units::ByteSize;
 
-use crate::util::constant;
+use crate::util::{RenoWindow, constant, earliest};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -245,30 +245,16 @@ fn ecn_reno(spec: DirectionSpec, secs: u64) -> (Vec<tcptail_emu::ReleaseInfo>, S
     spec.delay = 10 * MS;
     let end = Nanos::from_millis(secs * 1000);
     let mut dir = Direction::<Pkt>::new(spec, 1).with_observer(Stats::default());
-    let (mut cwnd, mut ssthresh) = (10.0f64, f64::INFINITY);
-    let (mut next_id, mut recovery_until) = (0u64, 0u64);
-    let mut outstanding = BTreeSet::new();
+    let mut w = RenoWindow::new();
     let mut acks: VecDeque<(Nanos, u64, bool)> = VecDeque::new();
     let mut released = Vec::new();
     let mut ce_seen = 0;
     let mut now = Nanos::ZERO;
     while now <= end {
-        while (outstanding.len() as f64) < cwnd.floor() {
-            let id = next_id;
-            next_id += 1;
-            outstanding.insert(id);
-            let payload = Pkt { flow: 1, ecn: Ecn::Ect0 };
-            let _: Admission<Pkt> = dir.enqueue(now, Packet { id, len: 1500, payload });
-        }
-        let next = match (dir.next_wakeup(), acks.front().map(|a| a.0)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let Some(next) = next else {
+        w.fill(&mut dir, now, |_| Pkt { flow: 1, ecn: Ecn::Ect0 });
+        let Some(next) = earliest(dir.next_wakeup(), acks.front().map(|a| a.0)) else {
+            w.timeout();
             now += 200 * MS;
-            outstanding.clear();
-            cwnd = 1.0;
-            recovery_until = next_id;
             continue;
         };
         now = next.max(now);
@@ -280,20 +266,12 @@ fn ecn_reno(spec: DirectionSpec, secs: u64) -> (Vec<tcptail_emu::ReleaseInfo>, S
             && at <= now
         {
             acks.pop_front();
-            outstanding.remove(&id);
-            let lost: Vec<u64> = outstanding.range(..id.saturating_sub(3)).copied().collect();
-            lost.iter().for_each(|l| {
-                outstanding.remove(l);
-            });
+            let lost = w.ack(id);
             ce_seen += u64::from(ce);
-            if (ce || !lost.is_empty()) && id >= recovery_until {
-                cwnd = (cwnd / 2.0).max(2.0);
-                ssthresh = cwnd;
-                recovery_until = next_id;
-            } else if cwnd < ssthresh {
-                cwnd += 1.0;
+            if (ce || !lost.is_empty()) && id >= w.recovery_until {
+                w.halve();
             } else {
-                cwnd += 1.0 / cwnd;
+                w.grow();
             }
         }
     }

@@ -7,16 +7,15 @@
 //! delay near target) is about responsive senders, so it is tested with a small Reno-like AIMD
 //! sender whose window reacts to the drops it sees.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tcptail_emu::{
-    Admission, Direction, DirectionSpec, Discipline, DropReason, Event, Nanos, Packet, QueueLimit,
-    ReleaseInfo,
+    Direction, DirectionSpec, Discipline, DropReason, Event, Nanos, QueueLimit, ReleaseInfo,
 };
 use tcptail_units::ByteSize;
 
-use crate::util::{Lateness, cbr, constant, drive};
+use crate::util::{Lateness, RenoWindow, cbr, constant, drive, earliest};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -110,31 +109,17 @@ fn reno_over(spec: DirectionSpec, secs: u64) -> (Vec<ReleaseInfo>, Vec<Event>) {
     let ack_delay = 10 * MS;
     let end = Nanos::from_millis(secs * 1000);
     let mut dir = Direction::<u64>::new(spec, 1).with_observer(Vec::new());
-    let (mut cwnd, mut ssthresh) = (10.0f64, f64::INFINITY);
-    let (mut next_id, mut recovery_until) = (0u64, 0u64);
-    let mut outstanding = BTreeSet::new();
+    let mut w = RenoWindow::new();
     let mut acks: VecDeque<(Nanos, u64)> = VecDeque::new();
     let mut released = Vec::new();
     let mut now = Nanos::ZERO;
     while now <= end {
-        while (outstanding.len() as f64) < cwnd.floor() {
-            let id = next_id;
-            next_id += 1;
-            outstanding.insert(id);
-            // A tail drop is noticed like any other loss, from later ACKs.
-            let _: Admission<u64> = dir.enqueue(now, Packet { id, len: 1500, payload: id });
-        }
-        let next = match (dir.next_wakeup(), acks.front().map(|a| a.0)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let Some(next) = next else {
+        w.fill(&mut dir, now, |id| id);
+        let Some(next) = earliest(dir.next_wakeup(), acks.front().map(|a| a.0)) else {
             // Nothing in flight anywhere: what is outstanding was lost. Retransmission timeout.
+            w.ssthresh = (w.cwnd / 2.0).max(2.0);
+            w.timeout();
             now += 200 * MS;
-            outstanding.clear();
-            ssthresh = (cwnd / 2.0).max(2.0);
-            cwnd = 1.0;
-            recovery_until = next_id;
             continue;
         };
         now = next.max(now);
@@ -146,21 +131,10 @@ fn reno_over(spec: DirectionSpec, secs: u64) -> (Vec<ReleaseInfo>, Vec<Event>) {
             && at <= now
         {
             acks.pop_front();
-            outstanding.remove(&id);
-            let lost: Vec<u64> = outstanding.range(..id.saturating_sub(3)).copied().collect();
-            if let Some(&first) = lost.first() {
-                lost.iter().for_each(|l| {
-                    outstanding.remove(l);
-                });
-                if first >= recovery_until {
-                    cwnd = (cwnd / 2.0).max(2.0);
-                    ssthresh = cwnd;
-                    recovery_until = next_id;
-                }
-            } else if cwnd < ssthresh {
-                cwnd += 1.0;
-            } else {
-                cwnd += 1.0 / cwnd;
+            match w.ack(id).first() {
+                Some(&first) if first >= w.recovery_until => w.halve(),
+                Some(_) => {}
+                None => w.grow(),
             }
         }
     }

@@ -148,3 +148,87 @@ pub fn drive_with<O: Observer>(
 pub fn assert_close(a: f64, b: f64, tolerance: f64) {
     assert!((a - b).abs() <= tolerance * b.abs(), "{a} not within {tolerance} of {b}");
 }
+
+/// The earlier of two optional times, `None` when neither is set: when a driver must next
+/// act, from the direction's `next_wakeup` and one of its own (an ACK due).
+pub fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+    a.into_iter().chain(b).min()
+}
+
+/// The window of a bulk sender with Reno's rules (slow start, +1 packet per window, halve at
+/// most once per window), for the closed-loop AQM tests: which packets are in flight, and
+/// the window that bounds them. What counts as a congestion signal, and what a timeout does
+/// to `ssthresh`, stay with each sender.
+#[derive(Debug)]
+pub struct RenoWindow {
+    /// Congestion window, packets.
+    pub cwnd: f64,
+    /// Slow-start threshold, packets.
+    pub ssthresh: f64,
+    /// The id of the next packet sent.
+    pub next_id: u64,
+    /// No halving for a signal about a packet below this id (sent before the last halving).
+    pub recovery_until: u64,
+    /// Ids sent and neither acknowledged nor given up as lost.
+    pub outstanding: std::collections::BTreeSet<u64>,
+}
+
+impl RenoWindow {
+    /// A window of 10 packets in slow start.
+    pub fn new() -> RenoWindow {
+        RenoWindow {
+            cwnd: 10.0,
+            ssthresh: f64::INFINITY,
+            next_id: 0,
+            recovery_until: 0,
+            outstanding: std::collections::BTreeSet::new(),
+        }
+    }
+
+    /// Sends 1500-byte packets (payload `payload(id)`) into `dir` at `now` until the window
+    /// is full. A drop at the queue is noticed like any other loss, from later ACKs.
+    pub fn fill<T: tcptail_emu::Headers, O: Observer>(
+        &mut self,
+        dir: &mut Direction<T, O>,
+        now: Nanos,
+        payload: impl Fn(u64) -> T,
+    ) {
+        while (self.outstanding.len() as f64) < self.cwnd.floor() {
+            let id = self.next_id;
+            self.next_id += 1;
+            self.outstanding.insert(id);
+            let _: Admission<T> = dir.enqueue(now, Packet { id, len: 1500, payload: payload(id) });
+        }
+    }
+
+    /// Takes `id` out of flight as acknowledged, and with it, as lost, every packet still in
+    /// flight three or more below it (returned in order).
+    pub fn ack(&mut self, id: u64) -> Vec<u64> {
+        self.outstanding.remove(&id);
+        let lost: Vec<u64> = self.outstanding.range(..id.saturating_sub(3)).copied().collect();
+        for l in &lost {
+            self.outstanding.remove(l);
+        }
+        lost
+    }
+
+    /// Halves the window (at least 2 packets) and starts a recovery period.
+    pub fn halve(&mut self) {
+        self.cwnd = (self.cwnd / 2.0).max(2.0);
+        self.ssthresh = self.cwnd;
+        self.recovery_until = self.next_id;
+    }
+
+    /// Grows the window for one ACK: +1 in slow start, +1/cwnd after.
+    pub fn grow(&mut self) {
+        self.cwnd += if self.cwnd < self.ssthresh { 1.0 } else { 1.0 / self.cwnd };
+    }
+
+    /// A retransmission timeout: everything in flight is lost, the window restarts at one
+    /// packet and a recovery period starts (`ssthresh` is the caller's).
+    pub fn timeout(&mut self) {
+        self.outstanding.clear();
+        self.cwnd = 1.0;
+        self.recovery_until = self.next_id;
+    }
+}
