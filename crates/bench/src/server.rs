@@ -53,7 +53,7 @@ use crate::wire::{MAX_FRAME_LEN, Welcome, WireError};
 
 pub mod policy;
 pub mod serve;
-mod stats;
+pub(crate) mod stats;
 
 pub use policy::{Privilege, ServerPolicy};
 pub use serve::RESPONSE_BUF_LEN;

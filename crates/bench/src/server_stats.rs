@@ -5,9 +5,10 @@
 //! Any engine that keeps a connected stream can ask: `start_window` once the warm-up is
 //! over (nothing outstanding), `collect` once the measured part is. Neither changes the
 //! socket's blocking mode (the exchange uses `MSG_DONTWAIT` and `poll`), so the run's own
-//! loops are unaffected. A server that does not report stats costs the run nothing: it is
-//! asked only at the end, and its answer (an Error frame from a server built before the stats
-//! frames) becomes one warning.
+//! loops are unaffected. An engine that owns the socket's receives (io_uring) asks over its
+//! own ring with the same frames and the same decisions (`end_budget`, `keep`). A server
+//! that does not report stats costs the run nothing: it is asked only at the end, and its
+//! answer (an Error frame from a server built before the stats frames) becomes one warning.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -79,15 +80,24 @@ pub struct ServerSocket {
     pub state: Option<SocketState>,
 }
 
+/// Whether `outcome`'s server reports stats (its Welcome says so): only then is its window
+/// started after the warm-up.
+pub(crate) fn reports_stats(outcome: &ConnectionOutcome) -> bool {
+    outcome.welcome.stats_version.is_some()
+}
+
 /// Starts the server's window for the measured part on `stream` (after the warm-up, nothing
 /// outstanding), if its Welcome says it reports stats; its reply (the warm-up) is dropped.
 pub(crate) fn start_window(stream: &TcpStream, outcome: &ConnectionOutcome) -> io::Result<()> {
-    if outcome.welcome.stats_version.is_none() {
+    if !reports_stats(outcome) {
         return Ok(());
     }
-    exchange(stream, 0, STATS_TIMEOUT)
-        .map(drop)
-        .map_err(|e| io::Error::other(format!("starting the server's stats window: {e}")))
+    exchange(stream, 0, STATS_TIMEOUT).map(drop).map_err(window_not_started)
+}
+
+/// The error of a window that could not be started (the run cannot go on without it).
+pub(crate) fn window_not_started(e: FrameError) -> io::Error {
+    io::Error::other(format!("starting the server's stats window: {e}"))
 }
 
 /// Asks the server for the measured part's stats on `stream` and keeps the answer in
@@ -100,23 +110,34 @@ pub(crate) fn collect(
     outstanding: u64,
     stopping: bool,
 ) {
+    if let Some(budget) = end_budget(outcome, outstanding, stopping) {
+        keep(outcome, exchange(stream, outstanding, budget));
+    }
+}
+
+/// How long the end-of-run question may wait, or `None` (the reason kept in `outcome`) when
+/// the connection is not to ask: see [`collect`].
+pub(crate) fn end_budget(
+    outcome: &mut ConnectionOutcome,
+    outstanding: u64,
+    stopping: bool,
+) -> Option<Duration> {
     if outstanding > 0 && !stopping {
         // It gave up on its server: asking again would only wait as long once more.
         outcome.server_stats = Asked::Unavailable(
             "the server was not asked for stats: a connection gave up waiting for it".into(),
         );
-        return;
+        return None;
     }
-    let budget = if stopping { crate::connection::STOP_GRACE } else { STATS_TIMEOUT };
-    outcome.server_stats = match exchange(stream, outstanding, budget) {
+    Some(if stopping { crate::connection::STOP_GRACE } else { STATS_TIMEOUT })
+}
+
+/// Keeps the server's answer to the end-of-run question in `outcome`: its stats, or why
+/// there are none.
+pub(crate) fn keep(outcome: &mut ConnectionOutcome, answer: Result<ServerStats, FrameError>) {
+    outcome.server_stats = match answer {
         Ok(stats) => Asked::Reported(Box::new(stats)),
         Err(e) => Asked::Unavailable(match outcome.welcome.stats_version {
-            // A server of this very version that does not offer stats runs an engine without
-            // them (io_uring): upgrading would not help.
-            None if outcome.welcome.version == env!("CARGO_PKG_VERSION") => format!(
-                "the server does not report stats with its engine (it answered the stats \
-                 request with: {e})"
-            ),
             None => wire::stats_unsupported(&outcome.welcome.version, &e.to_string()),
             Some(_) => format!("the server did not report stats: {e}"),
         }),

@@ -457,8 +457,8 @@ pub struct Welcome {
     /// The server's tcptail version.
     pub version: String,
     /// The [`ServerStats`] version this server answers a StatsRequest with on this
-    /// connection; `None` from a server that does not report stats (one built before them,
-    /// or an engine without them): a StatsRequest would end the connection.
+    /// connection (every engine's serve loop answers it); `None` from a server that does not
+    /// report stats (one built before them): a StatsRequest would end the connection.
     #[serde(default)]
     pub stats_version: Option<u32>,
     /// After this many seconds without a request the server closes the connection; a client

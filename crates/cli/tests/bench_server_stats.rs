@@ -1,7 +1,8 @@
 //! The real `tcptail` binary reporting the server's own account of a run (issue 16 §2, the
 //! final JSON's `server`): CPU time, service time per request, socket state at the end; one
-//! connection and 16 over 2 threads; the text line; and a server from before the stats frames,
-//! which makes the run warn and still succeed.
+//! connection and 16 over 2 threads; the text line; each pairing of the default and io_uring
+//! engines; and a server from before the stats frames, which makes the run warn and still
+//! succeed.
 
 mod common;
 
@@ -103,6 +104,79 @@ fn the_text_output_prints_one_server_line() {
     for part in ["CPU s", "µs/request", "service p50", "p99", "socket cwnd", "retrans"] {
         assert!(line.contains(part), "no {part:?} in {line:?}");
     }
+}
+
+/// A `tcptail bench server` on a free loopback port with `--engine engine`, killed on drop.
+struct BenchServer {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl BenchServer {
+    fn start(engine: &str) -> BenchServer {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(bin())
+            .args(["bench", "server", "--listen", "127.0.0.1:0", "--engine", engine])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let addr = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        // Keep draining its stderr so that it never blocks writing.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        BenchServer { child, addr }
+    }
+}
+
+impl Drop for BenchServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn every_pairing_of_engines_reports_the_servers_side() {
+    for (client, server) in
+        [("io_uring", "default"), ("default", "io_uring"), ("io_uring", "io_uring")]
+    {
+        let server_process = BenchServer::start(server);
+        let v = run_json(&[
+            "bench",
+            "client",
+            &server_process.addr,
+            "--engine",
+            client,
+            "--count",
+            "3000",
+            "--warmup",
+            "500",
+        ]);
+        let case = format!("client {client}, server {server}");
+        assert_eq!(v["requests"], 3000, "{case}");
+        assert!(v["warnings"].as_array().unwrap().is_empty(), "{case}: {}", v["warnings"]);
+        check_server(&v, 1, v["run_config"]["request_len"].as_u64().unwrap());
+        // The warm-up's requests are in no window the client reports.
+        assert_eq!(v["server"]["requests"], 3000, "{case}");
+    }
+}
+
+#[test]
+fn io_uring_at_sixteen_connections_over_two_threads_each_report_their_own() {
+    let args = ["bench", "local", "--engine", "io_uring", "--connections", "16", "--threads", "2"];
+    let more = ["--depth", "2", "--count", "8000", "--warmup", "800"];
+    let v = run_json(&[&args[..], &more[..]].concat());
+    assert_eq!(v["requests"], 8000);
+    check_server(&v, 16, v["run_config"]["request_len"].as_u64().unwrap());
 }
 
 /// A server from before the stats frames: it answers requests, and anything else with the

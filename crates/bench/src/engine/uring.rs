@@ -5,11 +5,13 @@
 //!
 //! Each socket has one **multishot receive** armed for the whole run: the kernel takes a buffer
 //! from the ring's **provided-buffer ring** for each arrival and posts a completion naming it;
-//! the engine parses the bytes and hands the buffer back. Sends are queued on the ring. A round
-//! trip costs one `io_uring_enter` per side, which submits the send and waits for the next
-//! completion at once, where the default engine makes a `send` and a `recv` call: the client
-//! lends its closed-loop sends (no completion unless they fail, the answer proves them done)
-//! and the server waits for its send's completion and the next request together. With
+//! the engine parses the bytes and hands the buffer back. Sends are queued on the ring. The
+//! client's round trip costs one `io_uring_enter`, which submits the send and waits for the
+//! next completion at once, where the default engine makes a `send` and a `recv` call: it
+//! lends its closed-loop sends (no completion unless they fail, the answer proves them done).
+//! The server reaps its send's completion alone (the send runs inside that call, which
+//! returns at once), so that a request's service time ends there as the default engine's ends
+//! after its `send`, then waits for the next request: two calls. With
 //! `--sqpoll` a kernel thread picks the sends up and the wait is the only call; with `--spin`
 //! the completion queue is polled in user space and nothing enters the kernel at all (both
 //! together: no system call per request).

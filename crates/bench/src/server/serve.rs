@@ -190,8 +190,8 @@ fn handshake(
         kernel: server.kernel.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         idle_timeout_seconds: Some(server.config.idle_timeout.as_secs_f64()),
-        // The io_uring serve loop does not answer StatsRequests.
-        stats_version: (server.config.engine == Engine::Default).then_some(wire::STATS_VERSION),
+        // Both serve loops answer StatsRequests.
+        stats_version: Some(wire::STATS_VERSION),
     };
     match wire::write_welcome(&mut &*stream, &welcome) {
         Ok(()) => {}

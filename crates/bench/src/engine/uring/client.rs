@@ -48,10 +48,11 @@ use crate::connection::{
 };
 use crate::pacer::Schedule;
 use crate::run::{BenchError, ConnectionOutcome, RawRun};
+use crate::server_stats;
 use crate::sys;
 use crate::sys::uring::{Completion, MAX_TOKEN, Ring};
 use crate::watchdog::Watch;
-use crate::wire;
+use crate::wire::{self, FrameError, ServerStats};
 
 /// Largest send slot: longer output goes out in several sends.
 const SEND_SLOT_MAX: usize = 64 * 1024;
@@ -135,6 +136,9 @@ struct Slot {
     connecting: Option<Instant>,
     /// Stopped for good; its waits are already charged.
     dead: bool,
+    /// A StatsRequest is out (between phases): the bytes received since, until they hold
+    /// its StatsReply.
+    stats_reply: Option<Vec<u8>>,
     is_bbr: bool,
     outcome: ConnectionOutcome,
 }
@@ -179,6 +183,7 @@ pub(crate) fn run_thread(
     let start = *shared.start.get_or_init(|| shared.control.measuring_starts());
     thread.m = Partial::measuring(shared.control);
     thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
+    thread.collect_server_stats();
     thread.note_cpu();
     let cpus: Vec<usize> = thread.cpus_seen.iter().copied().collect();
     let outcomes = thread
@@ -258,6 +263,7 @@ impl<'a> ThreadLoop<'a> {
                 schedule: None,
                 connecting: None,
                 dead: false,
+                stats_reply: None,
                 is_bbr,
                 outcome,
             });
@@ -289,6 +295,19 @@ impl<'a> ThreadLoop<'a> {
         thread
             .run_phase(Instant::now(), warmup, false)
             .map_err(|(index, e)| e.into_bench_error(index))?;
+        // The servers' windows start with the measured part.
+        let asking: Vec<usize> = (0..thread.slots.len())
+            .filter(|&i| {
+                let slot = &thread.slots[i];
+                slot.stream.is_some() && !slot.dead && server_stats::reports_stats(&slot.outcome)
+            })
+            .collect();
+        for (i, answer) in thread.ask_stats(&asking, server_stats::STATS_TIMEOUT) {
+            if let Err(e) = answer {
+                let source = server_stats::window_not_started(e);
+                return Err(err(thread.slots[i].index, "after the warm-up", source));
+            }
+        }
         Ok(thread)
     }
 
@@ -425,6 +444,101 @@ impl<'a> ThreadLoop<'a> {
             self.completions = batch;
             result?;
         }
+    }
+
+    /// Asks each connection's server for the measured part's stats (`crate::server_stats`),
+    /// all at once over the ring, and keeps the answers in the connections' outcomes.
+    fn collect_server_stats(&mut self) {
+        let stopping = self.shared.control.stopped();
+        let mut asking = Vec::new();
+        let mut budget = Duration::ZERO;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.dead || slot.stream.is_none() {
+                continue;
+            }
+            let outstanding = slot.pipeline.len() as u64;
+            if let Some(b) = server_stats::end_budget(&mut slot.outcome, outstanding, stopping) {
+                asking.push(i);
+                budget = budget.max(b);
+            }
+        }
+        for (i, answer) in self.ask_stats(&asking, budget) {
+            server_stats::keep(&mut self.slots[i].outcome, answer);
+        }
+    }
+
+    /// Sends a StatsRequest on each of `slots` (long-lived, idle, connected) and waits at
+    /// most `budget` for their StatsReplies, decoded by the wire's own reader; returns each
+    /// slot's answer. The multishot receives stay armed: bytes are routed to the reply.
+    fn ask_stats(
+        &mut self,
+        slots: &[usize],
+        budget: Duration,
+    ) -> Vec<(usize, Result<ServerStats, FrameError>)> {
+        let deadline = Instant::now() + budget;
+        let lend = std::mem::replace(&mut self.lend, false);
+        let mut answers = Vec::with_capacity(slots.len());
+        let mut pending = Vec::with_capacity(slots.len());
+        for &i in slots {
+            let slot = &mut self.slots[i];
+            if slot.out_pos == slot.out.len() {
+                slot.out.clear();
+                slot.out_pos = 0;
+            }
+            wire::write_stats_request(&mut slot.out).expect("a frame encodes into memory");
+            slot.stats_reply = Some(Vec::new());
+            match self.flush(i) {
+                Ok(()) => pending.push(i),
+                Err(e) => answers.push((i, Err(loop_error_as_frame(e)))),
+            }
+        }
+        while !pending.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Err(e) = self.wait(Some(left)) {
+                for i in pending.drain(..) {
+                    answers.push((i, Err(FrameError::Io(io::Error::new(e.kind(), e.to_string())))));
+                }
+                break;
+            }
+            let mut batch = std::mem::take(&mut self.completions);
+            let done = Instant::now();
+            let mut failed = Vec::new();
+            for c in batch.drain(..) {
+                let i = Token::decode(c.token).slot;
+                if let Err(e) = self.complete(c, done, done, false, false) {
+                    failed.push((i, e));
+                }
+            }
+            self.completions = batch;
+            pending.retain(|&i| {
+                let bytes = self.slots[i].stats_reply.as_deref().unwrap_or_default();
+                let answer = match wire::read_stats_reply(&mut &bytes[..], 0) {
+                    // Not all there yet: an error on the socket (a close after an Error
+                    // frame is read above) ends the wait, else more bytes will come.
+                    Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                        match failed.iter().position(|(f, _)| *f == i) {
+                            Some(at) => Err(loop_error_as_frame(failed.swap_remove(at).1)),
+                            None => return true,
+                        }
+                    }
+                    answer => answer,
+                };
+                answers.push((i, answer));
+                false
+            });
+        }
+        for i in pending {
+            let late = io::Error::new(io::ErrorKind::TimedOut, "no answer in time");
+            answers.push((i, Err(FrameError::Io(late))));
+        }
+        for &i in slots {
+            self.slots[i].stats_reply = None;
+        }
+        self.lend = lend;
+        answers
     }
 
     /// Submits what is queued and waits for completions: spinning looks once; `timeout` of
@@ -653,6 +767,16 @@ impl<'a> ThreadLoop<'a> {
                             self.ring.recycle(bid);
                         }
                         return Ok(());
+                    }
+                    (true, n, Some(bid)) if n > 0 && self.slots[i].stats_reply.is_some() => {
+                        let bytes = self.ring.received(bid, n as usize);
+                        self.slots[i]
+                            .stats_reply
+                            .as_mut()
+                            .expect("checked")
+                            .extend_from_slice(bytes);
+                        self.ring.recycle(bid);
+                        Ok(0)
                     }
                     (true, n, Some(bid)) if n > 0 => {
                         let r = self.received(i, bid, n as usize, done, start, measured);
@@ -913,6 +1037,14 @@ impl<'a> ThreadLoop<'a> {
                 self.m.record_unanswered(config, start, index, request, now);
             }
         }
+    }
+}
+
+/// A loop error met while asking for stats, as the stats exchange's error.
+fn loop_error_as_frame(e: LoopError) -> FrameError {
+    match e {
+        LoopError::Io(e) => FrameError::Io(e),
+        LoopError::Protocol(message) => FrameError::Io(io::Error::other(message)),
     }
 }
 
