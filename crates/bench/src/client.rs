@@ -16,7 +16,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Instant;
 
 use crate::attribution;
-use crate::config::{BenchConfig, Engine, Load};
+use crate::config::{BenchConfig, Engine, Load, TxMode};
 use crate::connection::{self, STOP_GRACE};
 use crate::context::{
     ConnectionPlacement, ContextProbe, RunContext, common_value, describe_placement,
@@ -125,6 +125,10 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
     place(config, raw, &mut context, &mut warnings);
     let (server, unavailable) = crate::server_stats::summarise(&raw.connections);
     warnings.extend(unavailable);
+    let open_crr = matches!(config.load, Load::Open { .. }) && config.mode == TxMode::Crr;
+    if open_crr {
+        warnings.extend(raw.crr.warnings(config.connections));
+    }
     let first = raw.connections.first();
     let attribution = if config.attribute && !raw.attributed.is_empty() {
         Some(attribution::attribute(
@@ -163,6 +167,7 @@ pub fn summarise(config: &BenchConfig, raw: &RawRun, probe: &ContextProbe) -> Be
                 Some(RateReport { asked: rate, achieved: raw.achieved_rate })
             }
         },
+        crr: open_crr.then_some(raw.crr),
         attribution,
         client_apply: first.map(|c| c.client_apply.clone()),
         server_apply: first.map(|c| c.welcome.apply.clone()),

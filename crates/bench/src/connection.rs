@@ -233,6 +233,10 @@ fn check_idle_timeout(config: &BenchConfig, welcome: &Welcome) -> io::Result<()>
     else {
         return Ok(());
     };
+    if config.mode == crate::config::TxMode::Crr {
+        // Each transaction has a connection of its own, idle for no longer than it takes.
+        return Ok(());
+    }
     let gap = config.connections as f64 / rate;
     // Poisson gaps exceed ten times their mean with probability e^-10 (4.5e-5) each.
     let worst = match spacing {
@@ -276,6 +280,8 @@ impl Limit {
 pub(crate) enum LoopError {
     Io(io::Error),
     Protocol(String),
+    /// The server closed the connection (end of file where a response was due).
+    Closed,
 }
 
 impl From<io::Error> for LoopError {
@@ -289,6 +295,7 @@ impl LoopError {
         let message = match self {
             LoopError::Io(e) => format!("connection failed during the run: {e}"),
             LoopError::Protocol(m) => m,
+            LoopError::Closed => "server closed the connection".into(),
         };
         BenchError::Protocol { connection, message }
     }
@@ -313,6 +320,8 @@ pub(crate) struct Partial {
     pub(crate) warnings: Vec<String>,
     /// The run's interval histograms, when asked for (measured part only).
     pub(crate) interval: Option<crate::interval::IntervalSlot>,
+    /// Open-loop connect-per-request: transactions queued, not started, failed.
+    pub(crate) crr: crate::run::CrrCounts,
 }
 
 impl Partial {
@@ -465,7 +474,7 @@ impl Connection {
     fn write_some(&mut self, mut written: usize) -> Result<usize, LoopError> {
         while written < self.request.len() {
             match self.stream.write(&self.request[written..]) {
-                Ok(0) => return Err(LoopError::Protocol("server closed the connection".into())),
+                Ok(0) => return Err(LoopError::Closed),
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -722,6 +731,7 @@ impl Partial {
             rounds: 1,
             interrupted: false,
             warnings: m.warnings,
+            crr: m.crr,
         }
     }
 }

@@ -29,15 +29,19 @@ pub struct BenchResult {
     /// The configuration that ran (`run_config`, so that matrix rows can use `config` for
     /// their axis settings).
     pub run_config: BenchConfig,
-    /// Latency summary, µs (open loop: from the intended send time).
+    /// Latency summary, µs (open loop: from the intended send time; open-loop
+    /// connect-per-request: from when the transaction was due, through its connect, to its
+    /// response).
     pub latency_us: Option<LatencySummary>,
     /// A 95 % confidence interval for each percentile of `latency_us` from its sample count;
     /// a percentile the count cannot support is `null`, with the reason in `unsupported`.
     #[serde(default)]
     pub latency_us_ci: Option<crate::stats::PercentileIntervals>,
-    /// Open loop: from the actual send time (service time), µs.
+    /// Open loop: from the actual send time (service time), µs; connect-per-request: the
+    /// request's own time, without the connect.
     pub service_us: Option<LatencySummary>,
-    /// Open loop: how late requests left against their schedule, µs.
+    /// Open loop: how late requests left against their schedule, µs; connect-per-request:
+    /// how late each transaction's connect started (waits for a busy slot included).
     pub send_lateness_us: Option<LatencySummary>,
     /// Connect-per-request: each transaction's connect time (connect to writable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,6 +62,10 @@ pub struct BenchResult {
     pub transactions_per_second: f64,
     /// Open loop: rate asked and achieved.
     pub rate_per_second: Option<RateReport>,
+    /// Open-loop connect-per-request: transactions that waited for their slot, never started
+    /// or failed (by cause).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crr: Option<crate::run::CrrCounts>,
     /// Tail attribution, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
@@ -203,6 +211,17 @@ pub fn render_result(r: &BenchResult) -> String {
             "rate: asked {:.0}/s, achieved {}/s",
             rate.asked,
             rate.achieved.map_or("-".into(), |a| format!("{a:.1}"))
+        );
+    }
+    if let Some(crr) = &r.crr {
+        let _ = writeln!(
+            out,
+            "transactions: latency from when each was due to its response (slot wait, connect \
+             and request), service the request alone; {} waited for a busy slot, {} never \
+             started, {} failed",
+            crr.queued,
+            crr.not_started,
+            crr.failed()
         );
     }
     let _ = writeln!(out, "placement: {}", r.context.placement);

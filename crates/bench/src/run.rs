@@ -138,6 +138,109 @@ pub struct RawRun {
     /// What went wrong on the way that the numbers alone do not say (a connection that gave
     /// up on its server, requests left unanswered at a stop).
     pub warnings: Vec<String>,
+    /// Open-loop connect-per-request: transactions that waited for their slot, never started
+    /// or failed.
+    pub crr: CrrCounts,
+}
+
+/// What became of the transactions of an open-loop connect-per-request run (`--mode crr
+/// --rate`) beyond the answered ones. Every --connections slot runs one transaction at a time,
+/// so the transactions in flight never exceed --connections; one that falls due while its slot
+/// is still busy waits for it, and the wait is part of its latency (measured from when it was
+/// due). A failed transaction is counted in [`RawRun::unanswered`] and kept in the latency at
+/// the time it had waited (a lower bound); its slot goes on with the next.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrrCounts {
+    /// Started late because their slot was still busy with the previous transaction when they
+    /// fell due (the rate needed more transactions in flight than --connections).
+    pub queued: u64,
+    /// Fell due during the run but never started: still waiting for their slot when the run
+    /// ended or was stopped.
+    pub not_started: u64,
+    /// `connect` refused (`ECONNREFUSED`: nothing listening, or the listen queue overflowed).
+    pub connect_refused: u64,
+    /// `connect` found no free local port (`EADDRNOTAVAIL`).
+    pub no_local_port: u64,
+    /// `connect` did not complete within the connect timeout.
+    pub connect_timeout: u64,
+    /// `connect` failed otherwise.
+    pub connect_failed: u64,
+    /// Connected, but no response within `--response-timeout`.
+    pub response_timeout: u64,
+    /// The server closed or reset the connection before answering.
+    pub closed_by_server: u64,
+}
+
+impl CrrCounts {
+    /// Transactions that failed, whatever the cause.
+    pub fn failed(&self) -> u64 {
+        self.connect_refused
+            + self.no_local_port
+            + self.connect_timeout
+            + self.connect_failed
+            + self.response_timeout
+            + self.closed_by_server
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &CrrCounts) {
+        self.queued += other.queued;
+        self.not_started += other.not_started;
+        self.connect_refused += other.connect_refused;
+        self.no_local_port += other.no_local_port;
+        self.connect_timeout += other.connect_timeout;
+        self.connect_failed += other.connect_failed;
+        self.response_timeout += other.response_timeout;
+        self.closed_by_server += other.closed_by_server;
+    }
+
+    /// What the counts say that the percentiles do not, one line each (none when all went
+    /// well).
+    pub fn warnings(&self, connections: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.queued > 0 {
+            out.push(format!(
+                "{} transaction(s) fell due while their slot was still busy with the previous one \
+                 and started late (the rate needs more than --connections {connections} \
+                 transactions in flight; raise --connections): their wait is in the latency, \
+                 measured from when each was due",
+                self.queued
+            ));
+        }
+        if self.not_started > 0 {
+            out.push(format!(
+                "{} transaction(s) fell due but never started (still waiting for a free slot \
+                 when the run ended); counted as unanswered, each at the time it had waited",
+                self.not_started
+            ));
+        }
+        let causes = [
+            (
+                self.connect_refused,
+                "connect refused (is the server running, its listen queue full?)",
+            ),
+            (
+                self.no_local_port,
+                "no free local port (the ephemeral port range is used up; lower --connections or \
+                 widen net.ipv4.ip_local_port_range)",
+            ),
+            (self.connect_timeout, "connect timed out"),
+            (self.connect_failed, "connect failed otherwise"),
+            (self.response_timeout, "no response within --response-timeout"),
+            (self.closed_by_server, "closed or reset by the server before the response"),
+        ];
+        let failed: Vec<String> =
+            causes.iter().filter(|(n, _)| *n > 0).map(|(n, why)| format!("{n} {why}")).collect();
+        if !failed.is_empty() {
+            out.push(format!(
+                "{} transaction(s) failed: {}; each is counted as unanswered and kept in the \
+                 latency at the time it had waited (a lower bound)",
+                self.failed(),
+                failed.join(", ")
+            ));
+        }
+        out
+    }
 }
 
 /// How two sets of measurements combine.
@@ -186,6 +289,7 @@ impl RawRun {
         self.connections.extend(other.connections);
         self.interrupted |= other.interrupted;
         self.warnings.extend(other.warnings);
+        self.crr.add(&other.crr);
     }
 }
 
@@ -206,4 +310,35 @@ pub struct ConnectionOutcome {
     /// What the server reported for this connection's measured part.
     #[serde(skip)]
     pub server_stats: crate::server_stats::Asked,
+}
+
+#[cfg(test)]
+mod crr_tests {
+    use super::*;
+
+    #[test]
+    fn crr_counts_add_up_and_say_what_the_percentiles_do_not() {
+        assert!(CrrCounts::default().warnings(4).is_empty(), "nothing to say when all went well");
+        let mut a = CrrCounts { queued: 3, connect_refused: 1, ..CrrCounts::default() };
+        a.add(&CrrCounts {
+            queued: 2,
+            not_started: 4,
+            response_timeout: 2,
+            ..CrrCounts::default()
+        });
+        assert_eq!((a.queued, a.not_started, a.failed()), (5, 4, 3));
+        let w = a.warnings(4);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("5 transaction(s) fell due while their slot was still busy"));
+        assert!(w[0].contains("--connections 4"), "{}", w[0]);
+        assert!(w[1].starts_with("4 transaction(s) fell due but never started"), "{}", w[1]);
+        assert!(
+            w[2].starts_with(
+                "3 transaction(s) failed: 1 connect refused (is the server running, its listen \
+                 queue full?), 2 no response within --response-timeout;"
+            ),
+            "{}",
+            w[2]
+        );
+    }
 }

@@ -210,10 +210,13 @@ struct MeasureArgs {
     depth: u32,
     /// rr: requests on long-lived connections; crr: connect, request, response, close per
     /// transaction (connect time reported separately; the client closes with an RST so its
-    /// ports are reused at once).
+    /// ports are reused at once; with --rate, each transaction's latency runs from when it was
+    /// due, its connect included).
     #[arg(long, default_value = "rr", value_name = "MODE")]
     mode: TxMode,
-    /// Open loop at this rate (e.g. 1000/s); without it, closed loop.
+    /// Open loop at this rate (e.g. 1000/s), spread over the connections; without it, closed
+    /// loop. With --mode crr: transactions started per second, at most --connections of them
+    /// in flight (one that falls due while its slot is busy waits, and the wait counts).
     #[arg(long)]
     rate: Option<MessageRate>,
     /// Open-loop spacing: constant or poisson.

@@ -16,6 +16,17 @@
 //! Hello and request in one write, Welcome skipped, response, close with an RST so the client
 //! keeps no TIME_WAIT and its ports are reused at once); its connect time is measured apart.
 //!
+//! Open-loop connect-per-request (`--mode crr --rate`) keeps the same schedules: each slot
+//! (one of --connections) starts its transactions when they fall due, one at a time, so no
+//! more than --connections are ever in flight. A transaction's latency runs from when it was
+//! due, through any wait for its slot, the connect and the request, to the response (a slow
+//! connect or a backlog shows, as in wrk2); its service time is the request's alone, and the
+//! connect is measured apart. One that falls due while its slot is busy starts as soon as the
+//! slot is free (counted as queued); one that fails (connect refused or timed out, no
+//! response, closed by the server) is counted by cause, kept as unanswered at the time it had
+//! waited, and its slot goes on with the next. When the measured time is up, transactions due
+//! before its end still start for up to [`STOP_GRACE`]; any left are counted as never started.
+//!
 //! The loop waits in `epoll_wait` (level-triggered; one `recv` per readiness, like the
 //! floor), or polls it without sleeping with `--spin`. Requests that get no answer are
 //! handled as the parent module describes: counted, and kept as lower bounds.
@@ -36,7 +47,7 @@ use super::{
 };
 use crate::config::{BenchConfig, Load, StopAfter, TxMode};
 use crate::pacer::Schedule;
-use crate::run::{BenchError, ConnectionOutcome, RawRun};
+use crate::run::{BenchError, ConnectionOutcome, CrrCounts, RawRun};
 use crate::sys::{self, EPOLL_IN, EPOLL_OUT, Epoll};
 use crate::wire::{self, Header};
 
@@ -94,6 +105,58 @@ impl Pipeline {
     }
 }
 
+/// Why an open-loop connect-per-request transaction failed (counted in
+/// [`CrrCounts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    ConnectRefused,
+    NoLocalPort,
+    ConnectTimeout,
+    ConnectFailed,
+    ResponseTimeout,
+    ClosedByServer,
+}
+
+impl Failure {
+    /// A `connect` that failed, by its error.
+    fn of_connect(e: &io::Error) -> Failure {
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => Failure::ConnectRefused,
+            Some(libc::EADDRNOTAVAIL) => Failure::NoLocalPort,
+            Some(libc::ETIMEDOUT) => Failure::ConnectTimeout,
+            _ => Failure::ConnectFailed,
+        }
+    }
+
+    /// An error in a transaction (`connecting`: before its connect completed): the
+    /// transaction's own failure, or `None` for one that ends the run (the server broke the
+    /// protocol, or the client itself failed).
+    fn of(e: &LoopError, connecting: bool) -> Option<Failure> {
+        match e {
+            LoopError::Io(e) if connecting => Some(Failure::of_connect(e)),
+            LoopError::Io(e)
+                if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) =>
+            {
+                Some(Failure::ClosedByServer)
+            }
+            LoopError::Closed => Some(Failure::ClosedByServer),
+            LoopError::Io(_) | LoopError::Protocol(_) => None,
+        }
+    }
+
+    fn count(self, counts: &mut CrrCounts) {
+        let counter = match self {
+            Failure::ConnectRefused => &mut counts.connect_refused,
+            Failure::NoLocalPort => &mut counts.no_local_port,
+            Failure::ConnectTimeout => &mut counts.connect_timeout,
+            Failure::ConnectFailed => &mut counts.connect_failed,
+            Failure::ResponseTimeout => &mut counts.response_timeout,
+            Failure::ClosedByServer => &mut counts.closed_by_server,
+        };
+        *counter += 1;
+    }
+}
+
 /// One connection slot of a thread.
 struct Slot {
     /// The run's connection index.
@@ -113,6 +176,11 @@ struct Slot {
     schedule: Option<(Schedule, Instant)>,
     /// Connect-per-request: when the pending connect started.
     connecting: Option<Instant>,
+    /// Open-loop connect-per-request: when the transaction in flight was due.
+    due: Option<Instant>,
+    /// Open-loop connect-per-request: when the slot last became free (a transaction due
+    /// before then waited for it).
+    free_since: Instant,
     /// Stopped for good (no answer within the timeout); its waits are already charged.
     dead: bool,
     is_bbr: bool,
@@ -171,6 +239,33 @@ pub(crate) fn run_thread(
     Ok(m.into_raw(start, &thread.snapshot_costs, outcomes))
 }
 
+impl Slot {
+    /// A request in flight or a connect under way.
+    fn busy(&self) -> bool {
+        self.pipeline.len() > 0 || self.connecting.is_some()
+    }
+
+    /// Open loop: the intended time of this slot's next request if it is due by `now` (and
+    /// before `until`) and the slot may still send, its schedule moved on past it.
+    fn take_due(
+        &mut self,
+        now: Instant,
+        until: Option<Instant>,
+        start: Instant,
+    ) -> Option<Instant> {
+        if self.dead || self.quota == Some(0) {
+            return None;
+        }
+        let (schedule, next) = self.schedule.as_mut()?;
+        let due = *next;
+        if due > now || until.is_some_and(|t| due >= t) {
+            return None;
+        }
+        *next = start + schedule.next_offset();
+        Some(due)
+    }
+}
+
 impl<'a> ThreadLoop<'a> {
     fn prepare(
         config: &'a BenchConfig,
@@ -221,6 +316,8 @@ impl<'a> ThreadLoop<'a> {
                 quota: None,
                 schedule: None,
                 connecting: None,
+                due: None,
+                free_since: Instant::now(),
                 dead: false,
                 is_bbr,
                 outcome,
@@ -271,12 +368,14 @@ impl<'a> ThreadLoop<'a> {
             StopAfter::Count(_) => None,
         };
         let open = measured && matches!(config.load, Load::Open { .. });
+        let open_crr = open && config.mode == TxMode::Crr;
         for slot in &mut self.slots {
             // The previous phase is drained, so sequence numbers start again (as samples show).
             slot.next_seq = 0;
             slot.quota = phase_quota(stop, measured, slot.index, n);
             slot.schedule =
                 if open { connection_schedule(config, slot.index, start) } else { None };
+            slot.free_since = start;
         }
         // Closed loop: every connection starts with its full depth.
         if !open {
@@ -303,22 +402,33 @@ impl<'a> ThreadLoop<'a> {
                 }
             }
             let sending = stopped_at.is_none() && until.is_none_or(|t| now < t);
+            // Open-loop connect-per-request: transactions due before the end that waited for
+            // their slot still start for a grace period after it.
+            let starting = sending
+                || (open_crr
+                    && stopped_at.is_none()
+                    && until.is_some_and(|t| now < t + STOP_GRACE));
             if let Some(at) = stopped_at
                 && now >= at + STOP_GRACE
             {
                 self.give_up_all(start, now, measured, "stopped");
+                if open_crr {
+                    self.charge_not_started(start, until, stopped_at, now);
+                }
                 return Ok(());
             }
             // Open loop: every request that is due leaves now.
             let mut next_due: Option<Instant> = None;
             if open {
                 for i in 0..self.slots.len() {
-                    if sending {
+                    if starting {
                         self.send_due(i, now, until, start)
                             .map_err(|e| (self.slots[i].index, e))?;
                     }
                     let slot = &self.slots[i];
+                    // A busy connect-per-request slot wakes the loop through its socket.
                     if !slot.dead
+                        && slot.due.is_none()
                         && let Some((_, due)) = &slot.schedule
                         && slot.quota != Some(0)
                     {
@@ -326,8 +436,11 @@ impl<'a> ThreadLoop<'a> {
                     }
                 }
             }
-            let open_pending = sending && next_due.is_some_and(|d| until.is_none_or(|t| d < t));
+            let open_pending = starting && next_due.is_some_and(|d| until.is_none_or(|t| d < t));
             if !open_pending && self.idle() {
+                if open_crr {
+                    self.charge_not_started(start, until, stopped_at, now);
+                }
                 return Ok(());
             }
             if now >= next_check {
@@ -355,14 +468,24 @@ impl<'a> ThreadLoop<'a> {
             for &(token, flags) in &events[..ready] {
                 let i = token as usize;
                 let index = self.slots[i].index;
-                self.on_ready(i, flags, done, start, sending, measured).map_err(|e| (index, e))?;
+                match self.on_ready(i, flags, done, start, sending, measured) {
+                    Ok(()) => {}
+                    // An open-loop transaction's failure is its own: counted, and the slot
+                    // goes on with the next.
+                    Err(e) if open_crr && self.slots[i].due.is_some() => {
+                        let connecting = self.slots[i].connecting.is_some();
+                        let cause = Failure::of(&e, connecting).ok_or((index, e))?;
+                        self.fail_transaction(i, cause, start, done);
+                    }
+                    Err(e) => return Err((index, e)),
+                }
             }
         }
     }
 
     /// Nothing in flight anywhere (and nothing connecting).
     fn idle(&self) -> bool {
-        self.slots.iter().all(|s| s.dead || (s.pipeline.len() == 0 && s.connecting.is_none()))
+        self.slots.iter().all(|s| s.dead || !s.busy())
     }
 
     /// Closed loop: tops slot `i` up to its depth (one new connection in connect-per-request
@@ -380,7 +503,7 @@ impl<'a> ThreadLoop<'a> {
         }
         if self.config.mode == TxMode::Crr {
             if self.slots[i].stream.is_none() && self.slots[i].quota != Some(0) {
-                self.start_connect(i)?;
+                self.start_connect(i).map_err(connect_error)?;
             }
             return Ok(());
         }
@@ -404,18 +527,12 @@ impl<'a> ThreadLoop<'a> {
         until: Option<Instant>,
         start: Instant,
     ) -> Result<(), LoopError> {
+        if self.config.mode == TxMode::Crr {
+            self.start_due_transactions(i, now, until, start);
+            return Ok(());
+        }
         let mut queued = false;
-        loop {
-            let slot = &mut self.slots[i];
-            if slot.dead || slot.quota == Some(0) {
-                break;
-            }
-            let Some((schedule, due)) = &mut slot.schedule else { break };
-            let due = *due;
-            if due > now || until.is_some_and(|t| due >= t) {
-                break;
-            }
-            slot.schedule.as_mut().expect("checked").1 = start + schedule.next_offset();
+        while let Some(due) = self.slots[i].take_due(now, until, start) {
             let before = if self.config.attribute { self.snapshot(i) } else { None };
             let sent = Instant::now();
             self.m.send_lateness.record(sent.saturating_duration_since(due).as_nanos() as u64);
@@ -537,14 +654,14 @@ impl<'a> ThreadLoop<'a> {
     }
 
     /// Connect-per-request: a new socket for slot `i`, profile applied, connect started.
-    fn start_connect(&mut self, i: usize) -> Result<(), LoopError> {
+    fn start_connect(&mut self, i: usize) -> io::Result<()> {
         let server = self.config.server;
         let socket = crr_socket(self.config)?;
         let began = Instant::now();
         match socket.connect(&SockAddr::from(server)) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-            Err(e) => return Err(connect_error(e)),
+            Err(e) => return Err(e),
         }
         let stream: TcpStream = socket.into();
         self.epoll.add(stream.as_fd(), i as u64, EPOLL_OUT)?;
@@ -564,15 +681,19 @@ impl<'a> ThreadLoop<'a> {
         let began = slot.connecting.take().expect("connecting");
         let stream = slot.stream.as_ref().expect("a connecting slot has a socket");
         if let Some(e) = stream.take_error()? {
-            return Err(connect_error(e));
+            // Still the connect's failure: the caller counts it (open loop) or stops with it.
+            slot.connecting = Some(began);
+            return Err(if slot.due.is_some() { LoopError::Io(e) } else { connect_error(e) });
         }
         if measured {
             self.m.connect.record(done.saturating_duration_since(began).as_nanos() as u64);
         }
         slot.out.extend_from_slice(&self.hello);
         let now = Instant::now();
+        // Open loop: the transaction's latency runs from when it was due.
+        let intended = slot.due.unwrap_or(now);
         let before = if measured && self.config.attribute { self.snapshot(i) } else { None };
-        self.queue_request(i, now, now, before);
+        self.queue_request(i, intended, now, before);
         self.flush(i)?;
         // The slot watches for its answer now (and for room, if the write was short).
         let slot = &mut self.slots[i];
@@ -587,7 +708,7 @@ impl<'a> ThreadLoop<'a> {
         Ok(())
     }
 
-    /// Connect-per-request: the transaction is answered; close with an RST (no TIME_WAIT).
+    /// Connect-per-request: the transaction is over; close with an RST (no TIME_WAIT).
     fn close_transaction(&mut self, i: usize) {
         let slot = &mut self.slots[i];
         if let Some(stream) = slot.stream.take() {
@@ -596,6 +717,95 @@ impl<'a> ThreadLoop<'a> {
         }
         slot.watching_out = false;
         slot.reader.reset();
+        slot.connecting = None;
+        if slot.due.take().is_some() {
+            slot.free_since = Instant::now();
+        }
+    }
+
+    /// Open-loop connect-per-request: starts slot `i`'s transactions that are due by `now`
+    /// (before `until`), while the slot is free; one whose connect fails at once is counted
+    /// and the next due one starts.
+    fn start_due_transactions(
+        &mut self,
+        i: usize,
+        now: Instant,
+        until: Option<Instant>,
+        start: Instant,
+    ) {
+        // One transaction at a time per slot.
+        while self.slots[i].due.is_none() {
+            let slot = &mut self.slots[i];
+            let Some(due) = slot.take_due(now, until, start) else { return };
+            if due < slot.free_since {
+                self.m.crr.queued += 1;
+            }
+            slot.due = Some(due);
+            let began = Instant::now();
+            self.m.send_lateness.record(began.saturating_duration_since(due).as_nanos() as u64);
+            match self.start_connect(i) {
+                Ok(()) => return,
+                Err(e) => self.fail_transaction(i, Failure::of_connect(&e), start, began),
+            }
+        }
+    }
+
+    /// Open-loop connect-per-request: slot `i`'s transaction failed at `now` for `cause`:
+    /// counted, kept as unanswered from when it was due, the connection closed; the slot is
+    /// free for the next.
+    fn fail_transaction(&mut self, i: usize, cause: Failure, start: Instant, now: Instant) {
+        let config = self.config;
+        let slot = &mut self.slots[i];
+        let Some(due) = slot.due else { return };
+        let index = slot.index;
+        let mut charged = false;
+        for req in slot.pipeline.drain() {
+            self.m.record_unanswered(config, start, index, (req.seq, due, Some(req.sent)), now);
+            charged = true;
+        }
+        if !charged {
+            // Failed before its request left: it takes its sequence number and quota here.
+            let seq = slot.next_seq;
+            slot.next_seq += 1;
+            if let Some(q) = &mut slot.quota {
+                *q = q.saturating_sub(1);
+            }
+            self.m.record_unanswered(config, start, index, (seq, due, None), now);
+        }
+        cause.count(&mut self.m.crr);
+        self.close_transaction(i);
+    }
+
+    /// Open-loop connect-per-request, at the end of the measured part: every transaction due
+    /// before its end (`until`, or the stop at `stopped_at`) that never started is counted,
+    /// and kept as unanswered at the time it had waited by `now`.
+    fn charge_not_started(
+        &mut self,
+        start: Instant,
+        until: Option<Instant>,
+        stopped_at: Option<Instant>,
+        now: Instant,
+    ) {
+        let Some(end) = [until, stopped_at].into_iter().flatten().min() else { return };
+        let config = self.config;
+        for slot in &mut self.slots {
+            let Some((schedule, due)) = &mut slot.schedule else { continue };
+            while *due < end && slot.quota != Some(0) {
+                self.m.record_unanswered(
+                    config,
+                    start,
+                    slot.index,
+                    (slot.next_seq, *due, None),
+                    now,
+                );
+                self.m.crr.not_started += 1;
+                slot.next_seq += 1;
+                if let Some(q) = &mut slot.quota {
+                    *q -= 1;
+                }
+                *due = start + schedule.next_offset();
+            }
+        }
     }
 
     /// Gives up on connections whose oldest request (or connect) waited the response timeout.
@@ -611,9 +821,14 @@ impl<'a> ThreadLoop<'a> {
             if slot.dead {
                 continue;
             }
+            let own_failure = measured && slot.due.is_some();
             if let Some(began) = slot.connecting
                 && now >= began + HANDSHAKE_TIMEOUT.min(timeout)
             {
+                if own_failure {
+                    self.fail_transaction(i, Failure::ConnectTimeout, start, now);
+                    continue;
+                }
                 return Err((
                     slot.index,
                     LoopError::Protocol(format!(
@@ -624,6 +839,10 @@ impl<'a> ThreadLoop<'a> {
             }
             let Some(oldest) = slot.pipeline.oldest() else { continue };
             if now < oldest.sent + timeout {
+                continue;
+            }
+            if own_failure {
+                self.fail_transaction(i, Failure::ResponseTimeout, start, now);
                 continue;
             }
             if !measured {
@@ -652,7 +871,9 @@ impl<'a> ThreadLoop<'a> {
             if self.slots[i].dead {
                 continue;
             }
-            waiting += self.slots[i].pipeline.len();
+            let slot = &self.slots[i];
+            waiting += slot.pipeline.len();
+            waiting += usize::from(slot.connecting.is_some() && slot.due.is_some());
             if measured {
                 self.give_up(i, start, now);
             }
@@ -670,7 +891,12 @@ impl<'a> ThreadLoop<'a> {
         let config = self.config;
         let slot = &mut self.slots[i];
         slot.dead = true;
-        slot.connecting = None;
+        if let (Some(_), Some(due)) = (slot.connecting.take(), slot.due) {
+            // An open-loop transaction still connecting: unanswered since it was due.
+            let seq = slot.next_seq;
+            slot.next_seq += 1;
+            self.m.record_unanswered(config, start, slot.index, (seq, due, None), now);
+        }
         if let Some(stream) = slot.stream.take() {
             let _ = self.epoll.delete(stream.as_fd());
         }
@@ -738,4 +964,67 @@ pub(crate) fn connect_error(e: io::Error) -> LoopError {
         _ => "",
     };
     LoopError::Protocol(format!("connect per request failed: {e}{hint}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(errno: i32) -> io::Error {
+        io::Error::from_raw_os_error(errno)
+    }
+
+    #[test]
+    fn a_failed_connect_is_counted_by_its_cause() {
+        assert_eq!(Failure::of_connect(&os(libc::ECONNREFUSED)), Failure::ConnectRefused);
+        assert_eq!(Failure::of_connect(&os(libc::EADDRNOTAVAIL)), Failure::NoLocalPort);
+        assert_eq!(Failure::of_connect(&os(libc::ETIMEDOUT)), Failure::ConnectTimeout);
+        assert_eq!(Failure::of_connect(&os(libc::ENETUNREACH)), Failure::ConnectFailed);
+        // The same error during the connect is the connect's, after it the server's.
+        let refused = LoopError::Io(os(libc::ECONNREFUSED));
+        assert_eq!(Failure::of(&refused, true), Some(Failure::ConnectRefused));
+        let reset = LoopError::Io(os(libc::ECONNRESET));
+        assert_eq!(Failure::of(&reset, false), Some(Failure::ClosedByServer));
+        assert_eq!(
+            Failure::of(&LoopError::Io(os(libc::EPIPE)), false),
+            Some(Failure::ClosedByServer)
+        );
+        assert_eq!(Failure::of(&LoopError::Closed, false), Some(Failure::ClosedByServer));
+    }
+
+    #[test]
+    fn a_protocol_error_or_the_clients_own_failure_still_ends_the_run() {
+        let wrong = LoopError::Protocol("response sequence 3 where 2 was expected".into());
+        assert_eq!(Failure::of(&wrong, false), None);
+        assert_eq!(Failure::of(&LoopError::Io(os(libc::EBADF)), false), None);
+    }
+
+    #[test]
+    fn each_cause_has_its_own_counter() {
+        let causes = [
+            Failure::ConnectRefused,
+            Failure::NoLocalPort,
+            Failure::ConnectTimeout,
+            Failure::ConnectFailed,
+            Failure::ResponseTimeout,
+            Failure::ClosedByServer,
+        ];
+        let mut counts = CrrCounts::default();
+        for (n, cause) in causes.iter().enumerate() {
+            for _ in 0..=n {
+                cause.count(&mut counts);
+            }
+        }
+        let by_field = [
+            counts.connect_refused,
+            counts.no_local_port,
+            counts.connect_timeout,
+            counts.connect_failed,
+            counts.response_timeout,
+            counts.closed_by_server,
+        ];
+        assert_eq!(by_field, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(counts.failed(), 21);
+        assert_eq!((counts.queued, counts.not_started), (0, 0));
+    }
 }

@@ -76,7 +76,7 @@ impl ResponseReader {
             let space = self.space();
             match tcptail_sock::recv::recv_with_policy(fd, space, policy) {
                 Ok(0) => {
-                    return Err(LoopError::Protocol("server closed the connection".into()));
+                    return Err(LoopError::Closed);
                 }
                 Ok(n) => {
                     self.commit(n);

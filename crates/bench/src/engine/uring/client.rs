@@ -1045,6 +1045,7 @@ fn loop_error_as_frame(e: LoopError) -> FrameError {
     match e {
         LoopError::Io(e) => FrameError::Io(e),
         LoopError::Protocol(message) => FrameError::Io(io::Error::other(message)),
+        LoopError::Closed => FrameError::Io(io::ErrorKind::UnexpectedEof.into()),
     }
 }
 
