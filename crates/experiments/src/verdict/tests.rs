@@ -459,6 +459,7 @@ proptest! {
 mod bbr_burst;
 mod builtins;
 mod reconnect_storm;
+mod rwin_limited;
 mod tenant_isolation;
 
 #[test]
