@@ -26,7 +26,9 @@
 //!
 //! Metrics (medians over the round's bursts): `burst_ms`, `burst_max_ms`, `cwnd_before_pkts`,
 //! `cwnd_after_pkts`, and `burst_floor_ms` = the burst's transmission time at the shaped rate
-//! plus one RTT, the least any window could achieve. Series: `burst_ms` (CDF over bursts).
+//! plus the one-way delay (half the RTT: `burst_ms` ends when the receiver has the last byte,
+//! not when its ACK is back), the least any window could achieve. Series: `burst_ms` (CDF
+//! over bursts).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -34,6 +36,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tcptail_report::Series;
+use tcptail_units::BitRate;
 
 use crate::params::{ParamError, Params};
 use crate::path::PathPlan;
@@ -167,6 +170,12 @@ impl Plan {
     }
 }
 
+/// The least time a burst of `bytes` can take from the first write to the receiver reading
+/// its last byte: its transmission at `rate` plus the one-way delay, half of `rtt`.
+fn burst_floor(rate: BitRate, bytes: usize, rtt: Duration) -> Duration {
+    rate.transmission_time(bytes as u64) + rtt / 2
+}
+
 impl VariantPlan for Plan {
     fn metrics(&self) -> Vec<String> {
         let mut names = vec!["burst_ms", "burst_max_ms", "cwnd_before_pkts", "cwnd_after_pkts"];
@@ -206,7 +215,7 @@ impl VariantPlan for Plan {
             .metric("cwnd_before_pkts", percentile(&sorted(&|r| f64::from(r.cwnd_before)), 0.5))
             .metric("cwnd_after_pkts", percentile(&sorted(&|r| f64::from(r.cwnd_after)), 0.5));
         if let Some(rate) = self.path.rate() {
-            let floor = rate.transmission_time(self.burst as u64) + self.path.rtt();
+            let floor = burst_floor(rate, self.burst, self.path.rtt());
             m.metric("burst_floor_ms", floor.as_secs_f64() * 1e3);
         }
         m.series.push(Series::cdf("burst_ms", &mut times));
@@ -255,6 +264,14 @@ mod tests {
         assert_eq!(err(params(&[("pause", "2s".into())])).key, "pause");
         assert_eq!(err(Params::from_pairs([("idle", toml::Value::from("2s"))])).key, "path");
         assert!(workload::plan(&IdleRestart, &params(&[])).is_ok());
+    }
+
+    #[test]
+    fn the_floor_is_the_transmission_plus_the_one_way_delay() {
+        // 256 KB at 100 Mbit/s: 20.97 ms on the wire, then 5 ms to the receiver. Full-mode
+        // bursts with a warmed window took 26.3 ms: a floor with a whole RTT (31 ms) was above them.
+        let floor = burst_floor(BitRate(100_000_000), 256 * 1024, Duration::from_millis(10));
+        assert_eq!(floor, Duration::from_nanos(20_971_520 + 5_000_000));
     }
 
     /// One short round with the kernel default (slow start after idle): the burst completes
