@@ -209,8 +209,9 @@ impl CrrCounts {
         }
         if self.not_started > 0 {
             out.push(format!(
-                "{} transaction(s) fell due but never started (still waiting for a free slot \
-                 when the run ended); counted as unanswered, each at the time it had waited",
+                "{} transaction(s) fell due but never started (waiting for a busy slot when the \
+                 run ended, or due just before a stop); counted as unanswered, each at the time \
+                 it had waited",
                 self.not_started
             ));
         }

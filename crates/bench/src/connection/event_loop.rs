@@ -778,7 +778,8 @@ impl<'a> ThreadLoop<'a> {
 
     /// Open-loop connect-per-request, at the end of the measured part: every transaction due
     /// before its end (`until`, or the stop at `stopped_at`) that never started is counted,
-    /// and kept as unanswered at the time it had waited by `now`.
+    /// and kept as unanswered at the time it had waited when the run stopped starting
+    /// transactions (the stop, or the grace after `until`; `now` at the latest).
     fn charge_not_started(
         &mut self,
         start: Instant,
@@ -787,6 +788,8 @@ impl<'a> ThreadLoop<'a> {
         now: Instant,
     ) {
         let Some(end) = [until, stopped_at].into_iter().flatten().min() else { return };
+        let last_start = [stopped_at, until.map(|t| t + STOP_GRACE), Some(now)];
+        let gave_up = last_start.into_iter().flatten().min().unwrap_or(now);
         let config = self.config;
         for slot in &mut self.slots {
             let Some((schedule, due)) = &mut slot.schedule else { continue };
@@ -796,7 +799,7 @@ impl<'a> ThreadLoop<'a> {
                     start,
                     slot.index,
                     (slot.next_seq, *due, None),
-                    now,
+                    gave_up,
                 );
                 self.m.crr.not_started += 1;
                 slot.next_seq += 1;
