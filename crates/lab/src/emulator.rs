@@ -122,6 +122,29 @@
 //!   51 ms; 235-433 ms split or per direction). Either way the run is flagged: on this
 //!   machine the limit is CPU, not the emulator's design, and the lateness check says when it
 //!   is reached. Earlier, quiet machine: one thread, 9.03 Gbit/s at lateness p99 39 ms.
+//! - **Timer arms and the per-segment model** (2026-11-26, `perf record -g` of the emulator
+//!   thread on seed 002's path, load average 10-17 on the 2 vCPUs): `timerfd_settime` was
+//!   the largest single cost, 19.6 % of the thread's samples at 12-15k arms per GB (about
+//!   17 µs each: the vCPU's timer is reprogrammed through the host with interrupts off),
+//!   then TUN writes 16 % (+5 % the receiving stack), TUN reads 13 %, empty reads while
+//!   spinning 13 %, the model and the lane's runs 18 %. Two changes: while busy, timed
+//!   wake-ups round up to [`EmulatorOptions::coalesce`] (100 µs), and a GSO packet's
+//!   segments enter the model in one step ([`tcptail_emu::Direction::enqueue_burst`], the
+//!   same per-segment decisions and events; a proptest holds it to `enqueue` one by one).
+//!   Timer arms fell to 0.6 % of the samples (2.3-4.2k per GB); what remains is the
+//!   kernel's copies (the TUN write's copy into fresh skb pages alone 29 %, the read's 9 %),
+//!   the receiving stack and the sender's ACK processing, which run in the writing thread,
+//!   and the model at 10-13 % (departures, statistics, runs). Seed 002's path, three runs
+//!   each alternating with the previous build, same load: goodput median 4.36 (3.29-5.27)
+//!   against 2.91 (2.66-2.96) Gbit/s, emulator 1.02 against 1.10 CPU-s/GB. It still misses:
+//!   the runs that carried more reached BBR's startup overshoot into the 150 MB buffer
+//!   (110k tail drops), and there the one emulator thread, which also reads everything the
+//!   sender offers and hosts its loss recovery, fell behind by up to 0.2-0.5 s (lateness p99
+//!   190-214 ms, flagged; the previous build showed the same, 264-575 ms, when it got there
+//!   with `--endpoints-fifo`). With `--endpoints-fifo` (two runs each): 9.24 / 9.19 against
+//!   8.85 / 8.98 Gbit/s, 0.74 / 0.73 against 0.83 / 0.80 CPU-s/GB, 7k against 16k timer
+//!   arms per GB, lateness p99 495 / 503 against 47 / 264 ms (both overshooting runs of
+//!   the new build dropped 89k segments at the full buffer).
 //! - **Other emulators at the same priority**: the emulators of other lab runs on the machine
 //!   use the same `SCHED_FIFO` priority, and a thread of equal priority is not preempted:
 //!   release lateness maxima of 2-4 ms in otherwise light rows come from them.
