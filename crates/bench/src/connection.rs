@@ -70,24 +70,46 @@ pub(crate) struct Shared<'a> {
     pub(crate) sampler: Option<&'a crate::tcp_sampler::Sampler>,
 }
 
+impl Shared<'_> {
+    /// Passes the barrier every connection thread passes before measuring, with what this
+    /// thread `prepared` (handshakes, warm-up), and returns it with the run's start (set by
+    /// the first thread past). A thread that failed stops the run, passes the barrier all
+    /// the same (or the others would wait forever) and returns its error.
+    pub(crate) fn start_measuring<T>(
+        &self,
+        prepared: Result<T, BenchError>,
+    ) -> Result<(T, Instant), BenchError> {
+        let prepared = prepared.inspect_err(|_| self.control.stop());
+        self.barrier.wait();
+        let prepared = prepared?;
+        Ok((prepared, *self.start.get_or_init(|| self.control.measuring_starts())))
+    }
+}
+
+/// Each connection's outcome, with every CPU its client thread was seen on (`cpus_seen`
+/// and the one it runs on now).
+pub(crate) fn outcomes_seen_on<'o>(
+    cpus_seen: &mut BTreeSet<usize>,
+    outcomes: impl Iterator<Item = &'o mut ConnectionOutcome>,
+) -> Vec<ConnectionOutcome> {
+    if let Some(cpu) = sys::current_cpu() {
+        cpus_seen.insert(cpu);
+    }
+    outcomes
+        .map(|outcome| {
+            outcome.client_cpus_seen = cpus_seen.iter().copied().collect();
+            outcome.clone()
+        })
+        .collect()
+}
+
 pub(crate) fn run_connection(
     config: &BenchConfig,
     index: usize,
     shared: &Shared<'_>,
 ) -> Result<RawRun, BenchError> {
-    let Shared { control, barrier, start, .. } = *shared;
-    let prepared = prepare(config, index, shared);
-    let mut conn = match prepared {
-        Ok(conn) => conn,
-        Err(e) => {
-            // Every thread must reach the barrier, or the others would wait forever.
-            control.stop();
-            barrier.wait();
-            return Err(e);
-        }
-    };
-    barrier.wait();
-    let start = *start.get_or_init(|| control.measuring_starts());
+    let control = shared.control;
+    let (mut conn, start) = shared.start_measuring(prepare(config, index, shared))?;
     let n = config.connections as u64;
     let share = |total: u64| total / n + u64::from((index as u64) < total % n);
     let stop = match config.stop {

@@ -43,7 +43,7 @@ use tcptail_sock::apply_profile;
 use super::reader::ResponseReader;
 use super::{
     HANDSHAKE_TIMEOUT, LoopError, Outstanding, POLL_SLICE, Partial, STOP_GRACE, Shared, connect,
-    hello_frame, kernel_snapshot,
+    hello_frame, kernel_snapshot, outcomes_seen_on,
 };
 use crate::config::{BenchConfig, Load, StopAfter, TxMode};
 use crate::pacer::Schedule;
@@ -207,17 +207,8 @@ pub(crate) fn run_thread(
     indices: &[usize],
     shared: &Shared<'_>,
 ) -> Result<RawRun, BenchError> {
-    let mut thread = match ThreadLoop::prepare(config, indices, shared) {
-        Ok(t) => t,
-        Err(e) => {
-            // Every thread must reach the barrier, or the others would wait forever.
-            shared.control.stop();
-            shared.barrier.wait();
-            return Err(e);
-        }
-    };
-    shared.barrier.wait();
-    let start = *shared.start.get_or_init(|| shared.control.measuring_starts());
+    let (mut thread, start) =
+        shared.start_measuring(ThreadLoop::prepare(config, indices, shared))?;
     thread.m = Partial::measuring(shared.control);
     thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
     let stopping = shared.control.stopped();
@@ -227,14 +218,10 @@ pub(crate) fn run_thread(
             crate::server_stats::collect(stream, &mut slot.outcome, outstanding, stopping);
         }
     }
-    let mut outcomes = Vec::with_capacity(thread.slots.len());
-    if let Some(cpu) = sys::current_cpu() {
-        thread.cpus_seen.insert(cpu);
-    }
-    for slot in &mut thread.slots {
-        slot.outcome.client_cpus_seen = thread.cpus_seen.iter().copied().collect();
-        outcomes.push(slot.outcome.clone());
-    }
+    let outcomes = outcomes_seen_on(
+        &mut thread.cpus_seen,
+        thread.slots.iter_mut().map(|slot| &mut slot.outcome),
+    );
     let m = std::mem::take(&mut thread.m);
     Ok(m.into_raw(start, &thread.snapshot_costs, outcomes))
 }

@@ -44,7 +44,7 @@ use crate::connection::event_loop::{
 use crate::connection::reader::ResponseReader;
 use crate::connection::{
     HANDSHAKE_TIMEOUT, LoopError, Outstanding, POLL_SLICE, Partial, STOP_GRACE, Shared, connect,
-    hello_frame, kernel_snapshot,
+    hello_frame, kernel_snapshot, outcomes_seen_on,
 };
 use crate::pacer::Schedule;
 use crate::run::{BenchError, ConnectionOutcome, RawRun};
@@ -170,30 +170,15 @@ pub(crate) fn run_thread(
     indices: &[usize],
     shared: &Shared<'_>,
 ) -> Result<RawRun, BenchError> {
-    let mut thread = match ThreadLoop::prepare(config, indices, shared) {
-        Ok(t) => t,
-        Err(e) => {
-            // Every thread must reach the barrier, or the others would wait forever.
-            shared.control.stop();
-            shared.barrier.wait();
-            return Err(e);
-        }
-    };
-    shared.barrier.wait();
-    let start = *shared.start.get_or_init(|| shared.control.measuring_starts());
+    let (mut thread, start) =
+        shared.start_measuring(ThreadLoop::prepare(config, indices, shared))?;
     thread.m = Partial::measuring(shared.control);
     thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
     thread.collect_server_stats();
-    thread.note_cpu();
-    let cpus: Vec<usize> = thread.cpus_seen.iter().copied().collect();
-    let outcomes = thread
-        .slots
-        .iter_mut()
-        .map(|slot| {
-            slot.outcome.client_cpus_seen = cpus.clone();
-            slot.outcome.clone()
-        })
-        .collect();
+    let outcomes = outcomes_seen_on(
+        &mut thread.cpus_seen,
+        thread.slots.iter_mut().map(|slot| &mut slot.outcome),
+    );
     let m = std::mem::take(&mut thread.m);
     Ok(m.into_raw(start, &thread.snapshot_costs, outcomes))
 }
