@@ -240,17 +240,31 @@ impl Slot {
         until: Option<Instant>,
         start: Instant,
     ) -> Option<Instant> {
-        if self.dead || self.quota == Some(0) {
-            return None;
-        }
-        let (schedule, next) = self.schedule.as_mut()?;
-        let due = *next;
-        if due > now || until.is_some_and(|t| due >= t) {
-            return None;
-        }
-        *next = start + schedule.next_offset();
-        Some(due)
+        let may_send = !self.dead && self.quota != Some(0);
+        take_due(&mut self.schedule, may_send, now, until, start)
     }
+}
+
+/// Open loop, any engine's slot: the intended time of its next request from `schedule` (its
+/// schedule and next intended send time) if it is due by `now` (and before `until`) and the
+/// slot `may_send`, the schedule moved on past it.
+pub(crate) fn take_due(
+    schedule: &mut Option<(Schedule, Instant)>,
+    may_send: bool,
+    now: Instant,
+    until: Option<Instant>,
+    start: Instant,
+) -> Option<Instant> {
+    if !may_send {
+        return None;
+    }
+    let (schedule, next) = schedule.as_mut()?;
+    let due = *next;
+    if due > now || until.is_some_and(|t| due >= t) {
+        return None;
+    }
+    *next = start + schedule.next_offset();
+    Some(due)
 }
 
 impl<'a> ThreadLoop<'a> {

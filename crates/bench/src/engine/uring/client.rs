@@ -39,7 +39,7 @@ use super::ring_options;
 use crate::attribution::KernelSnapshot;
 use crate::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
 use crate::connection::event_loop::{
-    Pipeline, connect_error, connection_schedule, crr_socket, phase_quota,
+    Pipeline, connect_error, connection_schedule, crr_socket, phase_quota, take_due,
 };
 use crate::connection::reader::ResponseReader;
 use crate::connection::{
@@ -613,15 +613,10 @@ impl<'a> ThreadLoop<'a> {
         let mut queued = false;
         loop {
             let slot = &mut self.slots[i];
-            if slot.dead || slot.quota == Some(0) {
+            let may_send = !slot.dead && slot.quota != Some(0);
+            let Some(due) = take_due(&mut slot.schedule, may_send, now, until, start) else {
                 break;
-            }
-            let Some((schedule, due)) = &mut slot.schedule else { break };
-            let due = *due;
-            if due > now || until.is_some_and(|t| due >= t) {
-                break;
-            }
-            slot.schedule.as_mut().expect("checked").1 = start + schedule.next_offset();
+            };
             let before = if self.config.attribute { self.snapshot(i) } else { None };
             let sent = Instant::now();
             self.m.send_lateness.record(sent.saturating_duration_since(due).as_nanos() as u64);
