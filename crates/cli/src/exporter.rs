@@ -1,6 +1,6 @@
 //! `tcptail exporter`: serves `/metrics` (Prometheus text or OpenMetrics, by the `Accept`
-//! header) computed at scrape time from one sock_diag dump; the collector lives in
-//! `tcptail_diag::metrics`.
+//! header) computed at scrape time from one dump (the BPF socket iterator where the host
+//! allows it, else sock_diag: `--source`); the collector lives in `tcptail_diag::metrics`.
 //!
 //! HTTP is `tcptail_diag::http` (hyper): bounded connections, read/write timeouts, a header size
 //! limit, optional TLS and basic auth from `--web-config` (node_exporter's format), gzip.
@@ -21,6 +21,7 @@ use tcptail_diag::closed::{CloseWatcher, DestroyListener};
 use tcptail_diag::http::{Handler, Limits, Request, Response, Server, WebConfig};
 use tcptail_diag::metrics::closed::ClosedMetrics;
 use tcptail_diag::metrics::{self, Format, Scrape, State};
+use tcptail_diag::source::{SocketSource, SourceChoice};
 use tcptail_diag::{DumpRequest, Dumper, Selectors};
 use tcptail_units::HumanDuration;
 
@@ -64,6 +65,12 @@ pub struct ExporterArgs {
     /// Read the sockets of this network namespace (/run/netns/NAME).
     #[arg(long)]
     netns: Option<String>,
+    /// Where sockets are read from: bpf (a BPF socket iterator: cheaper per socket; needs
+    /// root and kernel BTF), sock-diag, or auto (where BPF is available: bpf for whole-table
+    /// dumps, sock-diag for filtered ones, whose kernel filter is cheaper; else sock-diag, said
+    /// in one line).
+    #[arg(long, default_value_t = SourceChoice::Auto)]
+    source: SourceChoice,
     /// Dump only the selected sockets (kernel-filtered; cost follows the matches) and skip the
     /// aggregates of all other sockets.
     #[arg(long)]
@@ -155,20 +162,23 @@ pub fn load_selectors(path: Option<&PathBuf>, cap: Option<usize>) -> Result<Sele
     Ok(selectors)
 }
 
-/// Opens a sock_diag client in the current or the named namespace.
-pub fn open_dumper(netns: Option<&str>) -> Result<Dumper> {
-    Ok(match netns {
-        Some(name) => Dumper::in_netns(name)?,
-        None => Dumper::new()?,
-    })
+/// Opens the dump source `choice` in the current or the named namespace; when `auto` falls
+/// back to sock_diag, one line on stderr says why (`who` names the command).
+pub fn open_source(choice: SourceChoice, netns: Option<&str>, who: &str) -> Result<SocketSource> {
+    let opened = SocketSource::open(choice, netns)
+        .with_context(|| format!("cannot open the {choice} dump source (--source)"))?;
+    if let Some(why) = opened.fell_back {
+        eprintln!("{who}: reading sockets with sock_diag ({})", crate::chain_line(&why));
+    }
+    Ok(opened.source)
 }
 
-/// The scrape-time state behind `/metrics`: one sock_diag client, the counters that live
-/// across scrapes. Scrapes take turns (the HTTP server answers on at most two threads).
+/// The scrape-time state behind `/metrics`: one dump source, the counters that live across
+/// scrapes. Scrapes take turns (the HTTP server answers on at most two threads).
 struct Exporter {
     selectors: Selectors,
     request: DumpRequest,
-    scraping: Mutex<(Dumper, State)>,
+    scraping: Mutex<(SocketSource, State)>,
 }
 
 impl Handler for Exporter {
@@ -206,7 +216,7 @@ impl Exporter {
             }
             Err(e) => {
                 state.totals.errors += 1;
-                Response::text(500, format!("sock_diag dump failed: {e}\n"))
+                Response::text(500, format!("{} dump failed: {e}\n", dumper.name()))
             }
         }
     }
@@ -215,7 +225,7 @@ impl Exporter {
 /// Runs the exporter until killed.
 pub fn run(args: ExporterArgs) -> Result<ExitCode> {
     let selectors = load_selectors(args.selectors.as_ref(), args.max_connections)?;
-    let dumper = open_dumper(args.netns.as_deref())?;
+    let dumper = open_source(args.source, args.netns.as_deref(), "tcptail exporter")?;
     let request = metrics::dump_request(&selectors, !args.no_aggregates);
     let web = match &args.web_config {
         Some(path) => WebConfig::load(path)?,

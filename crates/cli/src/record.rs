@@ -145,7 +145,7 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
         bail!("--max-size {} is too small for a file (at least 4KiB)", args.max_size);
     }
     let req = args.select.request()?;
-    let mut dumper = args.select.dumper()?;
+    let mut dumper = args.select.dumper("tcptail record")?;
     let options = RecorderOptions {
         interval,
         full_every: args.full_every.0,
@@ -185,7 +185,7 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
             if !warned {
                 warned = true;
                 eprintln!(
-                    "tcptail record: warning: a sock_diag dump failed ({}); that poll is \
+                    "tcptail record: warning: a dump failed ({}); that poll is \
                      skipped (the count is printed at the end)",
                     crate::chain_line(e)
                 );

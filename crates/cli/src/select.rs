@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 use clap::Args;
 use tcptail_diag::filter::{Filter, Side};
 use tcptail_diag::selector::{parse_port, parse_prefix};
-use tcptail_diag::{DumpRequest, Dumper, wire};
+use tcptail_diag::source::{SocketSource, SourceChoice};
+use tcptail_diag::{DumpRequest, wire};
 
-use crate::exporter::{load_selectors, open_dumper};
+use crate::exporter::{load_selectors, open_source};
 
 /// Connection-selection flags.
 #[derive(Debug, Args)]
@@ -37,6 +38,12 @@ pub struct Selection {
     /// Read the sockets of this network namespace (/run/netns/NAME).
     #[arg(long)]
     pub netns: Option<String>,
+    /// Where sockets are read from: bpf (a BPF socket iterator: cheaper per socket; needs
+    /// root and kernel BTF), sock-diag, or auto (where BPF is available: bpf for whole-table
+    /// dumps, sock-diag for filtered ones, whose kernel filter is cheaper; else sock-diag, said
+    /// in one line).
+    #[arg(long, default_value_t = SourceChoice::Auto)]
+    pub source: SourceChoice,
 }
 
 impl Selection {
@@ -87,8 +94,9 @@ impl Selection {
         })
     }
 
-    /// A sock_diag client in the chosen namespace.
-    pub fn dumper(&self) -> Result<Dumper> {
-        open_dumper(self.netns.as_deref())
+    /// The chosen dump source in the chosen namespace (`who` names the command in the line
+    /// saying `auto` fell back to sock_diag).
+    pub fn dumper(&self, who: &str) -> Result<SocketSource> {
+        open_source(self.source, self.netns.as_deref(), who)
     }
 }

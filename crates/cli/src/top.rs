@@ -21,7 +21,8 @@ use clap::{Args, ValueEnum};
 use tcptail_diag::filter::Filter;
 use tcptail_diag::record::file::rotated_files;
 use tcptail_diag::record::replay::Recording;
-use tcptail_diag::{Connection, DumpRequest, Dumper, SockId};
+use tcptail_diag::source::SocketSource;
+use tcptail_diag::{Connection, DumpRequest, SockId};
 
 use crate::record::{format_utc, parse_time};
 use crate::select::Selection;
@@ -74,14 +75,15 @@ pub struct TopArgs {
 
 /// Where the connections come from: the kernel, or a recording.
 enum Source {
-    Live { dumper: Dumper, req: DumpRequest },
+    Live { dumper: SocketSource, req: DumpRequest },
     Replay { recording: Recording, filter: Option<Filter>, all_states: bool, at: u64, step: u64 },
 }
 
 impl Source {
     fn open(args: &TopArgs) -> Result<Source> {
         let Some(file) = &args.replay else {
-            return Ok(Source::Live { dumper: args.select.dumper()?, req: args.select.request()? });
+            let dumper = args.select.dumper("tcptail top")?;
+            return Ok(Source::Live { dumper, req: args.select.request()? });
         };
         anyhow::ensure!(
             args.speed.is_finite() && args.speed > 0.0,

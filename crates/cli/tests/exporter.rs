@@ -711,3 +711,71 @@ fn closed_connections_feed_bounded_histograms() {
     let (_, om) = http_get(addr, "/metrics", "application/openmetrics-text; version=1.0.0");
     assert!(om.contains("tcptail_closed_connections_total{") && om.ends_with("# EOF\n"));
 }
+
+/// `tcptail top --once --json` over `port`'s connections with `--source SOURCE`, run through
+/// `wrap` (e.g. setpriv): exit status, the connections, stderr.
+fn top_json(wrap: &[&str], source: &str, port: &str) -> (bool, serde_json::Value, String) {
+    let bin = common::bin();
+    let mut cmd = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg("--").arg(&bin);
+            c
+        }
+        None => Command::new(&bin),
+    };
+    let out =
+        cmd.args(["top", "--once", "--json", "--port", port, "--source", source]).output().unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.success(), json, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn top_reads_the_same_connections_through_the_bpf_iterator_or_falls_back() {
+    tcptail_netns::ensure_root().expect("the BPF socket iterator needs root (CI runs as root)");
+    let (l, _c, _s) = conn(50_000);
+    let port = l.local_addr().unwrap().port().to_string();
+    let keys = |v: &serde_json::Value| -> Vec<(String, String, u64, String)> {
+        let mut k: Vec<_> = v
+            .as_array()
+            .expect("a JSON list")
+            .iter()
+            .map(|c| {
+                (
+                    c["local"].as_str().unwrap().to_owned(),
+                    c["remote"].as_str().unwrap().to_owned(),
+                    c["cookie"].as_u64().unwrap(),
+                    c["cc"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        k.sort();
+        k
+    };
+    let (ok, bpf, err) = top_json(&[], "bpf", &port);
+    assert!(ok, "{err}");
+    assert!(err.is_empty(), "no fallback line as root: {err}");
+    let (ok, diag, err) = top_json(&[], "sock-diag", &port);
+    assert!(ok, "{err}");
+    assert_eq!(keys(&bpf).len(), 2, "{bpf}");
+    assert_eq!(keys(&bpf), keys(&diag));
+    let acked = |v: &serde_json::Value| {
+        let mut a: Vec<_> =
+            v.as_array().unwrap().iter().map(|c| c["info"]["bytes_acked"].clone()).collect();
+        a.sort_by_key(|x| x.as_u64());
+        a
+    };
+    assert_eq!(acked(&bpf), acked(&diag));
+
+    // Without the capabilities a BPF program needs, auto reads through sock_diag and says so
+    // in one line; an explicit --source bpf is an error naming the flag.
+    let unprivileged = ["setpriv", "--bounding-set", "-bpf,-perfmon,-sys_admin"];
+    let (ok, fell_back, err) = top_json(&unprivileged, "auto", &port);
+    assert!(ok, "{err}");
+    assert_eq!(keys(&fell_back), keys(&diag));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("sock_diag") && err.contains("CAP_BPF"), "{err}");
+    let (ok, _, err) = top_json(&unprivileged, "bpf", &port);
+    assert!(!ok);
+    assert!(err.contains("--source") && err.contains("CAP_BPF"), "{err}");
+}

@@ -44,10 +44,12 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tcptail_diag::bpf::IterDumper;
 use tcptail_diag::filter::{Filter, Side};
 use tcptail_diag::metrics::{self, Format, Scrape, State};
 use tcptail_diag::record::{Recorder, RecorderOptions, RecorderStats, RunStats};
 use tcptail_diag::selector::Selectors;
+use tcptail_diag::source::{Dump, SocketSource};
 use tcptail_diag::sys::{NetlinkSocket, children_cpu_time, process_cpu_time};
 use tcptail_diag::wire::{self, Attrs};
 use tcptail_diag::{DumpRequest, Dumper};
@@ -284,12 +286,15 @@ fn split_line(split: &[(&str, f64, usize)]) -> String {
 
 /// The flight recorder as `tcptail record` runs it: polls `req` every `interval` for
 /// [`RECORD_FOR`] into a file; its run, its totals, the live-table entries and the file size.
-fn record(req: &DumpRequest, interval: Duration) -> (RunStats, RecorderStats, (usize, usize), u64) {
+fn record(
+    req: &DumpRequest,
+    interval: Duration,
+    mut dumper: impl Dump,
+) -> (RunStats, RecorderStats, (usize, usize), u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rec");
     let options = RecorderOptions { interval, ..RecorderOptions::default() };
     let mut rec = Recorder::create(&path, options).expect("create the recording");
-    let mut dumper = Dumper::new().expect("sock_diag");
     // The first poll writes every connection's full record: measure the steady state after it.
     rec.poll(&mut dumper, req).expect("first poll");
     let end = Instant::now() + RECORD_FOR;
@@ -323,6 +328,10 @@ struct Samples {
     full: Vec<f64>,
     two_walks: Vec<f64>,
     filtered: Vec<f64>,
+    bpf_scrape: Vec<f64>,
+    bpf_dump: Vec<f64>,
+    bpf_convert: Vec<f64>,
+    bpf_minimal: Vec<f64>,
 }
 
 fn main() {
@@ -340,6 +349,13 @@ fn main() {
     let mut holders = Vec::new();
     let mut held = MATCHED;
     let mut dumper = Dumper::new().expect("sock_diag");
+    let mut iter = match IterDumper::new() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("no BPF iterator columns: {e}");
+            None
+        }
+    };
     let raw = NetlinkSocket::open().expect("sock_diag");
     let mut buf = vec![0u8; 32 * 1024];
     let mut seq = 1_000_000u32;
@@ -480,6 +496,44 @@ fn main() {
             });
             assert_eq!(matched, MATCHED as u64, "the filter matches the fixed set");
             m.filtered.push(t);
+
+            // The same scrape from the BPF socket iterator, and its parts: the records read
+            // unconverted, then converted to sockets (encode is the same as sock_diag's: the
+            // same sockets reach the same collector).
+            if let Some(iter) = iter.as_mut() {
+                let (t, seen) = cpu(|| {
+                    let mut scrape = Scrape::new(&svc);
+                    iter.dump(&request, |s| scrape.add(s)).expect("bpf dump");
+                    let seen = scrape.sockets_seen;
+                    let text =
+                        scrape.render(&mut State::default(), Format::Prometheus, Duration::ZERO);
+                    assert!(text.contains("selector=\"svc\""));
+                    seen
+                });
+                assert_eq!(seen, sockets, "the iterator sees the scrape's sockets");
+                m.bpf_scrape.push(t);
+                let mut records = Vec::new();
+                let (t, got) = cpu(|| {
+                    iter.read_records(request.states, |r| {
+                        std::hint::black_box(r);
+                    })
+                    .expect("bpf read")
+                    .sockets
+                });
+                assert_eq!(got, sockets, "the raw iteration sees the scrape's sockets");
+                m.bpf_dump.push(t);
+                let (t, got) = cpu(|| iter.read_minimal(request.states).expect("minimal"));
+                assert_eq!(got, sockets, "the minimal iteration sees the scrape's sockets");
+                m.bpf_minimal.push(t);
+                iter.read_records(request.states, |r| records.extend_from_slice(r))
+                    .expect("bpf read");
+                let (t, _) = cpu(|| {
+                    iter.convert_records(&records, &request, true, |s| {
+                        std::hint::black_box(s);
+                    })
+                });
+                m.bpf_convert.push(t);
+            }
         }
         let median = |v: &[f64]| stats::median(v).expect("at least one repetition");
         let per = |v: &[f64]| median(v) * 1e6 / sockets.max(1) as f64;
@@ -513,6 +567,26 @@ fn main() {
             peak_scrape / 1024,
             ss_bytes / 1024,
         );
+        if iter.is_some() {
+            let bpf = per(&m.bpf_scrape);
+            println!(
+                "  bpf iterator: scrape {bpf:.3} us/socket = {:.3}x ss -tin (target <= \
+                 {TARGET_RATIO}x {}); dump {:.3} (records read, unconverted: {:.3}x), convert \
+                 {:.3}, encode {:.3} (as above); {:.1} ms vs ss {:.1} ms, sock_diag scrape {:.3}x; a \
+                 minimal iterator (16-byte records: cookie, state) {:.3} us/socket = {:.3}x",
+                bpf / ss,
+                if bpf / ss <= TARGET_RATIO { "met" } else { "MISSED" },
+                per(&m.bpf_dump),
+                per(&m.bpf_dump) / ss,
+                per(&m.bpf_convert),
+                per(&m.encode),
+                median(&m.bpf_scrape) * 1e3,
+                median(&m.ss) * 1e3,
+                scrape / ss,
+                per(&m.bpf_minimal),
+                per(&m.bpf_minimal) / ss,
+            );
+        }
         // Where the kernel's share goes, for the scrape's sockets.
         let split = kernel_split(&raw, &mut buf, &mut seq, wire::ESTABLISHED, None);
         let ss_s = median(&m.ss);
@@ -540,8 +614,12 @@ fn main() {
             ..DumpRequest::default()
         };
         let every_socket = DumpRequest { states: wire::ESTABLISHED, ..DumpRequest::default() };
+        let sources: &[&str] = if iter.is_some() { &["sock-diag", "bpf"] } else { &["sock-diag"] };
         for interval in [Duration::from_millis(100), Duration::from_millis(10)] {
-            for (what, req) in [("one end", &server_ends), ("both ends", &every_socket)] {
+            for (what, req, source) in [("one end", &server_ends), ("both ends", &every_socket)]
+                .into_iter()
+                .flat_map(|(w, r)| sources.iter().map(move |s| (w, r, *s)))
+            {
                 let code = req.filter.as_ref().and_then(Filter::bytecode);
                 let floor: Vec<f64> = (0..5)
                     .map(|_| {
@@ -556,7 +634,7 @@ fn main() {
                     })
                     .collect();
                 let floor_ms = median(&floor) * 1e3;
-                if interval == Duration::from_millis(100) && what == "one end" {
+                if interval == Duration::from_millis(100) && what == "one end" && source != "bpf" {
                     let split = kernel_split(&raw, &mut buf, &mut seq, req.states, code.as_deref());
                     let per_100ms = |t: f64| t / 0.1 * 100.0;
                     let headers = per_100ms(split[1].1);
@@ -576,7 +654,12 @@ fn main() {
                         },
                     );
                 }
-                let (run, stats, live, bytes) = record(req, interval);
+                let (run, stats, live, bytes) = if source == "bpf" {
+                    let d = IterDumper::new().expect("bpf iterator");
+                    record(req, interval, SocketSource::Bpf(Box::new(d)))
+                } else {
+                    record(req, interval, Dumper::new().expect("sock_diag"))
+                };
                 let per_poll_ms = run.cpu.as_secs_f64() * 1e3 / stats.polls.max(1) as f64;
                 let ss_percent = ss_ms / (interval.as_secs_f64() * 1e3) * 100.0;
                 let verdict = if interval == Duration::from_millis(100) && what == "one end" {
@@ -589,7 +672,7 @@ fn main() {
                     String::new()
                 };
                 println!(
-                    "  record every {:>3} ms, {what:<9} ({:>6} sockets): CPU {:>6.2} % of a core \
+                    "  record every {:>3} ms, {what:<9} {source:<9} ({:>6} sockets): CPU {:>6.2} % of a core \
                      ({per_poll_ms:.2} ms per poll = {:.3}x one ss -tin, its request unparsed \
                      {floor_ms:.2} ms; ss -tin as often: \
                      {ss_percent:.0} %); {} polls, {} late; {} table entries ({} KiB); {} \

@@ -92,6 +92,8 @@ pub struct IterDumper {
     info_len: usize,
     attach_btf_id: u32,
     linked: Option<Linked>,
+    /// The benchmark's minimal program ([`IterDumper::read_minimal`]).
+    minimal: Option<Linked>,
     netns: Option<PathBuf>,
     buf: Vec<u8>,
     info: Box<[u8; TcpInfo::KNOWN_LEN]>,
@@ -149,6 +151,7 @@ impl IterDumper {
             info_len,
             attach_btf_id,
             linked: None,
+            minimal: None,
             netns: None,
             buf,
             info: Box::new([0; TcpInfo::KNOWN_LEN]),
@@ -186,7 +189,10 @@ impl IterDumper {
             let prog =
                 sys::load_iter_program(&insns, self.attach_btf_id, c"Dual MIT/GPL", &mut log)
                     .map_err(|source| match source.raw_os_error() {
-                        Some(libc::EPERM) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {
+                        Some(libc::EPERM) | Some(libc::EACCES) => BpfError::Unavailable(format!(
+                            "loading a BPF program needs CAP_BPF and CAP_PERFMON ({source})"
+                        )),
+                        Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {
                             BpfError::Unavailable(format!("loading a BPF program: {source}"))
                         }
                         _ => BpfError::Rejected {
@@ -231,47 +237,140 @@ impl IterDumper {
         if !req.ipv4 && !req.ipv6 {
             return Ok(stats);
         }
-        self.link_for(req.states)?;
+        let iter = self.open_iter(req.states)?;
+        let IterDumper { layout, hz, info_len, buf, info, .. } = self;
+        let mut sockets = 0;
+        read_iter(&iter, buf, layout.record_len, &mut stats, |record| {
+            if convert_one(layout, *hz, *info_len, record, info, req, decode_info, each) {
+                sockets += 1;
+            }
+        })?;
+        stats.sockets = sockets;
+        Ok(stats)
+    }
+
+    fn open_iter(&mut self, states: u32) -> Result<OwnedFd, BpfError> {
+        self.link_for(states)?;
         let Some(Linked { link, .. }) = &self.linked else {
             return Err(BpfError::Unavailable("no linked iterator program".into()));
         };
-        let iter = match &self.netns {
-            None => sys::iter_create(link).map_err(BpfError::Io)?,
+        match &self.netns {
+            None => sys::iter_create(link).map_err(BpfError::Io),
             Some(path) => sys::iter_create_in_netns(link, path)
-                .map_err(|source| BpfError::Netns { path: path.clone(), source })?,
-        };
-        let len = self.layout.record_len;
-        let mut filled = 0;
-        loop {
-            let n = sys::read(&iter, &mut self.buf[filled..]).map_err(BpfError::Io)?;
-            if n == 0 {
-                break;
-            }
-            stats.batches += 1;
-            stats.bytes += n as u64;
-            filled += n;
-            let whole = filled / len * len;
-            for record in self.buf[..whole].chunks_exact(len) {
-                let sock = convert::socket(
-                    &self.layout,
-                    self.hz,
-                    self.info_len,
-                    record,
-                    &mut self.info,
-                    req.attrs,
-                    decode_info,
-                );
-                let family_ok =
-                    if sock.family == libc::AF_INET6 as u8 { req.ipv6 } else { req.ipv4 };
-                if !family_ok || !req.filter.as_ref().is_none_or(|f: &Filter| f.matches(&sock.id)) {
-                    continue;
-                }
-                stats.sockets += 1;
-                each(&sock);
-            }
-            self.buf.copy_within(whole..filled, 0);
-            filled -= whole;
+                .map_err(|source| BpfError::Netns { path: path.clone(), source }),
         }
+    }
+
+    /// Reads one iteration over the sockets in `states`, handing each raw record to `each`
+    /// unconverted (for the benchmark: the iterator's floor). `stats.sockets` counts records.
+    pub fn read_records(
+        &mut self,
+        states: u32,
+        mut each: impl FnMut(&[u8]),
+    ) -> Result<DumpStats, BpfError> {
+        let iter = self.open_iter(states)?;
+        let mut stats = DumpStats::default();
+        let len = self.layout.record_len;
+        read_iter(&iter, &mut self.buf, len, &mut stats, &mut each)?;
+        stats.sockets = stats.bytes / len as u64;
         Ok(stats)
+    }
+
+    /// One iteration with [`program::Layout::minimal_program`] (16 bytes per socket, read and
+    /// dropped): the floor of an iterator dump, for the benchmark. Sockets returned.
+    pub fn read_minimal(&mut self, states: u32) -> Result<u64, BpfError> {
+        let states = kernel_states(states);
+        if self.minimal.as_ref().is_none_or(|l| l.states != states) {
+            let insns = self.layout.minimal_program(states).ok_or_else(|| {
+                BpfError::Unavailable("the minimal program did not assemble".into())
+            })?;
+            let mut log = Vec::new();
+            let prog =
+                sys::load_iter_program(&insns, self.attach_btf_id, c"Dual MIT/GPL", &mut log)
+                    .map_err(|source| BpfError::Rejected {
+                        source,
+                        log: String::from_utf8_lossy(&log).into_owned(),
+                    })?;
+            let link = sys::link_iter(&prog).map_err(BpfError::Io)?;
+            self.minimal = Some(Linked { states, link, _prog: prog });
+        }
+        let Some(Linked { link, .. }) = &self.minimal else {
+            return Err(BpfError::Unavailable("no linked minimal program".into()));
+        };
+        let iter = sys::iter_create(link).map_err(BpfError::Io)?;
+        let mut stats = DumpStats::default();
+        read_iter(&iter, &mut self.buf, 16, &mut stats, |r| {
+            std::hint::black_box(r);
+        })?;
+        Ok(stats.bytes / 16)
+    }
+
+    /// Converts records captured by [`IterDumper::read_records`] as a dump of `req` would,
+    /// calling `each` for every socket `req` selects; the number of those.
+    pub fn convert_records(
+        &mut self,
+        records: &[u8],
+        req: &DumpRequest,
+        decode_info: bool,
+        mut each: impl FnMut(&Socket<'_>),
+    ) -> u64 {
+        let IterDumper { layout, hz, info_len, info, .. } = self;
+        let len = layout.record_len;
+        let mut n = 0;
+        for record in records.chunks_exact(len) {
+            if convert_one(layout, *hz, *info_len, record, info, req, decode_info, &mut each) {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Converts one record and hands it to `each` if `req` selects it; whether it did.
+#[allow(clippy::too_many_arguments)]
+fn convert_one(
+    layout: &Layout,
+    hz: Hz,
+    info_len: usize,
+    record: &[u8],
+    info: &mut [u8; TcpInfo::KNOWN_LEN],
+    req: &DumpRequest,
+    decode_info: bool,
+    each: &mut impl FnMut(&Socket<'_>),
+) -> bool {
+    // The filter first, on the identity alone: most records of a filtered dump stop here.
+    let (family, id) = convert::identity(layout, record);
+    let family_ok = if family == libc::AF_INET6 as u8 { req.ipv6 } else { req.ipv4 };
+    if !family_ok || !req.filter.as_ref().is_none_or(|f: &Filter| f.matches(&id)) {
+        return false;
+    }
+    let sock =
+        convert::socket((family, id), layout, hz, info_len, record, info, req.attrs, decode_info);
+    each(&sock);
+    true
+}
+
+/// Reads an iteration to its end in `buf`-sized reads, handing whole `len`-byte records to
+/// `each` (a read may end inside a record: its start waits for the next read).
+fn read_iter(
+    iter: &OwnedFd,
+    buf: &mut [u8],
+    len: usize,
+    stats: &mut DumpStats,
+    mut each: impl FnMut(&[u8]),
+) -> Result<(), BpfError> {
+    let mut filled = 0;
+    loop {
+        let n = sys::read(iter, &mut buf[filled..]).map_err(BpfError::Io)?;
+        if n == 0 {
+            return Ok(());
+        }
+        stats.batches += 1;
+        stats.bytes += n as u64;
+        filled += n;
+        let whole = filled / len * len;
+        buf[..whole].chunks_exact(len).for_each(&mut each);
+        buf.copy_within(whole..filled, 0);
+        filled -= whole;
     }
 }

@@ -49,6 +49,9 @@ pub enum DiagError {
     /// A reply could not be parsed.
     #[error("malformed sock_diag reply")]
     Parse(#[from] ParseError),
+    /// The BPF socket iterator failed ([`crate::source::SocketSource::Bpf`]).
+    #[error(transparent)]
+    Bpf(#[from] crate::bpf::BpfError),
 }
 
 /// What to dump.

@@ -8,6 +8,8 @@
 //! - [`dump`]: the [`Dumper`], a sock_diag client for the current or a named network namespace.
 //! - [`bpf`]: the [`bpf::IterDumper`], the same dump from a BPF socket iterator (cheaper per
 //!   socket), with sock_diag as the fallback where it cannot run.
+//! - [`source`]: sock_diag or the BPF iterator behind one [`source::Dump`] trait, `auto`
+//!   falling back to sock_diag where the iterator cannot run.
 //! - [`selector`]: the selector TOML file (named port/address rules) turned into filters.
 //! - [`closed`]: closed connections: the kernel's destroy notifications and the summary of
 //!   what each connection lived through.
@@ -38,6 +40,7 @@ pub mod http;
 pub mod metrics;
 pub mod record;
 pub mod selector;
+pub mod source;
 pub mod sys;
 pub mod wire;
 

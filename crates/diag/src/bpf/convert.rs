@@ -72,25 +72,10 @@ fn put<const N: usize>(info: &mut [u8], at: usize, v: [u8; N]) {
     }
 }
 
-/// Builds the socket of `record`. `info` receives `struct tcp_info` (the first `info_len`
-/// bytes are the kernel's struct); `decode_info` also parses it into [`Socket::info`].
-pub fn socket<'a>(
-    layout: &Layout,
-    hz: Hz,
-    info_len: usize,
-    record: &'a [u8],
-    info: &'a mut [u8; TcpInfo::KNOWN_LEN],
-    attrs: Attrs,
-    decode_info: bool,
-) -> Socket<'a> {
+/// The address family and identity of `record` (cheap: what a filter needs).
+pub fn identity(layout: &Layout, record: &[u8]) -> (u8, SockId) {
     let r = Rec { layout, bytes: record };
     let family = r.get(K::Family) as u8;
-    let raw_state = r.get(K::State) as u8;
-    let state = match raw_state {
-        TCP_NEW_SYN_RECV => TCP_SYN_RECV,
-        TCP_TIME_WAIT => record[header::TW_SUBSTATE],
-        s => s,
-    };
     let (src, dst) = if family == AF_INET6 {
         let a = |at: usize| {
             let b: [u8; 16] = record[at..at + 16].try_into().unwrap_or_default();
@@ -108,6 +93,29 @@ pub fn socket<'a>(
         dst,
         ifindex: r.u32(K::BoundDevIf),
         cookie: r.u64_at(header::COOKIE),
+    };
+    (family, id)
+}
+
+/// Builds the socket of `record` (whose [`identity`] is `family`, `id`). `info` receives `struct tcp_info` (the first `info_len`
+/// bytes are the kernel's struct); `decode_info` also parses it into [`Socket::info`].
+#[allow(clippy::too_many_arguments)]
+pub fn socket<'a>(
+    (family, id): (u8, SockId),
+    layout: &Layout,
+    hz: Hz,
+    info_len: usize,
+    record: &'a [u8],
+    info: &'a mut [u8; TcpInfo::KNOWN_LEN],
+    attrs: Attrs,
+    decode_info: bool,
+) -> Socket<'a> {
+    let r = Rec { layout, bytes: record };
+    let raw_state = r.get(K::State) as u8;
+    let state = match raw_state {
+        TCP_NEW_SYN_RECV => TCP_SYN_RECV,
+        TCP_TIME_WAIT => record[header::TW_SUBSTATE],
+        s => s,
     };
     let uid =
         u32::from_le_bytes(record[header::UID..header::UID + 4].try_into().unwrap_or_default());

@@ -28,8 +28,9 @@ use super::fields::{Identity, RawRow, Values, field_index};
 use super::file::{Header, RecordError, RecordWriter, WriterOptions};
 use crate::closed::{CloseSeen, DestroyListener};
 use crate::filter::Filter;
+use crate::source::Dump;
 use crate::wire::Socket;
-use crate::{DumpRequest, Dumper, sys};
+use crate::{DumpRequest, sys};
 
 /// How the recorder polls and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -499,12 +500,12 @@ impl Recorder {
     }
 
     /// One poll: dumps `req` with `dumper` and records what changed.
-    pub fn poll(&mut self, dumper: &mut Dumper, req: &DumpRequest) -> Result<(), RecordError> {
+    pub fn poll(&mut self, dumper: &mut impl Dump, req: &DumpRequest) -> Result<(), RecordError> {
         let now = sys::monotonic_ns();
         self.begin(now)?;
         let (table, out) = (&mut self.table, &mut self.writer.records);
         // The table compares `tcp_info` bytes and reads one field: no need to decode it.
-        let stats = dumper.dump_undecoded(req, |s| table.observe(s, out))?;
+        let stats = dumper.dump_with(req, false, &mut |s| table.observe(s, out))?;
         self.drain_closes()?;
         self.end(now, !stats.interrupted)
     }
@@ -585,7 +586,7 @@ impl Recorder {
     /// up with are dropped and counted, not made up in a burst.
     pub fn run(
         &mut self,
-        dumper: &mut Dumper,
+        dumper: &mut impl Dump,
         req: &DumpRequest,
         mut stop: impl FnMut() -> bool,
         mut dump_failed: impl FnMut(&crate::DiagError),
