@@ -122,13 +122,19 @@ fn references<'a>(text: &'a str, ran: &[&str]) -> Vec<(&'a str, &'a str)> {
 /// How many of an experiment's plots have data to draw (what its section must show).
 fn plots_with_data(e: &Value) -> usize {
     let variants = e["variants"].as_array().expect("variants");
-    let has_series = |name: &str, kind: &str| {
+    // What the report can draw: a finite number, and a positive one on a log axis (a round
+    // under load can measure 0 where the axis is logarithmic; the report then says "no data").
+    let drawable =
+        |v: &Value, log: bool| v.as_f64().is_some_and(|x| x.is_finite() && (!log || x > 0.0));
+    let has_series = |name: &str, kind: &str, log_x: bool| {
         variants.iter().any(|v| {
             v["series"].as_array().is_some_and(|all| {
                 all.iter().any(|s| {
                     s["name"] == name
                         && s["kind"] == kind
-                        && s["points"].as_array().is_some_and(|p| !p.is_empty())
+                        && s["points"].as_array().is_some_and(|p| {
+                            p.iter().any(|p| drawable(&p[0], log_x) && drawable(&p[1], false))
+                        })
                 })
             })
         })
@@ -137,14 +143,20 @@ fn plots_with_data(e: &Value) -> usize {
         .as_array()
         .expect("plots")
         .iter()
-        .filter(|plot| match plot["kind"].as_str() {
-            Some("ecdf") => has_series(plot["series"].as_str().unwrap_or(""), "cdf"),
-            Some("timeseries") => has_series(plot["series"].as_str().unwrap_or(""), "time"),
-            _ => plot["metrics"].as_array().is_some_and(|ms| {
-                ms.iter().any(|m| {
-                    variants.iter().any(|v| v["metrics"].get(m.as_str().unwrap_or("")).is_some())
-                })
-            }),
+        .filter(|plot| {
+            let series = plot["series"].as_str().unwrap_or("");
+            match plot["kind"].as_str() {
+                Some("ecdf") => has_series(series, "cdf", plot["log_x"] == true),
+                Some("timeseries") => has_series(series, "time", false),
+                _ => plot["metrics"].as_array().is_some_and(|ms| {
+                    ms.iter().any(|m| {
+                        variants.iter().any(|v| {
+                            let metric = &v["metrics"][m.as_str().unwrap_or("")];
+                            drawable(&metric["median"], plot["log_y"] == true)
+                        })
+                    })
+                }),
+            }
         })
         .count()
 }
