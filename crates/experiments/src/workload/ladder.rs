@@ -434,6 +434,16 @@ mod tests {
                 other => other.unwrap_or_else(|e| panic!("{rung}: {e}")),
             };
             assert!(m.metrics["min_us"] <= m.metrics["mean_us"], "{rung}: {:?}", m.metrics);
+            if m.metrics["tx_per_s"] == 0.0 {
+                // A loaded CI host once starved a datagram rung's server past the response
+                // timeout for the whole 200 ms: nothing answered, which the round must then
+                // say, with the lost request kept in the percentiles.
+                let note = m.notes.iter().find(|n| n.contains(" answered, ")).expect("count note");
+                assert!(note.contains(" 0 answered, ") && !note.contains(" 0 lost"), "{note}");
+                assert!(m.metrics["samples_count"] > 0.0, "{rung}: {:?}", m.metrics);
+                eprintln!("rung {rung}: nothing answered in 200 ms on this host: {note}");
+                continue;
+            }
             // A p50 may be not measurable on a loaded host (too few samples in 200 ms).
             eprintln!("rung {rung}: p50 {:?} µs", m.metrics.get("p50_us"));
             if rung.starts_with("af-xdp") {
