@@ -9,57 +9,20 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use common::{bin, text};
+use common::{BenchServer, bin, text};
 
 static RUNS: Mutex<()> = Mutex::new(());
 
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     RUNS.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `tcptail bench server` on an ephemeral loopback port; killed when dropped.
-struct BenchServer {
-    child: Child,
-    addr: String,
-}
-
-impl BenchServer {
-    fn start() -> BenchServer {
-        let mut child = Command::new(bin())
-            .args(["bench", "server", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tcptail bench server");
-        let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-        let mut line = String::new();
-        stderr.read_line(&mut line).expect("the server's first line");
-        let addr = line
-            .split("listening on ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        // Keep draining its log so it never blocks on a full pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        BenchServer { child, addr }
-    }
-}
-
-impl Drop for BenchServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Runs `tcptail bench client ADDR ARGS --json`; the interim JSON lines and the result.
@@ -87,7 +50,7 @@ fn f(v: &Value) -> f64 {
 #[test]
 fn open_loop_crr_keeps_its_rate_against_the_bench_server() {
     let _serial = one_at_a_time();
-    let server = BenchServer::start();
+    let server = BenchServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("crr.hlog");
     let (rate, count) = (400.0, 800u64);

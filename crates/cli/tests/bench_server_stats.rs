@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::{bin, text};
+use common::{BenchServer, bin, text};
 
 static RUNS: Mutex<()> = Mutex::new(());
 
@@ -106,50 +106,12 @@ fn the_text_output_prints_one_server_line() {
     }
 }
 
-/// A `tcptail bench server` on a free loopback port with `--engine engine`, killed on drop.
-struct BenchServer {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl BenchServer {
-    fn start(engine: &str) -> BenchServer {
-        use std::io::{BufRead, BufReader};
-        let mut child = Command::new(bin())
-            .args(["bench", "server", "--listen", "127.0.0.1:0", "--engine", engine])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        let addr = line
-            .split("listening on ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
-        // Keep draining its stderr so that it never blocks writing.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        BenchServer { child, addr }
-    }
-}
-
-impl Drop for BenchServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn every_pairing_of_engines_reports_the_servers_side() {
     for (client, server) in
         [("io_uring", "default"), ("default", "io_uring"), ("io_uring", "io_uring")]
     {
-        let server_process = BenchServer::start(server);
+        let server_process = BenchServer::start(&["--engine", server]);
         let v = run_json(&[
             "bench",
             "client",

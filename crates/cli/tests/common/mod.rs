@@ -233,3 +233,44 @@ pub fn welcome_bench_client(
     wire::write_welcome(&mut *s, &welcome).unwrap();
     hello
 }
+
+/// A `tcptail bench server` on a free loopback port (`extra` appended to its arguments),
+/// killed when dropped.
+pub struct BenchServer {
+    child: Child,
+    /// The address it printed on its first line.
+    pub addr: String,
+}
+
+impl BenchServer {
+    pub fn start(extra: &[&str]) -> BenchServer {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(bin())
+            .args(["bench", "server", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tcptail bench server");
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+        let mut line = String::new();
+        stderr.read_line(&mut line).expect("the server's first line");
+        let addr = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        BenchServer { child, addr }
+    }
+}
+
+impl Drop for BenchServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
