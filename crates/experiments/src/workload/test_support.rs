@@ -25,14 +25,23 @@ pub(crate) fn run_once(plan: &dyn VariantPlan, seed: u64) -> Measurement {
 
 /// [`run_once`], returning the round's error instead of failing on it.
 pub(crate) fn run_round(plan: &dyn VariantPlan, seed: u64) -> Result<Measurement, RunError> {
+    run_reporting(plan, seed, &|_| {})
+}
+
+/// One round of `plan` in a scratch directory, its progress reports going to `progress`.
+fn run_reporting(
+    plan: &dyn VariantPlan,
+    seed: u64,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Measurement, RunError> {
     let dir = tempfile::tempdir().expect("scratch directory");
     let ctx = RoundContext {
         round: 0,
         seed,
         scratch: dir.path(),
         stop_requested: &|| false,
-        progress: &|_| {},
-        path_events: &std::sync::Mutex::default(),
+        progress,
+        path_events: &Mutex::default(),
     };
     plan.run(&ctx)
 }
@@ -65,16 +74,7 @@ pub(crate) fn run_logged(plan: &dyn VariantPlan, seed: u64) -> LoggedRound {
     crate::path::TEST_LOG_DIR.with(|d| *d.borrow_mut() = Some(logs.path().to_owned()));
     let progress = Mutex::new(Vec::new());
     let record = |f: f64| progress.lock().unwrap().push((wall_ms(SystemTime::now()), f));
-    let dir = tempfile::tempdir().expect("scratch directory");
-    let ctx = RoundContext {
-        round: 0,
-        seed,
-        scratch: dir.path(),
-        stop_requested: &|| false,
-        progress: &record,
-        path_events: &Mutex::default(),
-    };
-    let m = plan.run(&ctx);
+    let m = run_reporting(plan, seed, &record);
     crate::path::TEST_LOG_DIR.with(|d| *d.borrow_mut() = None);
     let m = m.expect("a real round needs root, namespaces, veth/TUN and tc");
     let log = std::fs::read_to_string(logs.path().join("up.log")).expect("up.log");
