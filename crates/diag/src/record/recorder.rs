@@ -128,6 +128,13 @@ impl Entry {
             max_rtt_us: (self.max_rtt_us > 0).then_some(self.max_rtt_us),
         }
     }
+
+    /// Writes this connection's close as its last poll saw it (no destroy notification for
+    /// it) and counts it.
+    fn summarise_vanished(&self, out: &mut Vec<u8>, stats: &mut RecorderStats, now: u64) {
+        put_closed(out, &self.closed(self.row.values(), CloseSeen::Vanished, now));
+        stats.closed += 1;
+    }
 }
 
 /// A connection that left the dump (closing, or out of the selected states) while the kernel's
@@ -206,9 +213,8 @@ impl Table {
                     && u32::from(s.state) == TIME_WAIT
                     && e.row.state() != TIME_WAIT
                 {
-                    put_closed(out, &e.closed(e.row.values(), CloseSeen::Vanished, self.now));
+                    e.summarise_vanished(out, &mut self.stats, self.now);
                     e.summarised = true;
-                    self.stats.closed += 1;
                 }
                 // The common case, an idle connection, ends at this byte comparison. A
                 // connection new to this file (after a rotation) starts with a full record.
@@ -280,8 +286,7 @@ impl Table {
             if self.listening {
                 self.departed.insert(cookie, Departed { entry: e, since_ns: now });
             } else {
-                put_closed(out, &e.closed(e.row.values(), CloseSeen::Vanished, now));
-                self.stats.closed += 1;
+                e.summarise_vanished(out, &mut self.stats, now);
             }
         }
         if self.departed.is_empty() {
@@ -296,8 +301,7 @@ impl Table {
             .collect();
         for cookie in expired {
             let d = self.departed.remove(&cookie).expect("listed above");
-            put_closed(out, &d.entry.closed(d.entry.row.values(), CloseSeen::Vanished, now));
-            self.stats.closed += 1;
+            d.entry.summarise_vanished(out, &mut self.stats, now);
         }
     }
 
@@ -317,14 +321,12 @@ impl Table {
         }
         let now = self.now;
         for (_, d) in self.departed.drain() {
-            put_closed(out, &d.entry.closed(d.entry.row.values(), CloseSeen::Vanished, now));
-            self.stats.closed += 1;
+            d.entry.summarise_vanished(out, &mut self.stats, now);
         }
         for e in self.entries.values_mut() {
             if !e.summarised && e.row.state() == TIME_WAIT {
-                put_closed(out, &e.closed(e.row.values(), CloseSeen::Vanished, now));
+                e.summarise_vanished(out, &mut self.stats, now);
                 e.summarised = true;
-                self.stats.closed += 1;
             }
         }
     }
