@@ -22,13 +22,15 @@
 //! - Request sockets (`SYN_RECV`) carry their header (addresses, ports, state, cookie) but no
 //!   timer; TIME_WAIT sockets carry their substate and timer as sock_diag reports them.
 //! - Fields newer than this crate knows are absent (`tcp_info` ends at [`TcpInfo::KNOWN_LEN`]).
-//! - The kernel-side port/address filter is evaluated in user space ([`Filter::matches`]),
-//!   after the program has copied the socket.
+//! - The port/address filter runs in the program ([`select`]), so a filtered dump copies only
+//!   the sockets it selects; a filter too large to compile ([`select::expressible`]) is
+//!   evaluated in user space ([`Filter::matches`]) after the program has copied every socket.
 
 pub mod asm;
 pub mod btf;
 pub mod convert;
 pub mod program;
+pub mod select;
 
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
@@ -43,6 +45,7 @@ use crate::wire::Socket;
 use btf::Btf;
 use convert::Hz;
 use program::Layout;
+use select::Selection;
 
 /// Why the iterator cannot be used or a dump failed.
 #[derive(Debug, thiserror::Error)]
@@ -75,10 +78,10 @@ pub enum BpfError {
     },
 }
 
-/// A loaded, linked iterator program for one state mask.
+/// A loaded, linked iterator program for one selection.
 #[derive(Debug)]
 struct Linked {
-    states: u32,
+    selection: Selection,
     link: OwnedFd,
     /// Kept open: the link holds the program, this keeps its id stable for tools.
     _prog: OwnedFd,
@@ -91,7 +94,9 @@ pub struct IterDumper {
     hz: Hz,
     info_len: usize,
     attach_btf_id: u32,
-    linked: Option<Linked>,
+    /// The programs of the last few selections, most recent first (a consumer alternating
+    /// requests does not reload a program per dump).
+    linked: Vec<Linked>,
     /// The benchmark's minimal program ([`IterDumper::read_minimal`]).
     minimal: Option<Linked>,
     netns: Option<PathBuf>,
@@ -150,14 +155,19 @@ impl IterDumper {
             hz,
             info_len,
             attach_btf_id,
-            linked: None,
+            linked: Vec::new(),
             minimal: None,
             netns: None,
             buf,
             info: Box::new([0; TcpInfo::KNOWN_LEN]),
         };
         // Load now, so a host that cannot run it is found out before the first dump.
-        d.link_for(crate::wire::ESTABLISHED)?;
+        d.link_for(Selection {
+            states: kernel_states(crate::wire::ESTABLISHED),
+            ipv4: true,
+            ipv6: true,
+            filter: None,
+        })?;
         Ok(d)
     }
 
@@ -177,34 +187,47 @@ impl IterDumper {
         self.layout.record_len
     }
 
-    fn link_for(&mut self, states: u32) -> Result<(), BpfError> {
-        let states = kernel_states(states);
-        if self.linked.as_ref().is_none_or(|l| l.states != states) {
-            self.linked = None;
-            let insns = self
-                .layout
-                .program(states)
-                .ok_or_else(|| BpfError::Unavailable("a BBR field straddles a word".into()))?;
-            let mut log = Vec::new();
-            let prog =
-                sys::load_iter_program(&insns, self.attach_btf_id, c"Dual MIT/GPL", &mut log)
-                    .map_err(|source| match source.raw_os_error() {
-                        Some(libc::EPERM) | Some(libc::EACCES) => BpfError::Unavailable(format!(
-                            "loading a BPF program needs CAP_BPF and CAP_PERFMON ({source})"
-                        )),
-                        Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {
-                            BpfError::Unavailable(format!("loading a BPF program: {source}"))
-                        }
-                        _ => BpfError::Rejected {
-                            source,
-                            log: String::from_utf8_lossy(&log).into_owned(),
-                        },
-                    })?;
-            let link = sys::link_iter(&prog)
-                .map_err(|e| BpfError::Unavailable(format!("linking the iterator: {e}")))?;
-            self.linked = Some(Linked { states, link, _prog: prog });
+    /// How many linked programs are kept.
+    const LINKS_KEPT: usize = 4;
+
+    /// Links the program of `selection` (reusing a kept one) and moves it to the front.
+    fn link_for(&mut self, selection: Selection) -> Result<(), BpfError> {
+        if let Some(i) = self.linked.iter().position(|l| l.selection == selection) {
+            let kept = self.linked.remove(i);
+            self.linked.insert(0, kept);
+            return Ok(());
         }
+        let insns = self
+            .layout
+            .program(&selection)
+            .ok_or_else(|| BpfError::Unavailable("a BBR field straddles a word".into()))?;
+        let mut log = Vec::new();
+        let prog = sys::load_iter_program(&insns, self.attach_btf_id, c"Dual MIT/GPL", &mut log)
+            .map_err(|source| match source.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => BpfError::Unavailable(format!(
+                    "loading a BPF program needs CAP_BPF and CAP_PERFMON ({source})"
+                )),
+                Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {
+                    BpfError::Unavailable(format!("loading a BPF program: {source}"))
+                }
+                _ => BpfError::Rejected { source, log: String::from_utf8_lossy(&log).into_owned() },
+            })?;
+        let link = sys::link_iter(&prog)
+            .map_err(|e| BpfError::Unavailable(format!("linking the iterator: {e}")))?;
+        self.linked.truncate(Self::LINKS_KEPT - 1);
+        self.linked.insert(0, Linked { selection, link, _prog: prog });
         Ok(())
+    }
+
+    /// What the program selects for `req`: its states and families, and its filter when the
+    /// program can evaluate it.
+    fn selection_of(req: &DumpRequest) -> Selection {
+        Selection {
+            states: kernel_states(req.states),
+            ipv4: req.ipv4,
+            ipv6: req.ipv6,
+            filter: req.filter.clone().filter(select::expressible),
+        }
     }
 
     /// Dumps the requested sockets, calling `each` for every one, like
@@ -237,11 +260,14 @@ impl IterDumper {
         if !req.ipv4 && !req.ipv6 {
             return Ok(stats);
         }
-        let iter = self.open_iter(req.states)?;
+        let selection = Self::selection_of(req);
+        // The program filtered: user space need not.
+        let filtered = selection.filter.is_some();
+        let iter = self.open_iter(selection)?;
         let IterDumper { layout, hz, info_len, buf, info, .. } = self;
         let mut sockets = 0;
         read_iter(&iter, buf, layout.record_len, &mut stats, |record| {
-            if convert_one(layout, *hz, *info_len, record, info, req, decode_info, each) {
+            if convert_one(layout, *hz, *info_len, record, info, req, filtered, decode_info, each) {
                 sockets += 1;
             }
         })?;
@@ -249,9 +275,9 @@ impl IterDumper {
         Ok(stats)
     }
 
-    fn open_iter(&mut self, states: u32) -> Result<OwnedFd, BpfError> {
-        self.link_for(states)?;
-        let Some(Linked { link, .. }) = &self.linked else {
+    fn open_iter(&mut self, selection: Selection) -> Result<OwnedFd, BpfError> {
+        self.link_for(selection)?;
+        let Some(Linked { link, .. }) = self.linked.first() else {
             return Err(BpfError::Unavailable("no linked iterator program".into()));
         };
         match &self.netns {
@@ -268,7 +294,8 @@ impl IterDumper {
         states: u32,
         mut each: impl FnMut(&[u8]),
     ) -> Result<DumpStats, BpfError> {
-        let iter = self.open_iter(states)?;
+        let all = Selection { states: kernel_states(states), ipv4: true, ipv6: true, filter: None };
+        let iter = self.open_iter(all)?;
         let mut stats = DumpStats::default();
         let len = self.layout.record_len;
         read_iter(&iter, &mut self.buf, len, &mut stats, &mut each)?;
@@ -280,7 +307,7 @@ impl IterDumper {
     /// dropped): the floor of an iterator dump, for the benchmark. Sockets returned.
     pub fn read_minimal(&mut self, states: u32) -> Result<u64, BpfError> {
         let states = kernel_states(states);
-        if self.minimal.as_ref().is_none_or(|l| l.states != states) {
+        if self.minimal.as_ref().is_none_or(|l| l.selection.states != states) {
             let insns = self.layout.minimal_program(states).ok_or_else(|| {
                 BpfError::Unavailable("the minimal program did not assemble".into())
             })?;
@@ -292,7 +319,8 @@ impl IterDumper {
                         log: String::from_utf8_lossy(&log).into_owned(),
                     })?;
             let link = sys::link_iter(&prog).map_err(BpfError::Io)?;
-            self.minimal = Some(Linked { states, link, _prog: prog });
+            let selection = Selection { states, ipv4: true, ipv6: true, filter: None };
+            self.minimal = Some(Linked { selection, link, _prog: prog });
         }
         let Some(Linked { link, .. }) = &self.minimal else {
             return Err(BpfError::Unavailable("no linked minimal program".into()));
@@ -318,7 +346,8 @@ impl IterDumper {
         let len = layout.record_len;
         let mut n = 0;
         for record in records.chunks_exact(len) {
-            if convert_one(layout, *hz, *info_len, record, info, req, decode_info, &mut each) {
+            if convert_one(layout, *hz, *info_len, record, info, req, false, decode_info, &mut each)
+            {
                 n += 1;
             }
         }
@@ -335,13 +364,16 @@ fn convert_one(
     record: &[u8],
     info: &mut [u8; TcpInfo::KNOWN_LEN],
     req: &DumpRequest,
+    program_filtered: bool,
     decode_info: bool,
     each: &mut impl FnMut(&Socket<'_>),
 ) -> bool {
-    // The filter first, on the identity alone: most records of a filtered dump stop here.
+    // The filter first, on the identity alone, unless the program applied it.
     let (family, id) = convert::identity(layout, record);
     let family_ok = if family == libc::AF_INET6 as u8 { req.ipv6 } else { req.ipv4 };
-    if !family_ok || !req.filter.as_ref().is_none_or(|f: &Filter| f.matches(&id)) {
+    let matches =
+        || program_filtered || req.filter.as_ref().is_none_or(|f: &Filter| f.matches(&id));
+    if !family_ok || !matches() {
         return false;
     }
     let sock =

@@ -164,3 +164,109 @@ fn iterator_matches_sock_diag_socket_by_socket() {
     drop(held);
     ns.delete().unwrap();
 }
+
+#[test]
+fn filtered_iterator_dumps_equal_filtered_sock_diag_dumps() {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use tcptail_diag::filter::{Filter, Prefix, Side};
+    use tcptail_diag::source::Dump;
+
+    tcptail_netns::ensure_root().expect("the iterator test needs root (CI runs it as root)");
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "bpffilt").unwrap();
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    // IPv4 on two addresses and two listeners, IPv6, and IPv4 clients of a dual-stack IPv6
+    // listener (IPv4-mapped addresses on its side).
+    let held = ns
+        .run(|| {
+            let a = TcpListener::bind("127.0.0.1:0").unwrap();
+            let b = TcpListener::bind("127.0.0.2:0").unwrap();
+            let v6 = TcpListener::bind("[::1]:0").unwrap();
+            let dual = Sock2::new(Domain::IPV6, Type::STREAM, None).unwrap();
+            dual.set_only_v6(false).unwrap();
+            dual.bind(&"[::]:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+            dual.listen(16).unwrap();
+            let dual: TcpListener = dual.into();
+            let dual_v4: SocketAddr =
+                (Ipv4Addr::new(127, 0, 0, 3), dual.local_addr().unwrap().port()).into();
+            let mut held = Vec::new();
+            for (listener, target, n) in [
+                (&a, a.local_addr().unwrap(), 3),
+                (&b, b.local_addr().unwrap(), 2),
+                (&v6, v6.local_addr().unwrap(), 2),
+                (&dual, dual_v4, 2),
+            ] {
+                for _ in 0..n {
+                    let client = TcpStream::connect(target).unwrap();
+                    let (server, _) = listener.accept().unwrap();
+                    held.push((client, server));
+                }
+            }
+            (a, b, v6, dual, held)
+        })
+        .unwrap();
+    let (a, b, dual) = (&held.0, &held.1, &held.3);
+    let port = |l: &TcpListener| l.local_addr().unwrap().port();
+    let (pa, pb, pdual) = (port(a), port(b), port(dual));
+    let v4 = |o: [u8; 4], len| Prefix { addr: IpAddr::V4(Ipv4Addr::from(o)), len };
+    let local = |lo, hi| Filter::Port { side: Side::Local, lo, hi };
+    let remote = |lo, hi| Filter::Port { side: Side::Remote, lo, hi };
+    let filters = [
+        local(pa, pa),
+        remote(pb, pb),
+        Filter::Or(vec![local(pa, pa), remote(pa, pa)]),
+        Filter::And(vec![remote(1024, 65535), local(pb.min(pdual), pb.max(pdual))]),
+        Filter::Addr { side: Side::Local, prefix: v4([127, 0, 0, 2], 32) },
+        // 127.0.0.2 and .3 (the mapped ones on the dual-stack side included).
+        Filter::Addr { side: Side::Local, prefix: v4([127, 0, 0, 2], 31) },
+        Filter::Addr { side: Side::Remote, prefix: v4([127, 0, 0, 0], 8) },
+        Filter::Addr {
+            side: Side::Remote,
+            prefix: Prefix { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), len: 128 },
+        },
+        Filter::And(vec![
+            Filter::Addr { side: Side::Local, prefix: v4([127, 0, 0, 3], 32) },
+            local(pdual, pdual),
+        ]),
+        Filter::Or(vec![]),
+        Filter::And(vec![]),
+        local(5, 4),
+    ];
+    let mut iter = IterDumper::in_netns(ns.name()).expect("the BPF socket iterator on this host");
+    let mut diag = Dumper::in_netns(ns.name()).unwrap();
+    let ids = |source: &mut dyn Dump, req: &DumpRequest| {
+        let mut ids = Vec::new();
+        source
+            .dump_with(req, false, &mut |s| {
+                ids.push((s.id.cookie, s.id.src, s.id.sport, s.id.dst, s.id.dport))
+            })
+            .unwrap();
+        ids.sort();
+        ids
+    };
+    // Every socket once, unfiltered: what each filter must pick out.
+    let everything = DumpRequest { states: wire::ALL_STATES, ..DumpRequest::default() };
+    let mut all = Vec::new();
+    iter.dump(&everything, |s| all.push(s.id)).unwrap();
+    assert_eq!(all.len(), 4 + 2 * 9, "4 listeners and 9 pairs");
+    for filter in filters {
+        for (ipv4, ipv6) in [(true, true), (true, false), (false, true)] {
+            let req = DumpRequest {
+                states: wire::ALL_STATES,
+                ipv4,
+                ipv6,
+                filter: Some(filter.clone()),
+                ..DumpRequest::default()
+            };
+            let (from_iter, from_diag) = (ids(&mut iter, &req), ids(&mut diag, &req));
+            assert_eq!(from_iter, from_diag, "{filter:?}, ipv4 {ipv4} ipv6 {ipv6}");
+            let by_family = |id: &&tcptail_diag::SockId| {
+                if id.src.is_ipv6() { ipv6 } else { ipv4 }
+            };
+            let expected = all.iter().filter(by_family).filter(|id| filter.matches(id)).count();
+            assert_eq!(from_iter.len(), expected, "{filter:?}, ipv4 {ipv4} ipv6 {ipv6}");
+        }
+    }
+    drop(held);
+    ns.delete().unwrap();
+}

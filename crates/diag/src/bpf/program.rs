@@ -20,6 +20,7 @@
 
 use super::asm::{Asm, Cond, R0, R1, R2, R3, R6, R7, R8, R9, R10, Size};
 use super::btf::{Btf, BtfError, Member};
+use super::select::{self, Offsets, Selection};
 
 /// Helper ids (`enum bpf_func_id`).
 const HELPER_GET_SOCKET_COOKIE: i32 = 46;
@@ -382,6 +383,8 @@ pub struct Layout {
     v6_dst: u32,
     state_off: u32,
     family_off: u32,
+    /// Where the port/address filter reads.
+    filter_offsets: Offsets,
     tw_substate: u32,
     tw_expires: u32,
 }
@@ -484,6 +487,16 @@ impl Layout {
         let v6_dst = btf.member("sock_common", "skc_v6_daddr")?.byte_offset();
         let state_off = btf.member("sock_common", "skc_state")?.byte_offset();
         let family_off = btf.member("sock_common", "skc_family")?.byte_offset();
+        let common = |name: &str| btf.member("sock_common", name).map(|m| m.byte_offset());
+        let filter_offsets = Offsets {
+            family: family_off,
+            num: common("skc_num")?,
+            dport: common("skc_dport")?,
+            saddr4: common("skc_rcv_saddr")?,
+            daddr4: common("skc_daddr")?,
+            saddr6: v6_src,
+            daddr6: v6_dst,
+        };
         let tw_substate = btf.member("tcp_timewait_sock", "tw_sk.tw_substate")?.byte_offset();
         let tw_expires = btf.member("tcp_timewait_sock", "tw_sk.tw_timer.expires")?.byte_offset();
         Ok(Layout {
@@ -497,6 +510,7 @@ impl Layout {
             v6_dst,
             state_off,
             family_off,
+            filter_offsets,
             tw_substate,
             tw_expires,
         })
@@ -537,17 +551,31 @@ impl Layout {
         a.finish()
     }
 
-    /// The program for sockets whose state is in `states` (`1 << state` bits).
-    pub fn program(&self, states: u32) -> Option<Vec<u64>> {
+    /// The program for the sockets `sel` selects.
+    ///
+    /// The record is written once per socket, every byte of it: no blanket zeroing, only the
+    /// bytes no field covers on the path taken (alignment gaps; the `tcp_sock` area of a
+    /// TIME_WAIT or request socket; the IPv6 addresses of an IPv4 socket; the name of a socket
+    /// without congestion control). Addresses and the name are copied 8 bytes at a time, and
+    /// the monotonic clock is read only when `rto_stamp` needs it.
+    pub fn program(&self, sel: &Selection) -> Option<Vec<u64>> {
         let rec = -(self.record_len as i32);
         let at = |off: usize| (rec + off as i32) as i16;
         let mut a = Asm::default();
+        if select::selects_nothing(sel) {
+            a.mov_imm(R0, 0);
+            a.exit();
+            return a.finish();
+        }
         let out = a.label();
         a.mov(R6, R1);
         a.load(Size::DW, R7, R6, 8); // ctx->sk_common
         a.jump_if(Cond::Eq, R7, 0, out);
-        // State filter before any work; a TIME_WAIT socket is filtered (and reported) by its
-        // substate, as sock_diag does. r8/r9 keep the substate and expiry across the calls.
+        // Family and port/address filter before any other work (they read sock_common only);
+        // the record's first bytes are their scratch space.
+        select::emit_selection(&mut a, &self.filter_offsets, sel, at(header::COOKIE), out);
+        // State filter; a TIME_WAIT socket is filtered (and reported) by its substate, as
+        // sock_diag does. r8/r9 keep the substate and expiry across the calls.
         a.mov_imm(R8, 0);
         a.mov_imm(R9, 0);
         let check = a.label();
@@ -562,11 +590,10 @@ impl Layout {
         a.bind(check);
         a.mov_imm(R3, 1);
         a.lsh(R3, R2);
-        a.and_imm(R3, states as i32);
+        a.and_imm(R3, sel.states as i32);
         a.jump_if(Cond::Eq, R3, 0, out);
-        for off in (0..self.record_len).step_by(8) {
-            a.store_imm(Size::DW, R10, at(off), 0);
-        }
+        // Header bytes 28..32: FULL, HAS_CA, TW_SUBSTATE and a pad byte.
+        a.store_imm(Size::W, R10, at(header::FULL), 0);
         a.store(Size::B, R10, at(header::TW_SUBSTATE), R8);
         a.store(Size::DW, R10, at(header::TW_EXPIRES), R9);
         a.mov(R1, R7);
@@ -574,28 +601,46 @@ impl Layout {
         a.store(Size::DW, R10, at(header::COOKIE), R0);
         a.call(HELPER_JIFFIES64);
         a.store(Size::DW, R10, at(header::JIFFIES), R0);
-        a.call(HELPER_KTIME_GET_NS);
-        a.store(Size::DW, R10, at(header::KTIME_NS), R0);
         a.load(Size::W, R2, R6, 16); // ctx->uid
         a.store(Size::W, R10, at(header::UID), R2);
+        // Value bytes no field covers, whatever the path.
+        let covered_by = |pick: &dyn Fn(&Load) -> bool| {
+            let mut covered = vec![false; self.record_len];
+            for l in self.loads.iter().filter(|l| pick(l)) {
+                let from = usize::from(l.record);
+                covered[from..from + l.bytes as usize].fill(true);
+            }
+            covered
+        };
+        let all_fields = covered_by(&|_| true);
+        let gaps: Vec<bool> = all_fields.iter().map(|c| !c).collect();
+        zero_uncovered(&mut a, rec, &all_fields, header::END, &vec![false; self.record_len]);
         for l in self.loads.iter().filter(|l| l.base == Common) {
             a.load(l.size, R2, R7, l.kernel as i16);
             a.store(l.size, R10, at(usize::from(l.record)), R2);
         }
         let v4 = a.label();
+        let addresses_done = a.label();
         a.load(Size::H, R2, R7, self.family_off as i16);
         a.jump_if(Cond::Ne, R2, AF_INET6, v4);
-        for i in 0..16 {
-            a.load(Size::B, R2, R7, (self.v6_src + i) as i16);
-            a.store(Size::B, R10, at(header::SADDR6 + i as usize), R2);
-            a.load(Size::B, R2, R7, (self.v6_dst + i) as i16);
-            a.store(Size::B, R10, at(header::DADDR6 + i as usize), R2);
+        for i in (0..16).step_by(8) {
+            a.load(Size::DW, R2, R7, (self.v6_src + i) as i16);
+            a.store(Size::DW, R10, at(header::SADDR6 + i as usize), R2);
+            a.load(Size::DW, R2, R7, (self.v6_dst + i) as i16);
+            a.store(Size::DW, R10, at(header::DADDR6 + i as usize), R2);
         }
+        a.jump(addresses_done);
         a.bind(v4);
+        for off in (header::SADDR6..header::CA_NAME).step_by(8) {
+            a.store_imm(Size::DW, R10, at(off), 0);
+        }
+        a.bind(addresses_done);
         let write = a.label();
+        let not_full = a.label();
+        let no_ca = a.label();
         a.mov(R1, R7);
         a.call(HELPER_SKC_TO_TCP_SOCK);
-        a.jump_if(Cond::Eq, R0, 0, write);
+        a.jump_if(Cond::Eq, R0, 0, not_full);
         a.mov(R8, R0);
         a.mov_imm(R2, 1);
         a.store(Size::B, R10, at(header::FULL), R2);
@@ -625,14 +670,34 @@ impl Layout {
             }
             a.store(l.size, R10, at(usize::from(l.record)), R2);
         }
+        // The monotonic clock only serves an RTO episode in progress (`rto_stamp` set).
+        a.store_imm(Size::DW, R10, at(header::KTIME_NS), 0);
+        if let Some(stamp) = self.slot(K::RtoStamp) {
+            let no_rto = a.label();
+            a.load(Size::of(stamp.size.into())?, R2, R10, at(usize::from(stamp.offset)));
+            a.jump_if(Cond::Eq, R2, 0, no_rto);
+            a.call(HELPER_KTIME_GET_NS);
+            a.store(Size::DW, R10, at(header::KTIME_NS), R0);
+            a.bind(no_rto);
+        }
         a.load(Size::DW, R9, R8, self.ca_ops as i16);
-        a.jump_if(Cond::Eq, R9, 0, write);
+        a.jump_if(Cond::Eq, R9, 0, no_ca);
         a.mov_imm(R2, 1);
         a.store(Size::B, R10, at(header::HAS_CA), R2);
-        for i in 0..16 {
-            a.load(Size::B, R2, R9, (self.ca_name + i) as i16);
-            a.store(Size::B, R10, at(header::CA_NAME + i as usize), R2);
+        for i in (0..16).step_by(8) {
+            a.load(Size::DW, R2, R9, (self.ca_name + i) as i16);
+            a.store(Size::DW, R10, at(header::CA_NAME + i as usize), R2);
         }
+        a.jump(write);
+        // TIME_WAIT and request sockets: the tcp_sock area holds zeros (user space does not
+        // read it, but no stack bytes leave the kernel).
+        a.bind(not_full);
+        a.store_imm(Size::DW, R10, at(header::KTIME_NS), 0);
+        let common = covered_by(&|l| l.base == Common);
+        zero_uncovered(&mut a, rec, &common, header::END, &gaps);
+        a.bind(no_ca);
+        a.store_imm(Size::DW, R10, at(header::CA_NAME), 0);
+        a.store_imm(Size::DW, R10, at(header::CA_NAME + 8), 0);
         a.bind(write);
         a.load(Size::DW, R1, R6, 0); // ctx->meta
         a.load(Size::DW, R1, R1, 0); // meta->seq
@@ -644,6 +709,22 @@ impl Layout {
         a.mov_imm(R0, 0);
         a.exit();
         a.finish()
+    }
+}
+
+/// Zeroes the record bytes from `from` on that `covered` leaves out and `done` has not
+/// zeroed already: a whole 8-byte word with one store, stray bytes one by one.
+fn zero_uncovered(a: &mut Asm, rec: i32, covered: &[bool], from: usize, done: &[bool]) {
+    let at = |off: usize| (rec + off as i32) as i16;
+    for word in (from..covered.len()).step_by(8) {
+        let want: Vec<usize> = (word..word + 8).filter(|&i| !covered[i] && !done[i]).collect();
+        if want.len() == 8 {
+            a.store_imm(Size::DW, R10, at(word), 0);
+        } else {
+            for i in want {
+                a.store_imm(Size::B, R10, at(i), 0);
+            }
+        }
     }
 }
 
@@ -667,6 +748,7 @@ mod tests {
         let btf = Btf::parse(&blob).unwrap();
         let layout = Layout::new(&btf).unwrap();
         assert!(layout.record_len <= 512 - 8, "record of {} bytes", layout.record_len);
-        assert!(layout.program(1 << 1).is_some());
+        let all = Selection { states: 1 << 1, ipv4: true, ipv6: true, filter: None };
+        assert!(layout.program(&all).is_some());
     }
 }
