@@ -29,7 +29,9 @@
 pub mod asm;
 pub mod btf;
 pub mod convert;
+pub mod fields;
 pub mod program;
+pub mod record;
 pub mod select;
 
 use std::io::{self, Read};
@@ -44,7 +46,7 @@ use crate::sys::bpf as sys;
 use crate::wire::Socket;
 use btf::Btf;
 use convert::Hz;
-use program::Layout;
+use record::Layout;
 use select::Selection;
 
 /// Why the iterator cannot be used or a dump failed.
@@ -303,7 +305,7 @@ impl IterDumper {
         Ok(stats)
     }
 
-    /// One iteration with [`program::Layout::minimal_program`] (16 bytes per socket, read and
+    /// One iteration with [`record::Layout::minimal_program`] (16 bytes per socket, read and
     /// dropped): the floor of an iterator dump, for the benchmark. Sockets returned.
     pub fn read_minimal(&mut self, states: u32) -> Result<u64, BpfError> {
         let states = kernel_states(states);

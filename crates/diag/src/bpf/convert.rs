@@ -12,7 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use tcptail_sock::cc_info::BbrInfo;
 use tcptail_sock::tcp_info::TcpInfo;
 
-use super::program::{K, Layout, header};
+use super::fields::K;
+use super::record::{Layout, header};
 use crate::wire::{Attrs, SkMemInfo, SockId, Socket};
 
 const TCP_LISTEN: u8 = 10;
