@@ -517,7 +517,7 @@ fn main() {
                 m.bpf_scrape.push(t);
                 let mut records = Vec::new();
                 let (t, got) = cpu(|| {
-                    iter.read_records(request.states, |r| {
+                    iter.read_records(&request, |r| {
                         std::hint::black_box(r);
                     })
                     .expect("bpf read")
@@ -528,8 +528,7 @@ fn main() {
                 let (t, got) = cpu(|| iter.read_minimal(request.states).expect("minimal"));
                 assert_eq!(got, sockets, "the minimal iteration sees the scrape's sockets");
                 m.bpf_minimal.push(t);
-                iter.read_records(request.states, |r| records.extend_from_slice(r))
-                    .expect("bpf read");
+                iter.read_records(&request, |r| records.extend_from_slice(r)).expect("bpf read");
                 let (t, _) = cpu(|| {
                     iter.convert_records(&records, &request, true, |s| {
                         std::hint::black_box(s);

@@ -43,7 +43,7 @@ use tcptail_sock::tcp_info::TcpInfo;
 use crate::dump::{DumpRequest, DumpStats};
 use crate::filter::Filter;
 use crate::sys::bpf as sys;
-use crate::wire::Socket;
+use crate::wire::{Attrs, Socket};
 use btf::Btf;
 use convert::Hz;
 use record::Layout;
@@ -169,6 +169,7 @@ impl IterDumper {
             ipv4: true,
             ipv6: true,
             filter: None,
+            attrs: crate::wire::Attrs::ALL,
         })?;
         Ok(d)
     }
@@ -229,6 +230,7 @@ impl IterDumper {
             ipv4: req.ipv4,
             ipv6: req.ipv6,
             filter: req.filter.clone().filter(select::expressible),
+            attrs: req.attrs,
         }
     }
 
@@ -289,15 +291,15 @@ impl IterDumper {
         }
     }
 
-    /// Reads one iteration over the sockets in `states`, handing each raw record to `each`
-    /// unconverted (for the benchmark: the iterator's floor). `stats.sockets` counts records.
+    /// Reads one iteration as [`IterDumper::dump`] of `req` would (the same program), handing
+    /// each raw record to `each` unconverted (for the benchmark: the iterator's kernel share).
+    /// `stats.sockets` counts records.
     pub fn read_records(
         &mut self,
-        states: u32,
+        req: &DumpRequest,
         mut each: impl FnMut(&[u8]),
     ) -> Result<DumpStats, BpfError> {
-        let all = Selection { states: kernel_states(states), ipv4: true, ipv6: true, filter: None };
-        let iter = self.open_iter(all)?;
+        let iter = self.open_iter(Self::selection_of(req))?;
         let mut stats = DumpStats::default();
         let len = self.layout.record_len;
         read_iter(&iter, &mut self.buf, len, &mut stats, &mut each)?;
@@ -321,7 +323,8 @@ impl IterDumper {
                         log: String::from_utf8_lossy(&log).into_owned(),
                     })?;
             let link = sys::link_iter(&prog).map_err(BpfError::Io)?;
-            let selection = Selection { states, ipv4: true, ipv6: true, filter: None };
+            let selection =
+                Selection { states, ipv4: true, ipv6: true, filter: None, attrs: Attrs::NONE };
             self.minimal = Some(Linked { selection, link, _prog: prog });
         }
         let Some(Linked { link, .. }) = &self.minimal else {

@@ -100,47 +100,77 @@ fn iterator_matches_sock_diag_socket_by_socket() {
     // Let delayed ACKs and the closing handshake settle, so both dumps see the same state.
     std::thread::sleep(Duration::from_millis(300));
 
-    let req = DumpRequest { states: wire::ALL_STATES, ..DumpRequest::default() };
     let mut iter = IterDumper::in_netns(ns.name()).expect("the BPF socket iterator on this host");
     let mut diag = Dumper::in_netns(ns.name()).unwrap();
+    // Every attribute, then what a scrape asks (no socket memory) and single attributes: the
+    // program reads only the fields each needs.
+    let scrape_attrs = tcptail_diag::metrics::SCRAPE_ATTRS;
+    let only = |f: fn(&mut Attrs)| {
+        let mut a = Attrs::NONE;
+        f(&mut a);
+        a
+    };
     let mut from_iter = HashMap::new();
-    let started = Instant::now();
+    for attrs in [
+        Attrs::ALL,
+        scrape_attrs,
+        only(|a| a.info = true),
+        only(|a| a.cong = true),
+        only(|a| a.cc_info = true),
+        only(|a| a.skmem = true),
+    ] {
+        let req = DumpRequest { states: wire::ALL_STATES, attrs, ..DumpRequest::default() };
+        from_iter.clear();
+        let started = Instant::now();
+        iter.dump_undecoded(&req, |s| {
+            from_iter.insert(s.id.cookie, seen(s));
+        })
+        .unwrap();
+        let mut from_diag = HashMap::new();
+        diag.dump_undecoded(&req, |s| {
+            from_diag.insert(s.id.cookie, seen(s));
+        })
+        .unwrap();
+        // Ages and timers move on between the two dumps: by the time that passed, plus a jiffy
+        // of rounding on either side (4 ms at the lowest common HZ, 100).
+        let slack = started.elapsed().as_millis() as u32 + 2 * 10;
+
+        let mut cookies: Vec<_> = from_diag.keys().copied().collect();
+        cookies.sort();
+        let mut iter_cookies: Vec<_> = from_iter.keys().copied().collect();
+        iter_cookies.sort();
+        assert_eq!(iter_cookies, cookies, "the same sockets");
+        // 2 listeners + 4 pairs + the closing pair.
+        assert_eq!(cookies.len(), 2 + 8 + 2, "{from_diag:#?}");
+        for cookie in cookies {
+            let (mut a, mut b) = (from_iter[&cookie].clone(), from_diag[&cookie].clone());
+            assert_eq!(a.info.len(), b.info.len(), "tcp_info length of {:?}", b.id);
+            for at in AGES {
+                if a.info.len() >= at + 4 {
+                    let (x, y) = (u32_at(&a.info, at), u32_at(&b.info, at));
+                    assert!(x.abs_diff(y) <= slack, "age at {at} of {:?}: {x} vs {y}", b.id);
+                    a.info[at..at + 4].fill(0);
+                    b.info[at..at + 4].fill(0);
+                }
+            }
+            let (x, y) = (a.expires_ms, b.expires_ms);
+            assert!(x.abs_diff(y) <= slack, "timer of {:?}: {x} vs {y}", b.id);
+            (a.expires_ms, b.expires_ms) = (0, 0);
+            assert_eq!(a, b, "socket {:?} with {attrs:?}", b.id);
+        }
+        if attrs == Attrs::ALL {
+            assert!(from_iter.values().any(|s| s.bbr.is_some()));
+        }
+    }
+    // The last round asked for socket memory alone.
+    assert!(from_iter.values().all(|s| s.info.is_empty() && s.bbr.is_none() && s.cong.is_none()));
+    assert!(from_iter.values().any(|s| s.skmem.is_some()));
+    let req = DumpRequest { states: wire::ALL_STATES, ..DumpRequest::default() };
+    from_iter.clear();
     iter.dump_undecoded(&req, |s| {
         from_iter.insert(s.id.cookie, seen(s));
     })
     .unwrap();
-    let mut from_diag = HashMap::new();
-    diag.dump_undecoded(&req, |s| {
-        from_diag.insert(s.id.cookie, seen(s));
-    })
-    .unwrap();
-    // Ages and timers move on between the two dumps: by the time that passed, plus a jiffy
-    // of rounding on either side (4 ms at the lowest common HZ, 100).
-    let slack = started.elapsed().as_millis() as u32 + 2 * 10;
-
-    let mut cookies: Vec<_> = from_diag.keys().copied().collect();
-    cookies.sort();
-    let mut iter_cookies: Vec<_> = from_iter.keys().copied().collect();
-    iter_cookies.sort();
-    assert_eq!(iter_cookies, cookies, "the same sockets");
-    // 2 listeners + 4 pairs + the closing pair.
-    assert_eq!(cookies.len(), 2 + 8 + 2, "{from_diag:#?}");
-    for cookie in cookies {
-        let (mut a, mut b) = (from_iter[&cookie].clone(), from_diag[&cookie].clone());
-        assert_eq!(a.info.len(), b.info.len(), "tcp_info length of {:?}", b.id);
-        for at in AGES {
-            if a.info.len() >= at + 4 {
-                let (x, y) = (u32_at(&a.info, at), u32_at(&b.info, at));
-                assert!(x.abs_diff(y) <= slack, "age at {at} of {:?}: {x} vs {y}", b.id);
-                a.info[at..at + 4].fill(0);
-                b.info[at..at + 4].fill(0);
-            }
-        }
-        let (x, y) = (a.expires_ms, b.expires_ms);
-        assert!(x.abs_diff(y) <= slack, "timer of {:?}: {x} vs {y}", b.id);
-        (a.expires_ms, b.expires_ms) = (0, 0);
-        assert_eq!(a, b, "socket {:?}", b.id);
-    }
     assert!(from_iter.values().any(|s| s.bbr.is_some() && s.family == libc::AF_INET6 as u8));
     assert!(from_iter.values().any(|s| s.rqueue == 7_000));
     assert!(from_iter.values().any(|s| s.timer == 3 && s.state == 5), "a FIN_WAIT2 timewait");

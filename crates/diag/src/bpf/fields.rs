@@ -5,6 +5,7 @@
 //! unless it is marked optional (its value is then absent).
 
 use super::btf::{Btf, BtfError, Member};
+use crate::wire::Attrs;
 
 /// The kernel values the record carries (beyond its fixed header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -310,5 +311,38 @@ pub(super) fn root_of(base: Base) -> &'static str {
         Common => "sock_common",
         Tcp => "tcp_sock",
         Bbr => "bbr",
+    }
+}
+
+/// Whether a dump asking for `attrs` reads `k`: the socket header (identity, queues, timer)
+/// always; socket memory for `skmem`; BBR's model (and the MSS its bandwidth is scaled by)
+/// for `cc_info`; the rest of `tcp_info` for `info`.
+pub fn needed(k: K, attrs: Attrs) -> bool {
+    use K::*;
+    match k {
+        Family
+        | State
+        | Num
+        | Dport
+        | Saddr4
+        | Daddr4
+        | BoundDevIf
+        | AckBacklog
+        | MaxAckBacklog
+        | RcvNxt
+        | CopiedSeq
+        | WriteSeq
+        | SndUna
+        | Pending
+        | Retransmits
+        | ProbesOut
+        | RetransmitTimerExpires
+        | SkTimerExpires
+        | SkTimerPending => true,
+        RmemAlloc | Rcvbuf | WmemAlloc | Sndbuf | ForwardAlloc | WmemQueued | OmemAlloc
+        | BacklogLen | Drops => attrs.skmem,
+        BbrMinRttUs | BbrBw | BbrLtUseBw | BbrLtBw | BbrPacingGain | BbrCwndGain => attrs.cc_info,
+        MssCache => attrs.info || attrs.cc_info,
+        _ => attrs.info,
     }
 }

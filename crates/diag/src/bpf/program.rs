@@ -18,6 +18,7 @@
 
 use super::asm::{Asm, Cond, R0, R1, R2, R3, R6, R7, R8, R9, R10, Size};
 use super::fields::{
+    self,
     Base::{Bbr, Common, Tcp},
     K,
 };
@@ -117,10 +118,13 @@ impl Layout {
         a.store(Size::DW, R10, at(header::JIFFIES), R0);
         a.load(Size::W, R2, R6, 16); // ctx->uid
         a.store(Size::W, R10, at(header::UID), R2);
-        // Value bytes no field covers, whatever the path.
+        // Only the fields the request's attributes need are read: the others' slots, like
+        // the value bytes no field covers, hold zeros whatever the path.
+        let loads: Vec<Load> =
+            self.loads.iter().filter(|l| fields::needed(l.k, sel.attrs)).copied().collect();
         let covered_by = |pick: &dyn Fn(&Load) -> bool| {
             let mut covered = vec![false; self.record_len];
-            for l in self.loads.iter().filter(|l| pick(l)) {
+            for l in loads.iter().filter(|l| pick(l)) {
                 let from = usize::from(l.record);
                 covered[from..from + l.bytes as usize].fill(true);
             }
@@ -129,7 +133,7 @@ impl Layout {
         let all_fields = covered_by(&|_| true);
         let gaps: Vec<bool> = all_fields.iter().map(|c| !c).collect();
         zero_uncovered(&mut a, rec, &all_fields, header::END, &vec![false; self.record_len]);
-        for l in self.loads.iter().filter(|l| l.base == Common) {
+        for l in loads.iter().filter(|l| l.base == Common) {
             a.load(l.size, R2, R7, l.kernel as i16);
             a.store(l.size, R10, at(usize::from(l.record)), R2);
         }
@@ -158,7 +162,7 @@ impl Layout {
         a.mov(R8, R0);
         a.mov_imm(R2, 1);
         a.store(Size::B, R10, at(header::FULL), R2);
-        for l in self.loads.iter().filter(|l| l.base == Tcp) {
+        for l in loads.iter().filter(|l| l.base == Tcp) {
             a.load(l.size, R2, R8, l.kernel as i16);
             if l.flag {
                 let zero = a.label();
@@ -172,7 +176,7 @@ impl Layout {
             }
         }
         // BBR's fields, read as the u64 words of icsk_ca_priv that hold them.
-        for l in self.loads.iter().filter(|l| l.base == Bbr) {
+        for l in loads.iter().filter(|l| l.base == Bbr) {
             let word = l.kernel / 8 * 8;
             let within = l.kernel - word;
             if within + l.bytes > 8 {
@@ -186,7 +190,9 @@ impl Layout {
         }
         // The monotonic clock only serves an RTO episode in progress (`rto_stamp` set).
         a.store_imm(Size::DW, R10, at(header::KTIME_NS), 0);
-        if let Some(stamp) = self.slot(K::RtoStamp) {
+        if let Some(stamp) =
+            self.slot(K::RtoStamp).filter(|_| fields::needed(K::RtoStamp, sel.attrs))
+        {
             let no_rto = a.label();
             a.load(Size::of(stamp.size.into())?, R2, R10, at(usize::from(stamp.offset)));
             a.jump_if(Cond::Eq, R2, 0, no_rto);
@@ -194,15 +200,20 @@ impl Layout {
             a.store(Size::DW, R10, at(header::KTIME_NS), R0);
             a.bind(no_rto);
         }
-        a.load(Size::DW, R9, R8, self.ca_ops as i16);
-        a.jump_if(Cond::Eq, R9, 0, no_ca);
-        a.mov_imm(R2, 1);
-        a.store(Size::B, R10, at(header::HAS_CA), R2);
-        for i in (0..16).step_by(8) {
-            a.load(Size::DW, R2, R9, (self.ca_name + i) as i16);
-            a.store(Size::DW, R10, at(header::CA_NAME + i as usize), R2);
+        // The congestion control's name, when the request reports it or BBR's model.
+        if sel.attrs.cong || sel.attrs.cc_info {
+            a.load(Size::DW, R9, R8, self.ca_ops as i16);
+            a.jump_if(Cond::Eq, R9, 0, no_ca);
+            a.mov_imm(R2, 1);
+            a.store(Size::B, R10, at(header::HAS_CA), R2);
+            for i in (0..16).step_by(8) {
+                a.load(Size::DW, R2, R9, (self.ca_name + i) as i16);
+                a.store(Size::DW, R10, at(header::CA_NAME + i as usize), R2);
+            }
+            a.jump(write);
+        } else {
+            a.jump(no_ca);
         }
-        a.jump(write);
         // TIME_WAIT and request sockets: the tcp_sock area holds zeros (user space does not
         // read it, but no stack bytes leave the kernel).
         a.bind(not_full);
@@ -254,7 +265,13 @@ mod tests {
         let btf = Btf::parse(&blob).unwrap();
         let layout = Layout::new(&btf).unwrap();
         assert!(layout.record_len <= 512 - 8, "record of {} bytes", layout.record_len);
-        let all = Selection { states: 1 << 1, ipv4: true, ipv6: true, filter: None };
+        let all = Selection {
+            states: 1 << 1,
+            ipv4: true,
+            ipv6: true,
+            filter: None,
+            attrs: crate::wire::Attrs::ALL,
+        };
         assert!(layout.program(&all).is_some());
     }
 }

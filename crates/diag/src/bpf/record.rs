@@ -73,6 +73,8 @@ pub mod header {
 /// One copy the program makes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Load {
+    /// The value copied.
+    pub(super) k: K,
     pub(super) base: Base,
     /// Offset in the kernel struct (for `Bbr`: in `struct bbr`).
     pub(super) kernel: u32,
@@ -141,6 +143,7 @@ impl Layout {
             });
             let flag = k == K::SkTimerPending;
             loads.push(Load {
+                k,
                 base,
                 kernel: m.byte_offset(),
                 size,

@@ -18,6 +18,7 @@ use std::net::IpAddr;
 
 use super::asm::{Asm, Cond, Label, R2, R3, R7, R10, Size};
 use crate::filter::{Filter, Prefix, Side};
+use crate::wire::Attrs;
 
 const AF_INET: i32 = 2;
 const AF_INET6: i32 = 10;
@@ -56,6 +57,9 @@ pub struct Selection {
     pub ipv6: bool,
     /// The port/address filter, compiled into the program.
     pub filter: Option<Filter>,
+    /// What is read of each socket: the fields these attributes need
+    /// ([`super::fields::needed`]); the others' slots hold zeros.
+    pub attrs: Attrs,
 }
 
 /// The number of port/address conditions in `f`.
@@ -280,7 +284,13 @@ mod tests {
                 port(Side::Local, 5, 4),
             ]),
         ] {
-            let sel = Selection { states: 2, ipv4: true, ipv6: false, filter: Some(f.clone()) };
+            let sel = Selection {
+                states: 2,
+                ipv4: true,
+                ipv6: false,
+                filter: Some(f.clone()),
+                attrs: Attrs::ALL,
+            };
             assert!(!selects_nothing(&sel));
             let mut a = Asm::default();
             let reject = a.label();
@@ -304,7 +314,8 @@ mod tests {
             reduce(&Filter::Or(vec![empty, Filter::And(vec![any, p.clone()])])),
             Reduced::Depends(Filter::Or(vec![Filter::And(vec![p])]))
         );
-        let none = Selection { states: 2, ipv4: false, ipv6: false, filter: None };
+        let none =
+            Selection { states: 2, ipv4: false, ipv6: false, filter: None, attrs: Attrs::ALL };
         assert!(selects_nothing(&none));
         let or = Selection { ipv4: true, filter: Some(Filter::Or(vec![])), ..none };
         assert!(selects_nothing(&or));
