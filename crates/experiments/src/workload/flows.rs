@@ -634,6 +634,27 @@ pub fn slope(points: &[[f64; 2]]) -> f64 {
     if sxx > 0.0 { sxy / sxx } else { f64::NAN }
 }
 
+/// Goodput as the bytes the receivers read over the measurement window divided by its length:
+/// from the first sample at or after `warmup` to the last sample, Mbit/s; NaN with fewer than
+/// two samples there.
+///
+/// [`slope`] weighs the window's middle most (a byte read there counts 1.5x the average, one
+/// read at either end nothing), so when the receivers read nothing for a long stretch and then
+/// a burst (a hole waiting on a retransmission timeout, seconds on a 128 kbit/s path, then
+/// everything held behind it at once) the fit can read far above what the link carried:
+/// half a window of stall followed by the held data reads 125 % of the link. The count over
+/// the window cannot: it exceeds what the link carried in the window only by the data the
+/// receivers held out of order at its start and read inside it.
+pub fn window_goodput_mbps(samples: &[Sample], warmup: Duration) -> f64 {
+    let w = warmup.as_secs_f64();
+    match (samples.iter().find(|s| s.t >= w), samples.last()) {
+        (Some(a), Some(b)) if b.t > a.t => {
+            b.received.saturating_sub(a.received) as f64 * 8.0 / (b.t - a.t) / 1e6
+        }
+        _ => f64::NAN,
+    }
+}
+
 /// Notes for a round: a warning when a variant's measurement window is too short to say much.
 pub fn window_note(duration: Duration, warmup: Duration, rtt: Duration) -> Option<String> {
     let window = duration.saturating_sub(warmup);
