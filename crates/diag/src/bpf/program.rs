@@ -162,7 +162,11 @@ impl Layout {
         a.mov(R8, R0);
         a.mov_imm(R2, 1);
         a.store(Size::B, R10, at(header::FULL), R2);
-        for l in loads.iter().filter(|l| l.base == Tcp) {
+        // In the kernel struct's order: neighbouring fields share cache lines, and the
+        // lines are touched in address order (the hardware prefetcher follows).
+        let mut tcp: Vec<&Load> = loads.iter().filter(|l| l.base == Tcp).collect();
+        tcp.sort_by_key(|l| l.kernel);
+        for l in tcp {
             a.load(l.size, R2, R8, l.kernel as i16);
             if l.flag {
                 let zero = a.label();
