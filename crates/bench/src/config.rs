@@ -244,12 +244,6 @@ impl BenchConfig {
         if self.depth > 1 && (matches!(self.load, Load::Open { .. }) || self.mode == TxMode::Crr) {
             return Err(ConfigError::DepthWithout);
         }
-        if matches!(self.load, Load::Open { .. })
-            && self.mode == TxMode::Crr
-            && matches!(self.engine, Engine::IoUring { .. })
-        {
-            return Err(ConfigError::RateWithCrrOnIoUring);
-        }
         match self.stop {
             StopAfter::Duration(d) if d.is_zero() => return Err(ConfigError::EmptyRun),
             StopAfter::Count(0) => return Err(ConfigError::EmptyRun),
@@ -319,14 +313,6 @@ pub enum ConfigError {
          many requests outstanding as its rate needs; --mode crr has one per connection)"
     )]
     DepthWithout,
-    /// Open loop with connect-per-request on the io_uring engine, whose connect-per-request
-    /// loop runs closed loop only.
-    #[error(
-        "--rate with --mode crr: the io_uring engine runs connect-per-request closed loop only \
-         (each of --connections opens its next connection when the last transaction is \
-         answered); use --engine default for an open-loop crr, or drop --rate"
-    )]
-    RateWithCrrOnIoUring,
     /// A `--tcp-info-interval` that cannot be sampled.
     #[error("--tcp-info-interval: {0}")]
     TcpInfoInterval(String),
@@ -421,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn an_open_loop_of_connect_per_request_runs_on_the_default_engine_only() {
+    fn an_open_loop_of_connect_per_request_runs_on_both_engines() {
         let mut c = config();
         c.client_cpu = None;
         c.server_cpu = None;
@@ -430,12 +416,7 @@ mod tests {
         c.load = Load::Open { rate: 100.0, spacing: Spacing::Constant };
         assert_eq!(c.validate(), Ok(()));
         c.engine = Engine::IoUring { sqpoll: false };
-        let err = c.validate().unwrap_err();
-        assert_eq!(err, ConfigError::RateWithCrrOnIoUring);
-        assert!(
-            err.to_string().starts_with("--rate with --mode crr: the io_uring engine"),
-            "{err}"
-        );
+        assert_eq!(c.validate(), Ok(()));
         c.load = Load::Closed;
         assert_eq!(c.validate(), Ok(()));
     }

@@ -6,6 +6,9 @@
 //!
 //! Every bound comes from what the run itself measured (its latencies, its schedule), never
 //! from this host's speed.
+//!
+//! Each test runs on the default engine and on io_uring: the same schedule, the same
+//! accounting, the same JSON.
 
 mod common;
 
@@ -25,10 +28,11 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     RUNS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs `tcptail bench client ADDR ARGS --json`; the interim JSON lines and the result.
-fn client(addr: &str, args: &[&str]) -> (Vec<Value>, Value) {
+/// Runs `tcptail bench client ADDR --engine ENGINE ARGS --json`; the interim JSON lines and
+/// the result.
+fn client(addr: &str, engine: &str, args: &[&str]) -> (Vec<Value>, Value) {
     let out = Command::new(bin())
-        .args(["bench", "client", addr])
+        .args(["bench", "client", addr, "--engine", engine])
         .args(args)
         .arg("--json")
         .output()
@@ -49,6 +53,15 @@ fn f(v: &Value) -> f64 {
 
 #[test]
 fn open_loop_crr_keeps_its_rate_against_the_bench_server() {
+    keeps_its_rate_on("default");
+}
+
+#[test]
+fn open_loop_crr_keeps_its_rate_against_the_bench_server_on_io_uring() {
+    keeps_its_rate_on("io_uring");
+}
+
+fn keeps_its_rate_on(engine: &str) {
     let _serial = one_at_a_time();
     let server = BenchServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
@@ -56,6 +69,7 @@ fn open_loop_crr_keeps_its_rate_against_the_bench_server() {
     let (rate, count) = (400.0, 800u64);
     let (interim, v) = client(
         &server.addr,
+        engine,
         &[
             "--mode",
             "crr",
@@ -170,6 +184,15 @@ const STALL: Duration = Duration::from_millis(300);
 
 #[test]
 fn a_server_stall_counts_from_each_transactions_due_time() {
+    a_stall_counts_from_the_due_time_on("default");
+}
+
+#[test]
+fn a_server_stall_counts_from_each_transactions_due_time_on_io_uring() {
+    a_stall_counts_from_the_due_time_on("io_uring");
+}
+
+fn a_stall_counts_from_the_due_time_on(engine: &str) {
     let _serial = one_at_a_time();
     let (addr, _server) = scripted_server(2, 20, |n| match n {
         40 => Act::Stall(STALL),
@@ -180,6 +203,7 @@ fn a_server_stall_counts_from_each_transactions_due_time() {
     let samples = dir.path().join("s.csv");
     let (_, v) = client(
         &addr,
+        engine,
         &[
             "--mode",
             "crr",
@@ -245,11 +269,21 @@ fn a_server_stall_counts_from_each_transactions_due_time() {
 
 #[test]
 fn transactions_a_vanished_server_cannot_take_are_counted_and_the_run_ends() {
+    a_vanished_server_is_accounted_for_on("default");
+}
+
+#[test]
+fn transactions_a_vanished_server_cannot_take_are_counted_on_io_uring() {
+    a_vanished_server_is_accounted_for_on("io_uring");
+}
+
+fn a_vanished_server_is_accounted_for_on(engine: &str) {
     let _serial = one_at_a_time();
     let (addr, server) =
         scripted_server(2, 20, |n| if n == 50 { Act::Vanish } else { Act::Answer });
     let (_, v) = client(
         &addr,
+        engine,
         &[
             "--mode",
             "crr",

@@ -108,7 +108,7 @@ impl Pipeline {
 /// Why an open-loop connect-per-request transaction failed (counted in
 /// [`CrrCounts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
+pub(crate) enum Failure {
     ConnectRefused,
     NoLocalPort,
     ConnectTimeout,
@@ -119,7 +119,7 @@ enum Failure {
 
 impl Failure {
     /// A `connect` that failed, by its error.
-    fn of_connect(e: &io::Error) -> Failure {
+    pub(crate) fn of_connect(e: &io::Error) -> Failure {
         match e.raw_os_error() {
             Some(libc::ECONNREFUSED) => Failure::ConnectRefused,
             Some(libc::EADDRNOTAVAIL) => Failure::NoLocalPort,
@@ -131,7 +131,7 @@ impl Failure {
     /// An error in a transaction (`connecting`: before its connect completed): the
     /// transaction's own failure, or `None` for one that ends the run (the server broke the
     /// protocol, or the client itself failed).
-    fn of(e: &LoopError, connecting: bool) -> Option<Failure> {
+    pub(crate) fn of(e: &LoopError, connecting: bool) -> Option<Failure> {
         match e {
             LoopError::Io(e) if connecting => Some(Failure::of_connect(e)),
             LoopError::Io(e)
@@ -265,6 +265,75 @@ pub(crate) fn take_due(
     }
     *next = start + schedule.next_offset();
     Some(due)
+}
+
+/// What the open-loop connect-per-request accounting reads and moves on in any engine's
+/// slot: its connection, requests in flight, next sequence number, quota and schedule.
+pub(crate) struct SlotTurn<'s> {
+    pub(crate) index: usize,
+    pub(crate) pipeline: &'s mut Pipeline,
+    pub(crate) next_seq: &'s mut u64,
+    pub(crate) quota: &'s mut Option<u64>,
+    pub(crate) schedule: &'s mut Option<(Schedule, Instant)>,
+}
+
+/// Open-loop connect-per-request, any engine: the slot's transaction that was due at `due`
+/// failed at `now` for `cause`: counted, and kept as unanswered from when it was due (the
+/// caller closes its connection; the slot is free for the next).
+pub(crate) fn charge_failed_transaction(
+    m: &mut Partial,
+    config: &BenchConfig,
+    start: Instant,
+    slot: SlotTurn<'_>,
+    due: Instant,
+    cause: Failure,
+    now: Instant,
+) {
+    let mut charged = false;
+    for req in slot.pipeline.drain() {
+        m.record_unanswered(config, start, slot.index, (req.seq, due, Some(req.sent)), now);
+        charged = true;
+    }
+    if !charged {
+        // Failed before its request left: it takes its sequence number and quota here.
+        let seq = *slot.next_seq;
+        *slot.next_seq += 1;
+        if let Some(q) = slot.quota.as_mut() {
+            *q = q.saturating_sub(1);
+        }
+        m.record_unanswered(config, start, slot.index, (seq, due, None), now);
+    }
+    cause.count(&mut m.crr);
+}
+
+/// Open-loop connect-per-request, any engine, at the end of the measured part: every
+/// transaction of `slots` due before its end (`until`, or the stop at `stopped_at`) that
+/// never started is counted, and kept as unanswered at the time it had waited when the run
+/// stopped starting transactions (the stop, or the grace after `until`; `now` at the latest).
+pub(crate) fn charge_not_started<'s>(
+    m: &mut Partial,
+    config: &BenchConfig,
+    start: Instant,
+    slots: impl Iterator<Item = SlotTurn<'s>>,
+    until: Option<Instant>,
+    stopped_at: Option<Instant>,
+    now: Instant,
+) {
+    let Some(end) = [until, stopped_at].into_iter().flatten().min() else { return };
+    let last_start = [stopped_at, until.map(|t| t + STOP_GRACE), Some(now)];
+    let gave_up = last_start.into_iter().flatten().min().unwrap_or(now);
+    for slot in slots {
+        let Some((schedule, due)) = slot.schedule else { continue };
+        while *due < end && *slot.quota != Some(0) {
+            m.record_unanswered(config, start, slot.index, (*slot.next_seq, *due, None), gave_up);
+            m.crr.not_started += 1;
+            *slot.next_seq += 1;
+            if let Some(q) = slot.quota.as_mut() {
+                *q -= 1;
+            }
+            *due = start + schedule.next_offset();
+        }
+    }
 }
 
 impl<'a> ThreadLoop<'a> {
@@ -755,25 +824,16 @@ impl<'a> ThreadLoop<'a> {
     /// counted, kept as unanswered from when it was due, the connection closed; the slot is
     /// free for the next.
     fn fail_transaction(&mut self, i: usize, cause: Failure, start: Instant, now: Instant) {
-        let config = self.config;
         let slot = &mut self.slots[i];
         let Some(due) = slot.due else { return };
-        let index = slot.index;
-        let mut charged = false;
-        for req in slot.pipeline.drain() {
-            self.m.record_unanswered(config, start, index, (req.seq, due, Some(req.sent)), now);
-            charged = true;
-        }
-        if !charged {
-            // Failed before its request left: it takes its sequence number and quota here.
-            let seq = slot.next_seq;
-            slot.next_seq += 1;
-            if let Some(q) = &mut slot.quota {
-                *q = q.saturating_sub(1);
-            }
-            self.m.record_unanswered(config, start, index, (seq, due, None), now);
-        }
-        cause.count(&mut self.m.crr);
+        let turn = SlotTurn {
+            index: slot.index,
+            pipeline: &mut slot.pipeline,
+            next_seq: &mut slot.next_seq,
+            quota: &mut slot.quota,
+            schedule: &mut slot.schedule,
+        };
+        charge_failed_transaction(&mut self.m, self.config, start, turn, due, cause, now);
         self.close_transaction(i);
     }
 
@@ -788,28 +848,14 @@ impl<'a> ThreadLoop<'a> {
         stopped_at: Option<Instant>,
         now: Instant,
     ) {
-        let Some(end) = [until, stopped_at].into_iter().flatten().min() else { return };
-        let last_start = [stopped_at, until.map(|t| t + STOP_GRACE), Some(now)];
-        let gave_up = last_start.into_iter().flatten().min().unwrap_or(now);
-        let config = self.config;
-        for slot in &mut self.slots {
-            let Some((schedule, due)) = &mut slot.schedule else { continue };
-            while *due < end && slot.quota != Some(0) {
-                self.m.record_unanswered(
-                    config,
-                    start,
-                    slot.index,
-                    (slot.next_seq, *due, None),
-                    gave_up,
-                );
-                self.m.crr.not_started += 1;
-                slot.next_seq += 1;
-                if let Some(q) = &mut slot.quota {
-                    *q -= 1;
-                }
-                *due = start + schedule.next_offset();
-            }
-        }
+        let turns = self.slots.iter_mut().map(|slot| SlotTurn {
+            index: slot.index,
+            pipeline: &mut slot.pipeline,
+            next_seq: &mut slot.next_seq,
+            quota: &mut slot.quota,
+            schedule: &mut slot.schedule,
+        });
+        charge_not_started(&mut self.m, self.config, start, turns, until, stopped_at, now);
     }
 
     /// Gives up on connections whose oldest request (or connect) waited the response timeout.

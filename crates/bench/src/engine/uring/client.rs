@@ -1,7 +1,9 @@
 //! The io_uring client: a thread's connections on one ring, with the default engine's load
 //! shapes (`crate::connection::event_loop`): closed loop with `--depth` requests outstanding
 //! per connection, open loop (`--rate`, each connection on its own schedule, latency from
-//! each request's intended send time), connect-per-request (`--mode crr`) and `--attribute`.
+//! each request's intended send time), connect-per-request (`--mode crr`, closed or open
+//! loop: one transaction per slot at a time, failures counted by cause and charged from
+//! their due time by the default engine's own accounting) and `--attribute`.
 //!
 //! What is measured and how it is recorded is shared with the default engine: requests in
 //! flight are matched to responses by `crate::connection::event_loop::Pipeline`, responses
@@ -39,7 +41,8 @@ use super::ring_options;
 use crate::attribution::KernelSnapshot;
 use crate::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
 use crate::connection::event_loop::{
-    Pipeline, connect_error, connection_schedule, crr_socket, phase_quota, take_due,
+    Failure, Pipeline, SlotTurn, charge_failed_transaction, charge_not_started, connect_error,
+    connection_schedule, crr_socket, phase_quota, take_due,
 };
 use crate::connection::reader::ResponseReader;
 use crate::connection::{
@@ -134,6 +137,11 @@ struct Slot {
     schedule: Option<(Schedule, Instant)>,
     /// Connect-per-request: when the pending connect started.
     connecting: Option<Instant>,
+    /// Open-loop connect-per-request: when the transaction in flight was due.
+    due: Option<Instant>,
+    /// Open-loop connect-per-request: when the slot last became free (a transaction due
+    /// before then waited for it).
+    free_since: Instant,
     /// Stopped for good; its waits are already charged.
     dead: bool,
     /// A StatsRequest is out (between phases): the bytes received since, until they hold
@@ -247,6 +255,8 @@ impl<'a> ThreadLoop<'a> {
                 quota: None,
                 schedule: None,
                 connecting: None,
+                due: None,
+                free_since: Instant::now(),
                 dead: false,
                 stats_reply: None,
                 is_bbr,
@@ -319,6 +329,7 @@ impl<'a> ThreadLoop<'a> {
         };
         let open = measured && matches!(config.load, Load::Open { .. });
         let crr = config.mode == TxMode::Crr;
+        let open_crr = open && crr;
         self.lend = !open && config.depth == 1;
         // Waits without a timer only where the watchdog keeps every deadline.
         let timed = open || crr;
@@ -328,6 +339,7 @@ impl<'a> ThreadLoop<'a> {
             slot.quota = phase_quota(stop, measured, slot.index, n);
             slot.schedule =
                 if open { connection_schedule(config, slot.index, start) } else { None };
+            slot.free_since = start;
         }
         // Closed loop: every connection starts with its full depth.
         if !open {
@@ -358,22 +370,33 @@ impl<'a> ThreadLoop<'a> {
                 }
             }
             let sending = stopped_at.is_none() && until.is_none_or(|t| now < t);
+            // Open-loop connect-per-request: transactions due before the end that waited for
+            // their slot still start for a grace period after it.
+            let starting = sending
+                || (open_crr
+                    && stopped_at.is_none()
+                    && until.is_some_and(|t| now < t + STOP_GRACE));
             if let Some(at) = stopped_at
                 && now >= at + STOP_GRACE
             {
                 self.give_up_all(start, now, measured, "stopped");
+                if open_crr {
+                    self.charge_not_started(start, until, stopped_at, now);
+                }
                 return Ok(());
             }
             // Open loop: every request that is due leaves now.
             let mut next_due: Option<Instant> = None;
             if open {
                 for i in 0..self.slots.len() {
-                    if sending {
+                    if starting {
                         self.send_due(i, now, until, start)
                             .map_err(|e| (self.slots[i].index, e))?;
                     }
                     let slot = &self.slots[i];
+                    // A busy connect-per-request slot wakes the loop through its completions.
                     if !slot.dead
+                        && slot.due.is_none()
                         && let Some((_, due)) = &slot.schedule
                         && slot.quota != Some(0)
                     {
@@ -381,8 +404,11 @@ impl<'a> ThreadLoop<'a> {
                     }
                 }
             }
-            let open_pending = sending && next_due.is_some_and(|d| until.is_none_or(|t| d < t));
+            let open_pending = starting && next_due.is_some_and(|d| until.is_none_or(|t| d < t));
             if !open_pending && self.idle() {
+                if open_crr {
+                    self.charge_not_started(start, until, stopped_at, now);
+                }
                 return Ok(());
             }
             if timed && now >= next_check {
@@ -419,9 +445,22 @@ impl<'a> ThreadLoop<'a> {
             for c in batch.drain(..) {
                 if result.is_ok() {
                     let i = Token::decode(c.token).slot;
-                    result = self
-                        .complete(c, done, start, sending, measured)
-                        .map_err(|e| (self.slots.get(i).map_or(i, |s| s.index), e));
+                    result = match self.complete(c, done, start, sending, measured) {
+                        Ok(()) => Ok(()),
+                        // An open-loop transaction's failure is its own: counted, and the
+                        // slot goes on with the next.
+                        Err(e) if open_crr && self.slots[i].due.is_some() => {
+                            let connecting = self.slots[i].connecting.is_some();
+                            match Failure::of(&e, connecting) {
+                                Some(cause) => {
+                                    self.fail_transaction(i, cause, start, done);
+                                    Ok(())
+                                }
+                                None => Err((self.slots[i].index, e)),
+                            }
+                        }
+                        Err(e) => Err((self.slots.get(i).map_or(i, |s| s.index), e)),
+                    };
                 } else if let Some(bid) = c.buffer {
                     self.ring.recycle(bid);
                 }
@@ -610,6 +649,10 @@ impl<'a> ThreadLoop<'a> {
         until: Option<Instant>,
         start: Instant,
     ) -> Result<(), LoopError> {
+        if self.config.mode == TxMode::Crr {
+            self.start_due_transactions(i, now, until, start);
+            return Ok(());
+        }
         let mut queued = false;
         loop {
             let slot = &mut self.slots[i];
@@ -714,7 +757,9 @@ impl<'a> ThreadLoop<'a> {
                 self.ring.sent(i);
                 let slot = &mut self.slots[i];
                 if !current {
-                    return Ok(());
+                    // A failed transaction's send: the slot's next one may go now.
+                    slot.send_busy = false;
+                    return if slot.dead { Ok(()) } else { self.flush(i) };
                 }
                 if slot.lent {
                     // A lent send posts a completion only when it failed.
@@ -733,7 +778,13 @@ impl<'a> ThreadLoop<'a> {
                     return Ok(());
                 }
                 if c.result < 0 {
-                    return Err(connect_error(io::Error::from_raw_os_error(-c.result)));
+                    let e = io::Error::from_raw_os_error(-c.result);
+                    // Open loop: the caller counts it; closed loop stops with it.
+                    return Err(if self.slots[i].due.is_some() {
+                        LoopError::Io(e)
+                    } else {
+                        connect_error(e)
+                    });
                 }
                 self.connected(i, done, measured)
             }
@@ -844,6 +895,14 @@ impl<'a> ThreadLoop<'a> {
     ) -> Result<(), LoopError> {
         let slot = &mut self.slots[i];
         slot.recv_armed = false;
+        if slot.due.is_some() {
+            // An open-loop transaction's connection: the caller counts its failure.
+            return Err(if result == 0 {
+                LoopError::Closed
+            } else {
+                LoopError::Io(io::Error::from_raw_os_error(-result))
+            });
+        }
         if !slot.watch.as_ref().is_some_and(Watch::fired) {
             return Err(if result == 0 {
                 LoopError::Protocol("server closed the connection".into())
@@ -908,8 +967,10 @@ impl<'a> ThreadLoop<'a> {
         }
         slot.out.extend_from_slice(&self.hello);
         let now = Instant::now();
+        // Open loop: the transaction's latency runs from when it was due.
+        let intended = slot.due.unwrap_or(now);
         let before = if measured && self.config.attribute { self.snapshot(i) } else { None };
-        self.queue_request(i, now, now, before);
+        self.queue_request(i, intended, now, before);
         self.arm(i)?;
         self.flush(i)
     }
@@ -923,6 +984,93 @@ impl<'a> ThreadLoop<'a> {
             let _ = sys::set_linger_zero(stream.as_fd());
         }
         slot.reader.reset();
+        if slot.due.take().is_some() {
+            slot.free_since = Instant::now();
+        }
+    }
+
+    /// Open-loop connect-per-request: starts slot `i`'s transactions that are due by `now`
+    /// (before `until`), while the slot is free; one whose connect cannot even be submitted
+    /// is counted and the next due one starts.
+    fn start_due_transactions(
+        &mut self,
+        i: usize,
+        now: Instant,
+        until: Option<Instant>,
+        start: Instant,
+    ) {
+        // One transaction at a time per slot.
+        while self.slots[i].due.is_none() {
+            let slot = &mut self.slots[i];
+            let may_send = !slot.dead && slot.quota != Some(0);
+            let Some(due) = take_due(&mut slot.schedule, may_send, now, until, start) else {
+                return;
+            };
+            if due < slot.free_since {
+                self.m.crr.queued += 1;
+            }
+            slot.due = Some(due);
+            let began = Instant::now();
+            self.m.send_lateness.record(began.saturating_duration_since(due).as_nanos() as u64);
+            match self.start_connect(i) {
+                Ok(()) => return,
+                Err(e) => {
+                    let cause = match &e {
+                        LoopError::Io(e) => Failure::of_connect(e),
+                        _ => Failure::ConnectFailed,
+                    };
+                    self.fail_transaction(i, cause, start, began);
+                }
+            }
+        }
+    }
+
+    /// Open-loop connect-per-request: slot `i`'s transaction failed at `now` for `cause`:
+    /// counted and charged (`charge_failed_transaction`), whatever is armed on its socket
+    /// cancelled, the socket closed with an RST; the slot is free for the next. A send still
+    /// in flight keeps the slot's send buffer until its (ignored) completion.
+    fn fail_transaction(&mut self, i: usize, cause: Failure, start: Instant, now: Instant) {
+        let slot = &mut self.slots[i];
+        let Some(due) = slot.due else { return };
+        let turn = SlotTurn {
+            index: slot.index,
+            pipeline: &mut slot.pipeline,
+            next_seq: &mut slot.next_seq,
+            quota: &mut slot.quota,
+            schedule: &mut slot.schedule,
+        };
+        charge_failed_transaction(&mut self.m, self.config, start, turn, due, cause, now);
+        let slot = &mut self.slots[i];
+        slot.connecting = None;
+        slot.recv_armed = false;
+        slot.out.clear();
+        slot.out_pos = 0;
+        // Completions still to come for this socket are ignored from here on.
+        slot.generation = slot.generation.wrapping_add(1) & 0x3fff_ffff;
+        if let Some(stream) = &slot.stream {
+            let _ = self.ring.cancel_fd(stream.as_fd());
+            let _ = self.ring.submit();
+        }
+        self.close_transaction(i);
+    }
+
+    /// Open-loop connect-per-request, at the end of the measured part: the transactions
+    /// that never started are charged (`charge_not_started`).
+    fn charge_not_started(
+        &mut self,
+        start: Instant,
+        until: Option<Instant>,
+        stopped_at: Option<Instant>,
+        now: Instant,
+    ) {
+        let turns = self.slots.iter_mut().map(|slot| SlotTurn {
+            index: slot.index,
+            pipeline: &mut slot.pipeline,
+            next_seq: &mut slot.next_seq,
+            quota: &mut slot.quota,
+            schedule: &mut slot.schedule,
+        });
+        charge_not_started(&mut self.m, self.config, start, turns, until, stopped_at, now);
     }
 
     /// Closes slot `i`'s socket, cancelling whatever is armed on it first.
@@ -950,9 +1098,14 @@ impl<'a> ThreadLoop<'a> {
             if slot.dead {
                 continue;
             }
+            let own_failure = measured && slot.due.is_some();
             if let Some(began) = slot.connecting
                 && now >= began + HANDSHAKE_TIMEOUT.min(timeout)
             {
+                if own_failure {
+                    self.fail_transaction(i, Failure::ConnectTimeout, start, now);
+                    continue;
+                }
                 return Err((
                     slot.index,
                     LoopError::Protocol(format!(
@@ -963,6 +1116,10 @@ impl<'a> ThreadLoop<'a> {
             }
             let Some(oldest) = slot.pipeline.oldest() else { continue };
             if now < oldest.sent + timeout {
+                continue;
+            }
+            if own_failure {
+                self.fail_transaction(i, Failure::ResponseTimeout, start, now);
                 continue;
             }
             if !measured {
@@ -990,7 +1147,9 @@ impl<'a> ThreadLoop<'a> {
             if self.slots[i].dead {
                 continue;
             }
-            waiting += self.slots[i].pipeline.len();
+            let slot = &self.slots[i];
+            waiting += slot.pipeline.len();
+            waiting += usize::from(slot.connecting.is_some() && slot.due.is_some());
             self.give_up(i, start, now, measured);
         }
         if measured && waiting > 0 {
@@ -1009,7 +1168,12 @@ impl<'a> ThreadLoop<'a> {
         let config = self.config;
         let slot = &mut self.slots[i];
         slot.dead = true;
-        slot.connecting = None;
+        if let (Some(_), Some(due), true) = (slot.connecting.take(), slot.due, measured) {
+            // An open-loop transaction still connecting: unanswered since it was due.
+            let seq = slot.next_seq;
+            slot.next_seq += 1;
+            self.m.record_unanswered(config, start, slot.index, (seq, due, None), now);
+        }
         let index = slot.index;
         for req in slot.pipeline.drain() {
             if measured {
