@@ -26,7 +26,8 @@
 //!   the sockets it selects; a filter too large to compile ([`select::expressible`]) is
 //!   evaluated in user space ([`Filter::matches`]) after the program has copied every socket.
 
-pub mod asm;
+/// The instruction assembler, from `tcptail-bpf` (one for the whole workspace).
+pub use tcptail_bpf::asm;
 pub mod btf;
 pub mod convert;
 pub mod fields;
@@ -42,7 +43,6 @@ use tcptail_sock::tcp_info::TcpInfo;
 
 use crate::dump::{DumpRequest, DumpStats};
 use crate::filter::Filter;
-use crate::sys::bpf as sys;
 use crate::wire::{Attrs, Socket};
 use btf::Btf;
 use convert::Hz;
@@ -204,18 +204,18 @@ impl IterDumper {
             .layout
             .program(&selection)
             .ok_or_else(|| BpfError::Unavailable("a BBR field straddles a word".into()))?;
-        let mut log = Vec::new();
-        let prog = sys::load_iter_program(&insns, self.attach_btf_id, c"Dual MIT/GPL", &mut log)
-            .map_err(|source| match source.raw_os_error() {
+        let prog = load_iter_program(&insns, self.attach_btf_id).map_err(
+            |tcptail_bpf::LoadError { source, log }| match source.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => BpfError::Unavailable(format!(
                     "loading a BPF program needs CAP_BPF and CAP_PERFMON ({source})"
                 )),
                 Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {
                     BpfError::Unavailable(format!("loading a BPF program: {source}"))
                 }
-                _ => BpfError::Rejected { source, log: String::from_utf8_lossy(&log).into_owned() },
-            })?;
-        let link = sys::link_iter(&prog)
+                _ => BpfError::Rejected { source, log },
+            },
+        )?;
+        let link = link_iter(&prog)
             .map_err(|e| BpfError::Unavailable(format!("linking the iterator: {e}")))?;
         self.linked.truncate(Self::LINKS_KEPT - 1);
         self.linked.insert(0, Linked { selection, link, _prog: prog });
@@ -285,8 +285,8 @@ impl IterDumper {
             return Err(BpfError::Unavailable("no linked iterator program".into()));
         };
         match &self.netns {
-            None => sys::iter_create(link).map_err(BpfError::Io),
-            Some(path) => sys::iter_create_in_netns(link, path)
+            None => tcptail_bpf::iter_create(link).map_err(BpfError::Io),
+            Some(path) => tcptail_bpf::iter_create_in_netns(link, path)
                 .map_err(|source| BpfError::Netns { path: path.clone(), source }),
         }
     }
@@ -315,14 +315,10 @@ impl IterDumper {
             let insns = self.layout.minimal_program(states).ok_or_else(|| {
                 BpfError::Unavailable("the minimal program did not assemble".into())
             })?;
-            let mut log = Vec::new();
-            let prog =
-                sys::load_iter_program(&insns, self.attach_btf_id, c"Dual MIT/GPL", &mut log)
-                    .map_err(|source| BpfError::Rejected {
-                        source,
-                        log: String::from_utf8_lossy(&log).into_owned(),
-                    })?;
-            let link = sys::link_iter(&prog).map_err(BpfError::Io)?;
+            let prog = load_iter_program(&insns, self.attach_btf_id).map_err(
+                |tcptail_bpf::LoadError { source, log }| BpfError::Rejected { source, log },
+            )?;
+            let link = link_iter(&prog).map_err(BpfError::Io)?;
             let selection =
                 Selection { states, ipv4: true, ipv6: true, filter: None, attrs: Attrs::NONE };
             self.minimal = Some(Linked { selection, link, _prog: prog });
@@ -330,7 +326,7 @@ impl IterDumper {
         let Some(Linked { link, .. }) = &self.minimal else {
             return Err(BpfError::Unavailable("no linked minimal program".into()));
         };
-        let iter = sys::iter_create(link).map_err(BpfError::Io)?;
+        let iter = tcptail_bpf::iter_create(link).map_err(BpfError::Io)?;
         let mut stats = DumpStats::default();
         read_iter(&iter, &mut self.buf, 16, &mut stats, |r| {
             std::hint::black_box(r);
@@ -387,6 +383,24 @@ fn convert_one(
     true
 }
 
+/// Loads `insns` as the `BPF_PROG_TYPE_TRACING` program of the BPF iterator whose
+/// `bpf_iter_<target>` function has BTF id `attach_btf_id`.
+fn load_iter_program(insns: &[u64], attach_btf_id: u32) -> Result<OwnedFd, tcptail_bpf::LoadError> {
+    tcptail_bpf::prog_load(&tcptail_bpf::ProgLoad {
+        prog_type: tcptail_bpf::PROG_TYPE_TRACING,
+        insns,
+        license: c"Dual MIT/GPL",
+        name: "tcptail_tcp",
+        expected_attach_type: tcptail_bpf::TRACE_ITER,
+        attach_btf_id,
+    })
+}
+
+/// Links a loaded iterator program (`BPF_LINK_CREATE` with `BPF_TRACE_ITER`).
+fn link_iter(prog: &OwnedFd) -> io::Result<OwnedFd> {
+    tcptail_bpf::link_create(prog, 0, tcptail_bpf::TRACE_ITER, 0)
+}
+
 /// Reads an iteration to its end in `buf`-sized reads, handing whole `len`-byte records to
 /// `each` (a read may end inside a record: its start waits for the next read).
 fn read_iter(
@@ -398,7 +412,7 @@ fn read_iter(
 ) -> Result<(), BpfError> {
     let mut filled = 0;
     loop {
-        let n = sys::read(iter, &mut buf[filled..]).map_err(BpfError::Io)?;
+        let n = tcptail_bpf::read(iter, &mut buf[filled..]).map_err(BpfError::Io)?;
         if n == 0 {
             return Ok(());
         }

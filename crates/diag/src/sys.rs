@@ -7,8 +7,6 @@
 
 #![allow(unsafe_code)]
 
-pub mod bpf;
-
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

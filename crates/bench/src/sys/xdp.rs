@@ -1,90 +1,39 @@
-//! The AF_XDP engine's platform layer: the `bpf(2)` calls that create the XSKMAP, load the
-//! program ([`crate::xdp::program`]) and attach it to an interface through a BPF link (closed
-//! with its descriptor: nothing stays attached after the process), and an AF_XDP socket in
-//! copy mode with its UMEM and four rings, behind a safe API.
+//! The AF_XDP engine's platform layer: the XSKMAP, the program ([`crate::xdp::program`])
+//! loaded and attached to an interface through a BPF link (closed with its descriptor:
+//! nothing stays attached after the process) — the `bpf(2)` calls are `tcptail-bpf`'s — and
+//! an AF_XDP socket in copy mode with its UMEM and four rings, behind a safe API.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::xdp::program::Insn;
+use tcptail_bpf::{LoadError, Map, ProgLoad};
 
-const BPF_MAP_CREATE: i32 = 0;
-const BPF_MAP_UPDATE_ELEM: i32 = 2;
-const BPF_PROG_LOAD: i32 = 5;
-const BPF_LINK_CREATE: i32 = 28;
-const BPF_MAP_TYPE_XSKMAP: u32 = 17;
-const BPF_PROG_TYPE_XDP: u32 = 6;
-const BPF_XDP: u32 = 37;
 /// `XDP_FLAGS_SKB_MODE` (generic XDP) and `XDP_FLAGS_DRV_MODE` (the driver's own hook).
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
-/// `union bpf_attr`, as bytes: every command fills the fields it uses, the rest stay zero
-/// (the kernel checks that they are).
-#[repr(C, align(8))]
-struct BpfAttr([u8; 128]);
-
-impl BpfAttr {
-    fn new() -> BpfAttr {
-        BpfAttr([0; 128])
-    }
-    fn u32(&mut self, at: usize, v: u32) -> &mut Self {
-        self.0[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(&mut self, at: usize, v: u64) -> &mut Self {
-        self.0[at..at + 8].copy_from_slice(&v.to_ne_bytes());
-        self
-    }
-}
-
-fn bpf(cmd: i32, attr: &mut BpfAttr) -> io::Result<OwnedFd> {
-    // SAFETY: `attr` is a zero-filled bpf_attr of 128 bytes whose pointer fields (set by the
-    // callers) point at memory alive for the call.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd, attr.0.as_mut_ptr(), attr.0.len() as libc::c_uint)
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: for these commands a non-negative result is a new descriptor we own (map, program
-    // or link); MAP_UPDATE_ELEM returns 0 and does not come here.
-    Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
-}
-
 /// An XSKMAP: receive queue index → AF_XDP socket.
 pub struct XskMap {
-    fd: OwnedFd,
+    map: Map,
 }
 
 impl XskMap {
     /// A map for queues `0..queues`.
     pub fn new(queues: u32) -> io::Result<XskMap> {
-        let mut attr = BpfAttr::new();
-        attr.u32(0, BPF_MAP_TYPE_XSKMAP).u32(4, 4).u32(8, 4).u32(12, queues);
-        Ok(XskMap { fd: bpf(BPF_MAP_CREATE, &mut attr)? })
+        Ok(XskMap { map: Map::create(tcptail_bpf::MAP_TYPE_XSKMAP, 4, 4, queues)? })
     }
 
     /// The map's descriptor, for the program's map load.
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.map.raw_fd()
     }
 
     /// Points queue `queue` at `socket`.
     pub fn insert(&self, queue: u32, socket: &Xsk) -> io::Result<()> {
-        let key = queue;
-        let value: u32 = socket.fd.as_raw_fd() as u32;
-        let mut attr = BpfAttr::new();
-        attr.u32(0, self.fd.as_raw_fd() as u32)
-            .u64(8, &key as *const u32 as u64)
-            .u64(16, &value as *const u32 as u64);
-        // SAFETY: key and value live on this stack frame for the call.
-        let rc = unsafe {
-            libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, attr.0.as_mut_ptr(), 128u32)
-        };
-        if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        let value = socket.fd.as_raw_fd() as u32;
+        self.map.update(&queue.to_ne_bytes(), &value.to_ne_bytes())
     }
 }
 
@@ -94,33 +43,23 @@ pub struct XdpProgram {
 }
 
 impl XdpProgram {
-    /// Loads `insns`; a verifier refusal comes back with the verifier's log.
-    pub fn load(insns: &[Insn]) -> io::Result<XdpProgram> {
-        let code: Vec<u8> = insns.iter().flat_map(Insn::encode).collect();
-        let license = c"Dual MIT/GPL";
-        let mut log = vec![0u8; 64 * 1024];
-        let mut name = [0u8; 16];
-        name[..12].copy_from_slice(b"tcptail_xsk\0");
-        let mut attr = BpfAttr::new();
-        attr.u32(0, BPF_PROG_TYPE_XDP)
-            .u32(4, insns.len() as u32)
-            .u64(8, code.as_ptr() as u64)
-            .u64(16, license.as_ptr() as u64)
-            .u32(24, 1)
-            .u32(28, log.len() as u32)
-            .u64(32, log.as_mut_ptr() as u64)
-            .u32(68, BPF_XDP);
-        attr.0[48..64].copy_from_slice(&name);
-        match bpf(BPF_PROG_LOAD, &mut attr) {
+    /// Loads `insns` ([`crate::xdp::program`]); a verifier refusal comes back with the
+    /// verifier's log.
+    pub fn load(insns: &[u64]) -> io::Result<XdpProgram> {
+        let load = ProgLoad {
+            prog_type: tcptail_bpf::PROG_TYPE_XDP,
+            insns,
+            license: c"Dual MIT/GPL",
+            name: "tcptail_xsk",
+            expected_attach_type: tcptail_bpf::ATTACH_XDP,
+            attach_btf_id: 0,
+        };
+        match tcptail_bpf::prog_load(&load) {
             Ok(fd) => Ok(XdpProgram { fd }),
-            Err(e) => {
-                let end = log.iter().position(|&b| b == 0).unwrap_or(0);
-                let log = String::from_utf8_lossy(&log[..end]);
-                Err(io::Error::new(
-                    e.kind(),
-                    format!("loading the XDP program: {e}; verifier: {}", log.trim()),
-                ))
-            }
+            Err(LoadError { source, log }) => Err(io::Error::new(
+                source.kind(),
+                format!("loading the XDP program: {source}; verifier: {}", log.trim()),
+            )),
         }
     }
 
@@ -130,9 +69,7 @@ impl XdpProgram {
     pub fn attach(&self, ifindex: u32) -> io::Result<(OwnedFd, &'static str)> {
         let mut first = None;
         for (flags, mode) in [(XDP_FLAGS_DRV_MODE, "native"), (XDP_FLAGS_SKB_MODE, "generic")] {
-            let mut attr = BpfAttr::new();
-            attr.u32(0, self.fd.as_raw_fd() as u32).u32(4, ifindex).u32(8, BPF_XDP).u32(12, flags);
-            match bpf(BPF_LINK_CREATE, &mut attr) {
+            match tcptail_bpf::link_create(&self.fd, ifindex, tcptail_bpf::ATTACH_XDP, flags) {
                 Ok(link) => return Ok((link, mode)),
                 Err(e) => {
                     first.get_or_insert(e);

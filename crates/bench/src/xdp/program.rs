@@ -13,115 +13,78 @@
 //!     pass it to the kernel (ARP, TCP, other UDP ports, ...)
 //! ```
 
+use tcptail_bpf::asm::{Asm, Cond, R0, R1, R2, R3, R4, R5, Size};
+
 /// `XDP_PASS`: hand the frame to the kernel's stack.
 pub const XDP_PASS: i32 = 2;
 /// The `bpf_redirect_map` helper's number.
 const HELPER_REDIRECT_MAP: i32 = 51;
-/// `BPF_PSEUDO_MAP_FD`: a 64-bit immediate load whose value is a map's descriptor.
-const PSEUDO_MAP_FD: u8 = 1;
 
 /// Length of the headers the program reads: Ethernet (14) + IPv4 (20) + UDP (8).
 pub const MATCHED_HEADERS: i32 = 42;
-
-/// One eBPF instruction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Insn {
-    /// Operation code.
-    pub code: u8,
-    /// Destination register.
-    pub dst: u8,
-    /// Source register.
-    pub src: u8,
-    /// Offset (memory access, jump).
-    pub off: i16,
-    /// Immediate.
-    pub imm: i32,
-}
-
-impl Insn {
-    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-        Insn { code, dst, src, off, imm }
-    }
-
-    /// The instruction's 8 bytes as the kernel reads them (little-endian host).
-    pub fn encode(&self) -> [u8; 8] {
-        let mut out = [0u8; 8];
-        out[0] = self.code;
-        out[1] = (self.src << 4) | (self.dst & 0x0f);
-        out[2..4].copy_from_slice(&self.off.to_le_bytes());
-        out[4..8].copy_from_slice(&self.imm.to_le_bytes());
-        out
-    }
-}
-
-// Operation codes used (BPF_CLASS | BPF_SIZE/OP | BPF_MODE/SRC).
-const LDX_W: u8 = 0x61;
-const LDX_H: u8 = 0x69;
-const LDX_B: u8 = 0x71;
-const MOV64_REG: u8 = 0xbf;
-const MOV64_IMM: u8 = 0xb7;
-const ADD64_IMM: u8 = 0x07;
-const AND64_IMM: u8 = 0x57;
-const JGT_REG: u8 = 0x2d;
-const JNE_IMM: u8 = 0x55;
-const LD_IMM64: u8 = 0x18;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
 
 /// A 16-bit field in network order, as a little-endian 16-bit load sees it.
 const fn net16(v: u16) -> i32 {
     v.swap_bytes() as i32
 }
 
-/// The program for UDP destination `port`, redirecting through the XSKMAP `map_fd`.
-pub fn redirect_udp_port(port: u16, map_fd: i32) -> Vec<Insn> {
+/// The program for UDP destination `port`, redirecting through the XSKMAP `map_fd`
+/// (`struct bpf_insn`s as [`Asm::finish`] returns them).
+pub fn redirect_udp_port(port: u16, map_fd: i32) -> Vec<u64> {
     // Registers: r1 ctx (struct xdp_md), r2 data, r3 data_end, r4/r5 scratch.
-    let mut p = vec![
-        Insn::new(LDX_W, 2, 1, 0, 0), // r2 = ctx->data
-        Insn::new(LDX_W, 3, 1, 4, 0), // r3 = ctx->data_end
-        Insn::new(MOV64_REG, 4, 2, 0, 0),
-        Insn::new(ADD64_IMM, 4, 0, 0, MATCHED_HEADERS),
-        Insn::new(JGT_REG, 4, 3, PASS, 0), // too short for the headers: pass
-        Insn::new(LDX_H, 5, 2, 12, 0),     // EtherType
-        Insn::new(JNE_IMM, 5, 0, PASS, net16(0x0800)),
-        Insn::new(LDX_B, 5, 2, 14, 0), // IPv4, 20-byte header
-        Insn::new(JNE_IMM, 5, 0, PASS, 0x45),
-        Insn::new(LDX_B, 5, 2, 23, 0), // protocol
-        Insn::new(JNE_IMM, 5, 0, PASS, 17),
-        Insn::new(LDX_H, 5, 2, 20, 0), // flags + fragment offset: no fragments
-        Insn::new(AND64_IMM, 5, 0, 0, net16(0x3fff)),
-        Insn::new(JNE_IMM, 5, 0, PASS, 0),
-        Insn::new(LDX_H, 5, 2, 36, 0), // UDP destination port
-        Insn::new(JNE_IMM, 5, 0, PASS, net16(port)),
-        Insn::new(LDX_W, 2, 1, 16, 0), // r2 = ctx->rx_queue_index (key)
-        Insn::new(LD_IMM64, 1, PSEUDO_MAP_FD, 0, map_fd), // r1 = the XSKMAP
-        Insn::new(0, 0, 0, 0, 0),
-        Insn::new(MOV64_IMM, 3, 0, 0, XDP_PASS), // no socket on that queue: pass
-        Insn::new(CALL, 0, 0, 0, HELPER_REDIRECT_MAP),
-        Insn::new(EXIT, 0, 0, 0, 0),
-    ];
+    let mut a = Asm::default();
+    let pass = a.label();
+    a.load(Size::W, R2, R1, 0); // r2 = ctx->data
+    a.load(Size::W, R3, R1, 4); // r3 = ctx->data_end
+    a.mov(R4, R2);
+    a.add_imm(R4, MATCHED_HEADERS);
+    a.jump_if_reg(Cond::Gt, R4, R3, pass); // too short for the headers: pass
+    a.load(Size::H, R5, R2, 12); // EtherType
+    a.jump_if(Cond::Ne, R5, net16(0x0800), pass);
+    a.load(Size::B, R5, R2, 14); // IPv4, 20-byte header
+    a.jump_if(Cond::Ne, R5, 0x45, pass);
+    a.load(Size::B, R5, R2, 23); // protocol
+    a.jump_if(Cond::Ne, R5, 17, pass);
+    a.load(Size::H, R5, R2, 20); // flags + fragment offset: no fragments
+    a.and_imm(R5, net16(0x3fff));
+    a.jump_if(Cond::Ne, R5, 0, pass);
+    a.load(Size::H, R5, R2, 36); // UDP destination port
+    a.jump_if(Cond::Ne, R5, net16(port), pass);
+    a.load(Size::W, R2, R1, 16); // r2 = ctx->rx_queue_index (key)
+    a.load_map_fd(R1, map_fd); // r1 = the XSKMAP
+    a.mov_imm(R3, XDP_PASS); // no socket on that queue: pass
+    a.call(HELPER_REDIRECT_MAP);
+    a.exit();
     // The pass label: every jump above lands here.
-    let pass_at = p.len() as i16;
-    for (at, insn) in p.iter_mut().enumerate() {
-        if insn.off == PASS && matches!(insn.code, JGT_REG | JNE_IMM) {
-            insn.off = pass_at - at as i16 - 1;
-        }
-    }
-    p.push(Insn::new(MOV64_IMM, 0, 0, 0, XDP_PASS));
-    p.push(Insn::new(EXIT, 0, 0, 0, 0));
-    p
+    a.bind(pass);
+    a.mov_imm(R0, XDP_PASS);
+    a.exit();
+    a.finish().expect("every label is bound and every jump is short")
 }
-
-/// Placeholder jump offset, patched to the pass label.
-const PASS: i16 = i16::MIN;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcptail_bpf::asm::Insn;
+
+    // Operation codes the program uses (BPF_CLASS | BPF_SIZE/OP | BPF_MODE/SRC).
+    const LDX_W: u8 = 0x61;
+    const LDX_H: u8 = 0x69;
+    const LDX_B: u8 = 0x71;
+    const MOV64_REG: u8 = 0xbf;
+    const MOV64_IMM: u8 = 0xb7;
+    const ADD64_IMM: u8 = 0x07;
+    const AND64_IMM: u8 = 0x57;
+    const JGT_REG: u8 = 0x2d;
+    const JNE_IMM: u8 = 0x55;
+    const LD_IMM64: u8 = 0x18;
+    const CALL: u8 = 0x85;
+    const EXIT: u8 = 0x95;
 
     /// A tiny interpreter of exactly the instructions above, over one frame: what the kernel
     /// would return (the redirect is modelled as "redirect").
-    fn verdict(program: &[Insn], frame: &[u8]) -> &'static str {
+    fn verdict(program: &[u64], frame: &[u8]) -> &'static str {
+        let program: Vec<Insn> = program.iter().map(|&w| Insn::from_word(w)).collect();
         let mut r = [0i64; 11];
         let mut pc = 0usize;
         // ctx: data at 0, data_end = len, rx_queue_index 0; memory is the frame.
@@ -197,12 +160,16 @@ mod tests {
 
     #[test]
     fn encoding_puts_registers_in_nibbles_and_patches_every_jump() {
-        let p = redirect_udp_port(1, 3);
+        let p: Vec<Insn> = redirect_udp_port(1, 3).into_iter().map(Insn::from_word).collect();
         assert_eq!(p[0].encode(), [0x61, 0x12, 0, 0, 0, 0, 0, 0]);
         let ld = p.iter().find(|i| i.code == LD_IMM64).unwrap();
         assert_eq!(ld.encode()[1], 0x11);
         assert_eq!(ld.imm, 3);
-        assert!(p.iter().all(|i| i.off != PASS));
+        // Every jump is patched to the pass label (the last two instructions).
+        let pass_at = (p.len() - 2) as i64;
+        for (at, i) in p.iter().enumerate().filter(|(_, i)| matches!(i.code, JGT_REG | JNE_IMM)) {
+            assert_eq!(at as i64 + 1 + i64::from(i.off), pass_at, "jump at {at}");
+        }
         assert_eq!(p.len(), 24);
     }
 }

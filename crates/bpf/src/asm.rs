@@ -1,7 +1,9 @@
-//! A tiny eBPF instruction builder: the handful of instructions the socket iterator's program
-//! uses (moves, loads and stores, ALU with immediates, conditional jumps to labels, helper
-//! calls), encoded as `struct bpf_insn` (`include/uapi/linux/bpf.h`). Pure: it only builds
-//! bytes; the kernel's verifier is the judge of the program.
+//! A tiny eBPF assembler: the instructions tcptail's programs use (moves, loads and stores,
+//! ALU with immediates, conditional jumps to labels, helper calls, a map's descriptor as a
+//! 64-bit immediate), encoded as `struct bpf_insn` (`include/uapi/linux/bpf.h`) for a
+//! little-endian host. Pure: it only builds bytes; the kernel's verifier is the judge of the
+//! program. Users: the socket iterator (`tcptail-diag`) and the AF_XDP redirect program
+//! (`tcptail-bench`).
 
 /// A register, `r0`..`r10`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +17,10 @@ pub const R1: Reg = Reg(1);
 pub const R2: Reg = Reg(2);
 /// Third argument.
 pub const R3: Reg = Reg(3);
+/// Fourth argument.
+pub const R4: Reg = Reg(4);
+/// Fifth argument.
+pub const R5: Reg = Reg(5);
 /// Callee-saved.
 pub const R6: Reg = Reg(6);
 /// Callee-saved.
@@ -61,7 +67,7 @@ impl Size {
     }
 }
 
-/// A conditional jump's comparison (64-bit, against an immediate).
+/// A conditional jump's comparison (64-bit, against an immediate or a register).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cond {
     /// `==`.
@@ -78,13 +84,63 @@ pub enum Cond {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Label(usize);
 
+const CLASS_LD: u8 = 0x00;
 const CLASS_LDX: u8 = 0x01;
 const CLASS_ST: u8 = 0x02;
 const CLASS_STX: u8 = 0x03;
 const CLASS_JMP: u8 = 0x05;
 const CLASS_ALU64: u8 = 0x07;
+const MODE_IMM: u8 = 0x00;
 const MODE_MEM: u8 = 0x60;
 const SRC_X: u8 = 0x08;
+
+/// `BPF_PSEUDO_MAP_FD`: the source register of a 64-bit immediate load whose value is a map's
+/// descriptor (the kernel swaps in the map).
+pub const PSEUDO_MAP_FD: u8 = 1;
+
+/// One instruction, decoded: what [`Asm`] emits as a `u64` in the kernel's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    /// Operation code.
+    pub code: u8,
+    /// Destination register.
+    pub dst: u8,
+    /// Source register.
+    pub src: u8,
+    /// Offset (memory access, jump).
+    pub off: i16,
+    /// Immediate.
+    pub imm: i32,
+}
+
+impl Insn {
+    /// The instruction's 8 bytes as the kernel reads them (little-endian host).
+    pub fn encode(&self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[0] = self.code;
+        b[1] = (self.src << 4) | (self.dst & 0x0f);
+        b[2..4].copy_from_slice(&self.off.to_le_bytes());
+        b[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        b
+    }
+
+    /// The instruction in the `u64` form [`Asm::finish`] returns.
+    pub fn to_word(&self) -> u64 {
+        u64::from_ne_bytes(self.encode())
+    }
+
+    /// Decodes one word of an assembled program.
+    pub fn from_word(word: u64) -> Insn {
+        let b = word.to_ne_bytes();
+        Insn {
+            code: b[0],
+            dst: b[1] & 0x0f,
+            src: b[1] >> 4,
+            off: i16::from_le_bytes([b[2], b[3]]),
+            imm: i32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        }
+    }
+}
 
 /// A program being built.
 #[derive(Debug, Default)]
@@ -96,12 +152,16 @@ pub struct Asm {
 }
 
 fn encode(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> u64 {
-    let mut b = [0u8; 8];
-    b[0] = code;
-    b[1] = (src.0 << 4) | (dst.0 & 0x0f);
-    b[2..4].copy_from_slice(&off.to_ne_bytes());
-    b[4..8].copy_from_slice(&imm.to_ne_bytes());
-    u64::from_ne_bytes(b)
+    Insn { code, dst: dst.0, src: src.0, off, imm }.to_word()
+}
+
+fn jump_op(cond: Cond) -> u8 {
+    match cond {
+        Cond::Eq => 0x10,
+        Cond::Gt => 0x20,
+        Cond::Set => 0x40,
+        Cond::Ne => 0x50,
+    }
 }
 
 impl Asm {
@@ -177,14 +237,21 @@ impl Asm {
 
     /// `if dst <cond> imm goto label`.
     pub fn jump_if(&mut self, cond: Cond, dst: Reg, imm: i32, label: Label) {
-        let op = match cond {
-            Cond::Eq => 0x10,
-            Cond::Gt => 0x20,
-            Cond::Set => 0x40,
-            Cond::Ne => 0x50,
-        };
         self.fixups.push((self.insns.len(), label));
-        self.push(CLASS_JMP | op, dst, Reg(0), 0, imm);
+        self.push(CLASS_JMP | jump_op(cond), dst, Reg(0), 0, imm);
+    }
+
+    /// `if dst <cond> src goto label`.
+    pub fn jump_if_reg(&mut self, cond: Cond, dst: Reg, src: Reg, label: Label) {
+        self.fixups.push((self.insns.len(), label));
+        self.push(CLASS_JMP | jump_op(cond) | SRC_X, dst, src, 0, 0);
+    }
+
+    /// `dst = map` for the map whose descriptor is `map_fd` (`BPF_LD | BPF_IMM | BPF_DW` with
+    /// `BPF_PSEUDO_MAP_FD`: two instruction slots).
+    pub fn load_map_fd(&mut self, dst: Reg, map_fd: i32) {
+        self.push(CLASS_LD | MODE_IMM | Size::DW.code(), dst, Reg(PSEUDO_MAP_FD), 0, map_fd);
+        self.push(0, Reg(0), Reg(0), 0, 0);
     }
 
     /// `goto label`.
@@ -208,9 +275,9 @@ impl Asm {
         for &(at, label) in &self.fixups {
             let target = self.labels[label.0]?;
             let off = i16::try_from(target as i64 - at as i64 - 1).ok()?;
-            let mut b = self.insns[at].to_ne_bytes();
-            b[2..4].copy_from_slice(&off.to_ne_bytes());
-            self.insns[at] = u64::from_ne_bytes(b);
+            let mut insn = Insn::from_word(self.insns[at]);
+            insn.off = off;
+            self.insns[at] = insn.to_word();
         }
         Some(self.insns)
     }
@@ -242,6 +309,52 @@ mod tests {
         assert_eq!(i16::from_ne_bytes([bytes[3][2], bytes[3][3]]), -4);
         assert_eq!(bytes[4][0], 0xb7);
         assert_eq!(bytes[5][0], 0x95);
+    }
+
+    /// Golden bytes, checked against `include/uapi/linux/bpf.h` / `bpf_common.h` by hand.
+    #[test]
+    fn golden_bytes() {
+        let mut a = Asm::default();
+        let l = a.label();
+        a.load(Size::W, R2, R1, 0); // BPF_LDX | BPF_MEM | BPF_W
+        a.load(Size::H, R5, R2, 12); // BPF_LDX | BPF_MEM | BPF_H
+        a.add_imm(R4, 42); // BPF_ALU64 | BPF_ADD | BPF_K
+        a.jump_if_reg(Cond::Gt, R4, R3, l); // BPF_JMP | BPF_JGT | BPF_X
+        a.jump_if(Cond::Ne, R5, 0x0008, l); // BPF_JMP | BPF_JNE | BPF_K
+        a.load_map_fd(R1, 3); // BPF_LD | BPF_IMM | BPF_DW, src = BPF_PSEUDO_MAP_FD
+        a.call(51); // BPF_JMP | BPF_CALL
+        a.bind(l);
+        a.exit();
+        let bytes: Vec<[u8; 8]> =
+            a.finish().unwrap().iter().map(|&w| Insn::from_word(w).encode()).collect();
+        assert_eq!(bytes[0], [0x61, 0x12, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes[1], [0x69, 0x25, 12, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes[2], [0x07, 0x04, 0, 0, 42, 0, 0, 0]);
+        assert_eq!(bytes[3], [0x2d, 0x34, 4, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes[4], [0x55, 0x05, 3, 0, 8, 0, 0, 0]);
+        assert_eq!(bytes[5], [0x18, 0x11, 0, 0, 3, 0, 0, 0]);
+        assert_eq!(bytes[6], [0; 8]);
+        assert_eq!(bytes[7], [0x85, 0x00, 0, 0, 51, 0, 0, 0]);
+        assert_eq!(bytes[8], [0x95, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn words_decode_to_what_was_encoded() {
+        let insn = Insn { code: 0x7b, dst: 10, src: 0, off: -16, imm: -1 };
+        assert_eq!(Insn::from_word(insn.to_word()), insn);
+        assert_eq!(insn.encode(), [0x7b, 0x0a, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    }
+
+    #[test]
+    fn jumps_out_of_range_fail() {
+        let mut a = Asm::default();
+        let l = a.label();
+        a.jump(l);
+        for _ in 0..40_000 {
+            a.exit();
+        }
+        a.bind(l);
+        assert!(a.finish().is_none());
     }
 
     #[test]
