@@ -243,6 +243,17 @@ impl Slot {
         let may_send = !self.dead && self.quota != Some(0);
         take_due(&mut self.schedule, may_send, now, until, start)
     }
+
+    /// What the connect-per-request accounting moves on in this slot.
+    fn turn(&mut self) -> SlotTurn<'_> {
+        SlotTurn {
+            index: self.index,
+            pipeline: &mut self.pipeline,
+            next_seq: &mut self.next_seq,
+            quota: &mut self.quota,
+            schedule: &mut self.schedule,
+        }
+    }
 }
 
 /// Open loop, any engine's slot: the intended time of its next request from `schedule` (its
@@ -826,14 +837,7 @@ impl<'a> ThreadLoop<'a> {
     fn fail_transaction(&mut self, i: usize, cause: Failure, start: Instant, now: Instant) {
         let slot = &mut self.slots[i];
         let Some(due) = slot.due else { return };
-        let turn = SlotTurn {
-            index: slot.index,
-            pipeline: &mut slot.pipeline,
-            next_seq: &mut slot.next_seq,
-            quota: &mut slot.quota,
-            schedule: &mut slot.schedule,
-        };
-        charge_failed_transaction(&mut self.m, self.config, start, turn, due, cause, now);
+        charge_failed_transaction(&mut self.m, self.config, start, slot.turn(), due, cause, now);
         self.close_transaction(i);
     }
 
@@ -848,13 +852,7 @@ impl<'a> ThreadLoop<'a> {
         stopped_at: Option<Instant>,
         now: Instant,
     ) {
-        let turns = self.slots.iter_mut().map(|slot| SlotTurn {
-            index: slot.index,
-            pipeline: &mut slot.pipeline,
-            next_seq: &mut slot.next_seq,
-            quota: &mut slot.quota,
-            schedule: &mut slot.schedule,
-        });
+        let turns = self.slots.iter_mut().map(Slot::turn);
         charge_not_started(&mut self.m, self.config, start, turns, until, stopped_at, now);
     }
 

@@ -151,6 +151,31 @@ struct Slot {
     outcome: ConnectionOutcome,
 }
 
+impl Slot {
+    /// Open loop: the intended time of this slot's next request if it is due by `now` (and
+    /// before `until`) and the slot may still send, its schedule moved on past it.
+    fn take_due(
+        &mut self,
+        now: Instant,
+        until: Option<Instant>,
+        start: Instant,
+    ) -> Option<Instant> {
+        let may_send = !self.dead && self.quota != Some(0);
+        take_due(&mut self.schedule, may_send, now, until, start)
+    }
+
+    /// What the connect-per-request accounting moves on in this slot.
+    fn turn(&mut self) -> SlotTurn<'_> {
+        SlotTurn {
+            index: self.index,
+            pipeline: &mut self.pipeline,
+            next_seq: &mut self.next_seq,
+            quota: &mut self.quota,
+            schedule: &mut self.schedule,
+        }
+    }
+}
+
 /// A thread's connections and its ring.
 struct ThreadLoop<'a> {
     config: &'a BenchConfig,
@@ -654,12 +679,7 @@ impl<'a> ThreadLoop<'a> {
             return Ok(());
         }
         let mut queued = false;
-        loop {
-            let slot = &mut self.slots[i];
-            let may_send = !slot.dead && slot.quota != Some(0);
-            let Some(due) = take_due(&mut slot.schedule, may_send, now, until, start) else {
-                break;
-            };
+        while let Some(due) = self.slots[i].take_due(now, until, start) {
             let before = if self.config.attribute { self.snapshot(i) } else { None };
             let sent = Instant::now();
             self.m.send_lateness.record(sent.saturating_duration_since(due).as_nanos() as u64);
@@ -1002,10 +1022,7 @@ impl<'a> ThreadLoop<'a> {
         // One transaction at a time per slot.
         while self.slots[i].due.is_none() {
             let slot = &mut self.slots[i];
-            let may_send = !slot.dead && slot.quota != Some(0);
-            let Some(due) = take_due(&mut slot.schedule, may_send, now, until, start) else {
-                return;
-            };
+            let Some(due) = slot.take_due(now, until, start) else { return };
             if due < slot.free_since {
                 self.m.crr.queued += 1;
             }
@@ -1032,14 +1049,7 @@ impl<'a> ThreadLoop<'a> {
     fn fail_transaction(&mut self, i: usize, cause: Failure, start: Instant, now: Instant) {
         let slot = &mut self.slots[i];
         let Some(due) = slot.due else { return };
-        let turn = SlotTurn {
-            index: slot.index,
-            pipeline: &mut slot.pipeline,
-            next_seq: &mut slot.next_seq,
-            quota: &mut slot.quota,
-            schedule: &mut slot.schedule,
-        };
-        charge_failed_transaction(&mut self.m, self.config, start, turn, due, cause, now);
+        charge_failed_transaction(&mut self.m, self.config, start, slot.turn(), due, cause, now);
         let slot = &mut self.slots[i];
         slot.connecting = None;
         slot.recv_armed = false;
@@ -1063,13 +1073,7 @@ impl<'a> ThreadLoop<'a> {
         stopped_at: Option<Instant>,
         now: Instant,
     ) {
-        let turns = self.slots.iter_mut().map(|slot| SlotTurn {
-            index: slot.index,
-            pipeline: &mut slot.pipeline,
-            next_seq: &mut slot.next_seq,
-            quota: &mut slot.quota,
-            schedule: &mut slot.schedule,
-        });
+        let turns = self.slots.iter_mut().map(Slot::turn);
         charge_not_started(&mut self.m, self.config, start, turns, until, stopped_at, now);
     }
 
