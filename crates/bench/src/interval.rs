@@ -122,13 +122,17 @@ impl IntervalRecorder {
 
     fn cut(state: &mut State, now: Instant) -> Interval {
         let mut latency = LatencyHistogram::new();
-        for slot in &state.slots {
+        state.slots.retain(|slot| {
+            // Whether its thread has let go is read before the slot is emptied: a slot no one
+            // else holds takes no more samples and can go once emptied; one still held may
+            // take more after this cut and stays (read after emptying, a sample recorded in
+            // between went with the slot).
+            let finished = Arc::strong_count(slot) == 1;
             let mut h = lock(slot);
             latency.merge(&h);
             *h = LatencyHistogram::new();
-        }
-        // Slots whose thread finished hold nothing more to take.
-        state.slots.retain(|s| Arc::strong_count(s) > 1);
+            !finished
+        });
         let start = std::mem::replace(&mut state.since, now);
         Interval { start, end: now, tag: state.tag.clone(), latency }
     }
@@ -217,6 +221,40 @@ mod tests {
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].latency.len(), 1);
         assert_eq!(second[0].start, first[1].end);
+    }
+
+    /// A thread that records its last samples and lets go of its slot while intervals are
+    /// being cut loses none of them (the run's last samples, on a thread finishing while the
+    /// reporter cuts an interval, were dropped with the slot before).
+    #[test]
+    fn a_thread_finishing_during_a_cut_loses_no_sample() {
+        let recorder = Arc::new(IntervalRecorder::new());
+        let (threads, per_thread) = (2_000u64, 3u64);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cutter = {
+            let (recorder, stop) = (Arc::clone(&recorder), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut taken = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    taken += recorder.take().iter().map(|i| i.latency.len()).sum::<u64>();
+                }
+                taken
+            })
+        };
+        for _ in 0..threads {
+            let slot = recorder.slot();
+            std::thread::spawn(move || {
+                for v in 0..per_thread {
+                    slot.record(1_000 + v);
+                }
+            })
+            .join()
+            .unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let taken = cutter.join().unwrap();
+        let rest: u64 = recorder.take().iter().map(|i| i.latency.len()).sum();
+        assert_eq!(taken + rest, threads * per_thread);
     }
 
     #[test]
