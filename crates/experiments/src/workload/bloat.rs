@@ -24,8 +24,8 @@
 //!
 //! Metrics: `probe_p50_ms`, `probe_p95_ms`, `probe_p99_ms`, `probe_count`,
 //! `probe_unanswered_count`, `goodput_mbps` (all bulk flows: the bytes their receivers read
-//! over the window after the warm-up, divided by its length, never above the link's rate; see
-//! [`goodput_mbps`]), `link_pct`, `retrans_pct`, `rwnd_limited_pct` (as in `bulk`), `flow_rtt_p50_ms` (the bulk senders' own
+//! over the window after the warm-up, divided by its length, never above the link's rate: see
+//! [`flows::goodput_between`]), `link_pct`, `retrans_pct`, `rwnd_limited_pct` (as in `bulk`), `flow_rtt_p50_ms` (the bulk senders' own
 //! smoothed RTT), `queue_p50_ms` (that
 //! RTT less the path's base RTT: the queueing delay the flows keep, the slides' y axis) and
 //! `floor_ms` (the queue BBR cannot go below: [`BBR_MIN_CWND_PKTS`] packets per flow, at the
@@ -67,36 +67,6 @@ const PACKET_BYTES: u64 = 1500;
 pub fn bbr_floor_ms(flows: usize, rate_bps: f64, rtt: Duration) -> f64 {
     let bytes = flows as f64 * (BBR_MIN_CWND_PKTS * PACKET_BYTES) as f64;
     (bytes * 8.0 / rate_bps * 1e3 - rtt.as_secs_f64() * 1e3).max(0.0)
-}
-
-/// The bulk flows' goodput over the window after `warmup`, Mbit/s
-/// ([`flows::window_goodput_mbps`]), and on a path shaped to `rate_bps` a note when the count
-/// read above the rate.
-///
-/// Not the least-squares slope the other bulk engines report: at the slides' 128 kbit/s a
-/// flow waits seconds on a retransmission timeout and then reads everything held behind the
-/// hole at once, and a slope, which weighs the window's middle most, read 100.4 % of the link
-/// there. The count can exceed the rate only by data the link carried before the window that
-/// the receivers held out of order at its start; then the link's rate is the figure (the
-/// link carries no more) and the note gives the count.
-pub fn goodput_mbps(
-    samples: &[flows::Sample],
-    warmup: Duration,
-    rate_bps: Option<f64>,
-) -> (f64, Option<String>) {
-    let read = flows::window_goodput_mbps(samples, warmup);
-    match rate_bps {
-        Some(rate) if read > rate / 1e6 => (
-            rate / 1e6,
-            Some(format!(
-                "the receivers read {read:.3} Mbit/s over the measurement window, above the \
-                 link's {:.3} Mbit/s: data carried before the window, held behind a hole at its \
-                 start, was read inside it; goodput_mbps and link_pct give the link's rate",
-                rate / 1e6
-            )),
-        ),
-        _ => (read, None),
-    }
 }
 
 #[derive(Debug)]
@@ -294,9 +264,9 @@ impl VariantPlan for Plan {
             .map(|i| i as f64 * self.probe_interval.as_secs_f64())
             .filter(|&t| t >= w && t <= end)
             .count();
-        let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100));
         let rate_bps = self.path.rate().map(|r| r.0 as f64);
-        let (goodput, goodput_note) = goodput_mbps(&samples, self.warmup, rate_bps);
+        let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100), rate_bps);
+        let goodput = s.goodput_mbps;
         let mut m = Measurement { lateness, ..Measurement::default() };
         m.metric("probe_p50_ms", flows::percentile(&latencies, 0.50))
             .metric("probe_p95_ms", flows::percentile(&latencies, 0.95))
@@ -312,7 +282,7 @@ impl VariantPlan for Plan {
             m.metric("link_pct", 100.0 * goodput * 1e6 / rate);
             m.metric("floor_ms", bbr_floor_ms(self.flows, rate, self.path.rtt()));
         }
-        m.notes.extend(goodput_note);
+        m.notes.extend(s.goodput_note);
         if counted_sent > latencies.len() {
             m.notes.push(format!(
                 "{} of {counted_sent} probes got no reply within {} s after the run: the \
@@ -368,96 +338,6 @@ mod tests {
         let scaled = bbr_floor_ms(8, 128e3 * 40.0, Duration::from_millis(1));
         assert!((scaled - (75.0 - 1.0)).abs() < 1e-6, "{scaled}");
         assert_eq!(bbr_floor_ms(8, 10e9, Duration::from_millis(40)), 0.0);
-    }
-
-    /// Samples every 10 ms over `secs` seconds of a 128 kbit/s link (16,000 B/s) whose
-    /// receivers have read `read(t)` bytes by time `t`.
-    fn trace(secs: f64, read: impl Fn(f64) -> f64) -> Vec<flows::Sample> {
-        (0..=(secs * 100.0).round() as u32)
-            .map(|i| {
-                let t = f64::from(i) / 100.0;
-                flows::Sample {
-                    t,
-                    received: read(t).round() as u64,
-                    rtts_us: vec![40_000],
-                    bytes_sent: 0,
-                    bytes_retrans: 0,
-                    busy_us: 0,
-                    rwnd_limited_us: 0,
-                    cwnd: 4,
-                }
-            })
-            .collect()
-    }
-
-    const LINK_BPS: f64 = 128e3;
-    const LINK_BYTES_PER_S: f64 = LINK_BPS / 8.0;
-
-    /// What the full mode met at 128 kbit/s: the link runs at its rate throughout, but a hole
-    /// waits on a retransmission timeout for the first half of the window (2-6 s after 2 s of
-    /// warm-up) and everything held behind it is read at once. The least-squares slope reads
-    /// 125 % of the link; the count over the window reads the link's rate.
-    #[test]
-    fn a_stall_then_a_burst_reads_the_link_not_more() {
-        let samples =
-            trace(10.0, |t| LINK_BYTES_PER_S * if (2.0..6.0).contains(&t) { 2.0 } else { t });
-        let warmup = Duration::from_secs(2);
-        let slope = flows::summarise(&samples, warmup, Duration::from_millis(100)).goodput_mbps;
-        assert!(slope > 1.2 * LINK_BPS / 1e6, "the slope over-reads here: {slope}");
-        let (goodput, note) = goodput_mbps(&samples, warmup, Some(LINK_BPS));
-        assert!((goodput - LINK_BPS / 1e6).abs() < 1e-9, "{goodput}");
-        assert_eq!(note, None);
-    }
-
-    /// Data the link carried before the window, held out of order at its start and read inside
-    /// it, is the one way the count exceeds the link: the figure is then the link's rate, and
-    /// the note gives the count and why.
-    #[test]
-    fn held_data_from_before_the_window_is_capped_with_the_reason() {
-        // A hole from the start holds back 2 s of link time (32,000 B) until 3 s, a second into
-        // the window: read at 3 s, although the link carried it before the window.
-        let held = 2.0 * LINK_BYTES_PER_S;
-        let samples = trace(10.0, |t| {
-            let carried = LINK_BYTES_PER_S * t;
-            if t < 3.0 { (carried - held).max(0.0) } else { carried }
-        });
-        let (goodput, note) = goodput_mbps(&samples, Duration::from_secs(2), Some(LINK_BPS));
-        assert_eq!(goodput, LINK_BPS / 1e6);
-        let note = note.expect("a note");
-        assert!(note.contains("above the link's 0.128 Mbit/s") && note.contains("held"), "{note}");
-        // Without a shaped rate nothing to hold it to: the count as read.
-        let (read, none) = goodput_mbps(&samples, Duration::from_secs(2), None);
-        assert!(read > LINK_BPS / 1e6 && none.is_none(), "{read}");
-    }
-
-    proptest::proptest! {
-        /// Whatever the link's idle spells and however long the receivers wait on holes, when
-        /// nothing carried before the window is read inside it the goodput never exceeds the
-        /// link's rate (the least-squares slope fails this: see the test above).
-        #[test]
-        fn goodput_never_exceeds_the_link(
-            busy in proptest::collection::vec(0.9f64..=1.0, 80),
-            holes in proptest::collection::vec((200usize..800, 0usize..600), 1..4),
-        ) {
-            // 8 s of 10 ms samples: the link at 90-100 % of its rate in each 100 ms, and up to
-            // three holes (first sample, length) inside the window after 2 s of warm-up, during
-            // each of which the receivers read nothing beyond what the link had carried when
-            // it opened; then they catch up at once.
-            let mut carried = vec![0.0f64; 801];
-            for i in 1..=800 {
-                carried[i] = carried[i - 1] + busy[(i - 1) / 10] * LINK_BYTES_PER_S / 100.0;
-            }
-            let read: Vec<f64> = (0..=800usize)
-                .map(|i| {
-                    let open = holes.iter().filter(|&&(s, l)| s <= i && i < s + l);
-                    carried[open.map(|&(s, _)| s).min().unwrap_or(i)]
-                })
-                .collect();
-            let samples = trace(8.0, |t| read[(t * 100.0).round() as usize]);
-            let (goodput, note) = goodput_mbps(&samples, Duration::from_secs(2), Some(LINK_BPS));
-            proptest::prop_assert!(goodput <= LINK_BPS / 1e6 * (1.0 + 1e-9), "{goodput}");
-            proptest::prop_assert!(note.is_none(), "{note:?}");
-        }
     }
 
     #[test]

@@ -11,8 +11,10 @@
 //! | `sample` | `tcp_info` sampling interval | `10ms` |
 //! | path keys | `path = "emulated"` (required), `rate`, `rtt`, `loss`, `buffer`, `queue`, `sysctl` | |
 //!
-//! Metrics, over the window after `warmup`: `goodput_mbps` (bytes read by the receivers),
-//! `link_pct` (goodput as a share of the shaped rate), `rtt_p50_ms` / `rtt_p95_ms` /
+//! Metrics, over the window after `warmup`: `goodput_mbps` (bytes read by the receivers over
+//! the window divided by its length, never above the shaped rate, with a note when the count
+//! read above it: see [`flows::goodput_between`] and [`flows::held_to_link`]), `link_pct`
+//! (goodput as a share of the shaped rate), `rtt_p50_ms` / `rtt_p95_ms` /
 //! `rtt_mean_ms` (every sender's smoothed RTT, sampled), `retrans_pct` (bytes retransmitted / bytes sent),
 //! `rwnd_limited_pct` (`tcpi_rwnd_limited` as a share of `tcpi_busy_time`: how much of the
 //! time the receiver's window, not the congestion window, held the sender back). Series:
@@ -66,7 +68,8 @@ impl VariantPlan for Plan {
             let flows = BulkFlows::start(live, self.shape.flows, Some(&self.shape.cc), None)?;
             flows::sample_then_stop(flows, &self.shape, ctx)
         })?;
-        let s = flows::summarise(&samples, self.shape.warmup, Duration::from_millis(100));
+        let rate_bps = self.path.rate().map(|r| r.0 as f64);
+        let s = flows::summarise(&samples, self.shape.warmup, Duration::from_millis(100), rate_bps);
         let mut m = Measurement { lateness, ..Measurement::default() };
         m.metric("goodput_mbps", s.goodput_mbps)
             .metric("rtt_p50_ms", s.rtt_p50_ms)
@@ -74,9 +77,10 @@ impl VariantPlan for Plan {
             .metric("rtt_mean_ms", s.rtt_mean_ms)
             .metric("retrans_pct", s.retrans_pct)
             .metric("rwnd_limited_pct", s.rwnd_limited_pct);
-        if let Some(rate) = self.path.rate() {
-            m.metric("link_pct", 100.0 * s.goodput_mbps * 1e6 / rate.0 as f64);
+        if let Some(rate) = rate_bps {
+            m.metric("link_pct", 100.0 * s.goodput_mbps * 1e6 / rate);
         }
+        m.notes.extend(s.goodput_note);
         m.series.push(Series::time("goodput_mbps", s.goodput_series));
         m.series.push(Series::time("rtt_ms", s.rtt_series));
         m.series.push(Series::time("cwnd_pkts", s.cwnd_series));
@@ -126,8 +130,8 @@ mod tests {
     ///
     /// The link runs at its rate while its queue keeps it busy (its busiest 100 ms, within
     /// two 1500-byte packets) and never above it, on any host. The round's goodput is what
-    /// the link delivered in the same window, less headers (the same least-squares slope over
-    /// the same sample times), within 1 % and the data between the link and the receiver's
+    /// the link delivered in the same window, less headers (the same count over the same
+    /// sample times), within 1 % and the data between the link and the receiver's
     /// reads at the window's ends: after a loss the receiver reads nothing for up to a round
     /// trip (at most 20 ms base + the 20 ms buffer), plus the emulator's worst measured
     /// lateness and 5 ms of read lag. Filling the link also needs a host that gives the sender,

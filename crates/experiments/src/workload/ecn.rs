@@ -211,7 +211,12 @@ impl VariantPlan for Plan {
             return Ok(m);
         };
         let samples = &data.samples;
-        let s = flows::summarise(samples, self.shape.warmup, Duration::from_millis(100));
+        let s = flows::summarise(
+            samples,
+            self.shape.warmup,
+            Duration::from_millis(100),
+            self.path.rate().map(|r| r.0 as f64),
+        );
         m.metric("connect_ms", round.handshakes.slowest_ms.unwrap_or(f64::NAN))
             .metric("goodput_mbps", s.goodput_mbps)
             .metric("link_pct", 100.0 * s.goodput_mbps / rate_mbps)
@@ -223,6 +228,7 @@ impl VariantPlan for Plan {
             .metric("last_s_link_pct", 100.0 * last_second_mbps(samples) / rate_mbps);
         m.series.push(Series::time("goodput_mbps", s.goodput_series));
         m.series.push(Series::time("rtt_ms", s.rtt_series));
+        m.notes.extend(s.goodput_note);
         m.notes.extend(flows::window_note(self.shape.duration, self.shape.warmup, self.path.rtt()));
         if round.handshakes.failures > 0 {
             m.notes.push(format!(
@@ -328,10 +334,7 @@ fn last_second_mbps(samples: &[Sample]) -> f64 {
         return f64::NAN;
     };
     let start = samples.iter().find(|s| s.t >= end.t - 1.0).unwrap_or(end);
-    if end.t <= start.t {
-        return f64::NAN;
-    }
-    end.received.saturating_sub(start.received) as f64 * 8.0 / (end.t - start.t) / 1e6
+    flows::goodput_between(start, end)
 }
 
 #[cfg(test)]

@@ -10,7 +10,10 @@
 //! process's `CLOCK_MONOTONIC`, so a receiver's timestamp and a sender's are comparable.
 //!
 //! Goodput is always counted at the receiver (bytes the application read), never from the
-//! sender's writes, which include whatever still sits in buffers.
+//! sender's writes, which include whatever still sits in buffers, and always the same way:
+//! the bytes read over the measurement window divided by its length ([`goodput_between`]),
+//! held to the shaped rate with a note when data held before the window is read inside it
+//! ([`held_to_link`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -525,8 +528,12 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// What a bulk measurement window says, from samples taken at a steady interval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BulkSummary {
-    /// Goodput over the window (least-squares slope of bytes read, see [`slope`]), Mbit/s.
+    /// Goodput over the window (the bytes read over it divided by its length, never above
+    /// the shaped rate: see [`window_goodput_mbps`] and [`held_to_link`]), Mbit/s.
     pub goodput_mbps: f64,
+    /// Why `goodput_mbps` is the shaped rate rather than the count, when the count read above
+    /// it ([`held_to_link`]).
+    pub goodput_note: Option<String>,
     /// RTT percentiles of every sender's smoothed RTT over the window, ms.
     pub rtt_p50_ms: f64,
     /// 95th percentile.
@@ -546,8 +553,14 @@ pub struct BulkSummary {
 }
 
 /// Summarises samples: the measurement window starts at `warmup` seconds; goodput series are
-/// computed over `bucket`-long steps.
-pub fn summarise(samples: &[Sample], warmup: Duration, bucket: Duration) -> BulkSummary {
+/// computed over `bucket`-long steps. On a path shaped to `rate_bps` the window's goodput is
+/// held to that rate ([`held_to_link`]).
+pub fn summarise(
+    samples: &[Sample],
+    warmup: Duration,
+    bucket: Duration,
+    rate_bps: Option<f64>,
+) -> BulkSummary {
     let w = warmup.as_secs_f64();
     let first = samples.iter().find(|s| s.t >= w).or(samples.first());
     let last = samples.last();
@@ -567,9 +580,8 @@ pub fn summarise(samples: &[Sample], warmup: Duration, bucket: Duration) -> Bulk
         }
         _ => (f64::NAN, f64::NAN),
     };
-    let window: Vec<[f64; 2]> =
-        samples.iter().filter(|s| s.t >= w).map(|s| [s.t, s.received as f64]).collect();
-    let goodput_mbps = slope(&window) * 8.0 / 1e6;
+    let (goodput_mbps, goodput_note) =
+        held_to_link(window_goodput_mbps(samples, warmup), rate_bps, "goodput_mbps");
     let mut rtts: Vec<f64> = samples
         .iter()
         .filter(|s| s.t >= w)
@@ -601,6 +613,7 @@ pub fn summarise(samples: &[Sample], warmup: Duration, bucket: Duration) -> Bulk
     let cwnd_series = samples.iter().map(|s| [s.t, f64::from(s.cwnd)]).collect();
     BulkSummary {
         goodput_mbps,
+        goodput_note,
         rtt_p50_ms: percentile(&rtts, 0.5),
         rtt_p95_ms: percentile(&rtts, 0.95),
         rtt_mean_ms: if rtts.is_empty() {
@@ -616,42 +629,57 @@ pub fn summarise(samples: &[Sample], warmup: Duration, bucket: Duration) -> Bulk
     }
 }
 
-/// Least-squares slope of `points` (`[x, y]`); NaN with fewer than two distinct x.
+/// Goodput from `a` to `b`: the bytes the receivers read between the two samples divided by
+/// the time between them, Mbit/s; NaN unless `b` is later than `a`.
 ///
-/// Goodput is the slope of the receivers' byte count over the window rather than the
-/// difference of its end points: after a loss the receiver gets nothing until the hole is
-/// repaired and then up to a window at once, so end points that fall on either side of such a
-/// burst over- or under-count by up to a BDP; the fit spreads that over every sample.
-pub fn slope(points: &[[f64; 2]]) -> f64 {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return f64::NAN;
+/// This is every bulk engine's goodput (over its measurement window, or either side of a
+/// link-downgrade's step). Either end of a window can fall while the receivers wait on a hole
+/// (a loss not yet repaired) with data behind it that the link has already carried: the count
+/// then misses what is held at the end and includes what was held at the start, each at most
+/// what the flows had in flight (a BDP plus the bottleneck's buffer), small against a window
+/// of many round trips. It replaced a least-squares slope of the bytes read, which weighs the
+/// window's middle most (a byte read there counts 1.5x the average, one read at either end
+/// nothing): when the receivers read nothing for a long stretch and then a burst (a hole
+/// waiting on a retransmission timeout, seconds on a 128 kbit/s path, then everything held
+/// behind it at once) the fit reads far above what the link carried (half a window of stall,
+/// then the held data: 125 % of the link); the count cannot.
+pub fn goodput_between(a: &Sample, b: &Sample) -> f64 {
+    if b.t > a.t {
+        b.received.saturating_sub(a.received) as f64 * 8.0 / (b.t - a.t) / 1e6
+    } else {
+        f64::NAN
     }
-    let mx = points.iter().map(|p| p[0]).sum::<f64>() / n;
-    let my = points.iter().map(|p| p[1]).sum::<f64>() / n;
-    let sxx = points.iter().map(|p| (p[0] - mx).powi(2)).sum::<f64>();
-    let sxy = points.iter().map(|p| (p[0] - mx) * (p[1] - my)).sum::<f64>();
-    if sxx > 0.0 { sxy / sxx } else { f64::NAN }
 }
 
-/// Goodput as the bytes the receivers read over the measurement window divided by its length:
-/// from the first sample at or after `warmup` to the last sample, Mbit/s; NaN with fewer than
-/// two samples there.
-///
-/// [`slope`] weighs the window's middle most (a byte read there counts 1.5x the average, one
-/// read at either end nothing), so when the receivers read nothing for a long stretch and then
-/// a burst (a hole waiting on a retransmission timeout, seconds on a 128 kbit/s path, then
-/// everything held behind it at once) the fit can read far above what the link carried:
-/// half a window of stall followed by the held data reads 125 % of the link. The count over
-/// the window cannot: it exceeds what the link carried in the window only by the data the
-/// receivers held out of order at its start and read inside it.
+/// [`goodput_between`] the first sample at or after `warmup` and the last sample, Mbit/s;
+/// NaN with fewer than two samples there.
 pub fn window_goodput_mbps(samples: &[Sample], warmup: Duration) -> f64 {
     let w = warmup.as_secs_f64();
     match (samples.iter().find(|s| s.t >= w), samples.last()) {
-        (Some(a), Some(b)) if b.t > a.t => {
-            b.received.saturating_sub(a.received) as f64 * 8.0 / (b.t - a.t) / 1e6
-        }
+        (Some(a), Some(b)) => goodput_between(a, b),
         _ => f64::NAN,
+    }
+}
+
+/// The goodput to report for a window whose count read `read_mbps` on a path shaped to
+/// `rate_bps` (`None`: not shaped), with a note when the count read above the rate.
+///
+/// The count exceeds the rate only by data the link carried before the window that the
+/// receivers held out of order behind a hole at its start and read inside it: the link
+/// carries no more than its rate, so that is the figure, and the note gives the count.
+/// `metric` names the figure in the note (`goodput_mbps`, `post_goodput_mbps`).
+pub fn held_to_link(read_mbps: f64, rate_bps: Option<f64>, metric: &str) -> (f64, Option<String>) {
+    match rate_bps {
+        Some(rate) if read_mbps > rate / 1e6 => (
+            rate / 1e6,
+            Some(format!(
+                "the receivers read {read_mbps:.3} Mbit/s over {metric}'s window, above the \
+                 link's {:.3} Mbit/s: data carried before the window, held behind a hole at its \
+                 start, was read inside it; {metric} is the link's rate",
+                rate / 1e6
+            )),
+        ),
+        _ => (read_mbps, None),
     }
 }
 
@@ -694,7 +722,7 @@ mod tests {
             sample(2.0, 12_501_000, 60_000, 12_501_000, 125_000),
             sample(3.0, 25_001_000, 70_000, 25_001_000, 125_000),
         ];
-        let s = summarise(&samples, Duration::from_secs(1), Duration::from_secs(1));
+        let s = summarise(&samples, Duration::from_secs(1), Duration::from_secs(1), None);
         assert!((s.goodput_mbps - 100.0).abs() < 1e-9, "{s:?}");
         assert!((s.retrans_pct - 0.5).abs() < 1e-9, "{s:?}");
         assert!((s.rwnd_limited_pct - 50.0).abs() < 1e-9, "{s:?}");
@@ -702,6 +730,131 @@ mod tests {
         assert_eq!(s.rtt_p95_ms, 70.0);
         assert_eq!(s.goodput_series.len(), 3);
         assert!((s.goodput_series[1][1] - 100.0).abs() < 1e-9);
+    }
+
+    /// Samples every 10 ms over `secs` seconds of a 128 kbit/s link (16,000 B/s) whose
+    /// receivers have read `read(t)` bytes by time `t`.
+    fn trace(secs: f64, read: impl Fn(f64) -> f64) -> Vec<Sample> {
+        (0..=(secs * 100.0).round() as u32)
+            .map(|i| {
+                let t = f64::from(i) / 100.0;
+                Sample {
+                    t,
+                    received: read(t).round() as u64,
+                    rtts_us: vec![40_000],
+                    bytes_sent: 0,
+                    bytes_retrans: 0,
+                    busy_us: 0,
+                    rwnd_limited_us: 0,
+                    cwnd: 4,
+                }
+            })
+            .collect()
+    }
+
+    /// The least-squares slope of bytes read against time after `warmup`, Mbit/s: what the
+    /// bulk engines reported before the count, kept here to show where the two differ.
+    fn least_squares_mbps(samples: &[Sample], warmup: f64) -> f64 {
+        let p: Vec<(f64, f64)> =
+            samples.iter().filter(|s| s.t >= warmup).map(|s| (s.t, s.received as f64)).collect();
+        let n = p.len() as f64;
+        let (mx, my) =
+            (p.iter().map(|p| p.0).sum::<f64>() / n, p.iter().map(|p| p.1).sum::<f64>() / n);
+        let sxx: f64 = p.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = p.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+        sxy / sxx * 8.0 / 1e6
+    }
+
+    const LINK_BPS: f64 = 128e3;
+    const LINK_BYTES_PER_S: f64 = LINK_BPS / 8.0;
+
+    fn window(samples: &[Sample], warmup_s: u64, rate_bps: Option<f64>) -> (f64, Option<String>) {
+        let s =
+            summarise(samples, Duration::from_secs(warmup_s), Duration::from_millis(100), rate_bps);
+        (s.goodput_mbps, s.goodput_note)
+    }
+
+    /// What bloat's full mode met at 128 kbit/s: the link runs at its rate throughout, but a
+    /// hole waits on a retransmission timeout for the first half of the window (2-6 s after
+    /// 2 s of warm-up) and everything held behind it is read at once. The least-squares slope
+    /// reads 125 % of the link; the count over the window reads the link's rate, shaped path
+    /// or not.
+    #[test]
+    fn a_stall_then_a_burst_reads_the_link_not_more() {
+        let samples =
+            trace(10.0, |t| LINK_BYTES_PER_S * if (2.0..6.0).contains(&t) { 2.0 } else { t });
+        let slope = least_squares_mbps(&samples, 2.0);
+        assert!(slope > 1.2 * LINK_BPS / 1e6, "the slope over-reads here: {slope}");
+        for rate in [Some(LINK_BPS), None] {
+            let (goodput, note) = window(&samples, 2, rate);
+            assert!((goodput - LINK_BPS / 1e6).abs() < 1e-9, "{goodput}");
+            assert_eq!(note, None);
+        }
+    }
+
+    /// Data the link carried before the window, held out of order at its start and read
+    /// inside it, is the one way the count exceeds the link: the figure is then the link's
+    /// rate, and the note gives the count and why.
+    #[test]
+    fn held_data_from_before_the_window_is_capped_with_the_reason() {
+        // A hole from the start holds back 2 s of link time (32,000 B) until 3 s, a second into
+        // the window: read at 3 s, although the link carried it before the window.
+        let held = 2.0 * LINK_BYTES_PER_S;
+        let samples = trace(10.0, |t| {
+            let carried = LINK_BYTES_PER_S * t;
+            if t < 3.0 { (carried - held).max(0.0) } else { carried }
+        });
+        let (goodput, note) = window(&samples, 2, Some(LINK_BPS));
+        assert_eq!(goodput, LINK_BPS / 1e6);
+        let note = note.expect("a note");
+        assert!(note.contains("read 0.160 Mbit/s"), "{note}");
+        assert!(note.contains("above the link's 0.128 Mbit/s") && note.contains("held"), "{note}");
+        assert!(note.ends_with("goodput_mbps is the link's rate"), "{note}");
+        // Without a shaped rate nothing to hold it to: the count as read.
+        let (read, none) = window(&samples, 2, None);
+        assert!((read - 0.16).abs() < 1e-9 && none.is_none(), "{read}");
+    }
+
+    #[test]
+    fn goodput_needs_two_samples_in_the_window() {
+        let samples = trace(3.0, |t| LINK_BYTES_PER_S * t);
+        assert!(window_goodput_mbps(&samples, Duration::from_secs(3)).is_nan());
+        assert!(window_goodput_mbps(&[], Duration::ZERO).is_nan());
+        assert!(goodput_between(&samples[5], &samples[5]).is_nan());
+        assert!((goodput_between(&samples[0], &samples[100]) - 0.128).abs() < 1e-9);
+        // NaN is never held to the link, nor noted.
+        let (nan, note) = held_to_link(f64::NAN, Some(LINK_BPS), "x");
+        assert!(nan.is_nan() && note.is_none());
+    }
+
+    proptest::proptest! {
+        /// Whatever the link's idle spells and however long the receivers wait on holes, when
+        /// nothing carried before the window is read inside it the goodput never exceeds the
+        /// link's rate (the least-squares slope fails this: see the tests above).
+        #[test]
+        fn goodput_never_exceeds_the_link(
+            busy in proptest::collection::vec(0.9f64..=1.0, 80),
+            holes in proptest::collection::vec((200usize..800, 0usize..600), 1..4),
+        ) {
+            // 8 s of 10 ms samples: the link at 90-100 % of its rate in each 100 ms, and up to
+            // three holes (first sample, length) inside the window after 2 s of warm-up, during
+            // each of which the receivers read nothing beyond what the link had carried when
+            // it opened; then they catch up at once.
+            let mut carried = vec![0.0f64; 801];
+            for i in 1..=800 {
+                carried[i] = carried[i - 1] + busy[(i - 1) / 10] * LINK_BYTES_PER_S / 100.0;
+            }
+            let read: Vec<f64> = (0..=800usize)
+                .map(|i| {
+                    let open = holes.iter().filter(|&&(s, l)| s <= i && i < s + l);
+                    carried[open.map(|&(s, _)| s).min().unwrap_or(i)]
+                })
+                .collect();
+            let samples = trace(8.0, |t| read[(t * 100.0).round() as usize]);
+            let (goodput, note) = window(&samples, 2, Some(LINK_BPS));
+            proptest::prop_assert!(goodput <= LINK_BPS / 1e6 * (1.0 + 1e-9), "{goodput}");
+            proptest::prop_assert!(note.is_none(), "{note:?}");
+        }
     }
 
     #[test]

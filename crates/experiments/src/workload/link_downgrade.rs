@@ -15,7 +15,9 @@
 //! A step to the path's own rate is a no-step control with the same arithmetic.
 //!
 //! Metrics, with the step at the event's time on the flow's clock: `pre_goodput_mbps` (from
-//! `warmup` to the step), `post_goodput_mbps`, `post_rtt_p95_ms`, `post_queue_p95_ms` (that RTT
+//! `warmup` to the step), `post_goodput_mbps` (each the bytes read over its side of the step
+//! divided by its length, never above that side's rate: see [`flows::goodput_between`] and
+//! [`flows::held_to_link`]), `post_rtt_p95_ms`, `post_queue_p95_ms` (that RTT
 //! less the base RTT) and `post_retrans_pct` (bytes retransmitted over bytes sent), all from
 //! the step to the end; `pacing_settle_s`, the time from the step until the sender's pacing
 //! rate is first at most 1.25x the new rate (BBR's highest pacing gain); `rtt_settle_s`, the
@@ -213,7 +215,13 @@ impl VariantPlan for Plan {
         })?;
         let (samples, offset) = run;
         let step = self.step_at.saturating_sub(offset).as_secs_f64();
-        let a = analyse(&samples, self.warmup.as_secs_f64(), step, self.new_rate, self.path.rtt());
+        let a = analyse(
+            &samples,
+            self.warmup.as_secs_f64(),
+            step,
+            (self.path.rate(), self.new_rate),
+            self.path.rtt(),
+        );
         let mut m = Measurement { lateness, ..Measurement::default() };
         m.metric("pre_goodput_mbps", a.pre_goodput_mbps)
             .metric("post_goodput_mbps", a.post_goodput_mbps)
@@ -231,6 +239,7 @@ impl VariantPlan for Plan {
                 ));
             }
         }
+        m.notes.extend(a.goodput_notes.iter().cloned());
         if self.cc == "bbr" {
             m.metric("bw_settle_s", a.bw_settle.value(a.left));
         }
@@ -260,6 +269,7 @@ impl VariantPlan for Plan {
             &samples.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>(),
             self.warmup,
             Duration::from_millis(100),
+            None,
         );
         m.series.push(Series::time("goodput_mbps", s.goodput_series));
         m.series.push(Series::time("rtt_ms", s.rtt_series));
@@ -314,6 +324,8 @@ impl Settle {
 struct Analysis {
     pre_goodput_mbps: f64,
     post_goodput_mbps: f64,
+    /// Why a goodput is the link's rate rather than the count ([`flows::held_to_link`]).
+    goodput_notes: Vec<String>,
     post_rtt_p95_ms: f64,
     post_retrans_pct: f64,
     pacing_settle: Settle,
@@ -323,21 +335,33 @@ struct Analysis {
     left: f64,
 }
 
-/// Splits the samples at `step` (seconds on the flow's clock) and measures each side.
+/// Splits the samples at `step` (seconds on the flow's clock) and measures each side; `rates`
+/// are the path's rate before the step (`None`: not shaped) and after it.
 fn analyse(
     samples: &[(Sample, Rates)],
     warmup: f64,
     step: f64,
-    new_rate: BitRate,
+    rates: (Option<BitRate>, BitRate),
     base_rtt: Duration,
 ) -> Analysis {
+    let (old_rate, new_rate) = rates;
     let pre: Vec<&(Sample, Rates)> =
         samples.iter().filter(|(s, _)| s.t >= warmup && s.t < step).collect();
     let post: Vec<&(Sample, Rates)> = samples.iter().filter(|(s, _)| s.t >= step).collect();
-    let goodput = |part: &[&(Sample, Rates)]| {
-        let points: Vec<[f64; 2]> = part.iter().map(|(s, _)| [s.t, s.received as f64]).collect();
-        flows::slope(&points) * 8.0 / 1e6
+    let mut goodput_notes = Vec::new();
+    // Each side's goodput is the bytes read from its first sample to its last over the time
+    // between them, held to the rate the link had on that side.
+    let mut goodput = |part: &[&(Sample, Rates)], rate: Option<BitRate>, metric: &str| {
+        let read = match (part.first(), part.last()) {
+            (Some((a, _)), Some((b, _))) => flows::goodput_between(a, b),
+            _ => f64::NAN,
+        };
+        let (mbps, note) = flows::held_to_link(read, rate.map(|r| r.0 as f64), metric);
+        goodput_notes.extend(note);
+        mbps
     };
+    let pre_goodput_mbps = goodput(&pre, old_rate, "pre_goodput_mbps");
+    let post_goodput_mbps = goodput(&post, Some(new_rate), "post_goodput_mbps");
     let rtts = |part: &[&(Sample, Rates)]| {
         let mut v: Vec<f64> =
             part.iter().flat_map(|(s, _)| s.rtts_us.iter().map(|&r| f64::from(r) / 1e3)).collect();
@@ -361,8 +385,9 @@ fn analyse(
     // BDP of the path (an RTT of twice the base, what BBR's cwnd gain of 2 allows), plus 10 %.
     let rtt_bound = (SETTLED * pre_rtt_p95).max(2.2 * base_rtt.as_secs_f64() * 1e3);
     Analysis {
-        pre_goodput_mbps: goodput(&pre),
-        post_goodput_mbps: goodput(&post),
+        pre_goodput_mbps,
+        post_goodput_mbps,
+        goodput_notes,
         post_rtt_p95_ms: flows::percentile(&post_rtts, 0.95),
         post_retrans_pct,
         pacing_settle: first_after(&|_, r| r.pacing_bps > 0.0 && r.pacing_bps <= limit),

@@ -113,8 +113,9 @@ impl LoggedRound {
     }
 
     /// The goodput the link's own deliveries give over the samples between `from` and `to`
-    /// (fractions of the sending time), computed as the workloads compute theirs: the
-    /// least-squares slope of bytes delivered against the samples' times, Mbit/s.
+    /// (fractions of the sending time), computed as the workloads compute theirs
+    /// ([`crate::workload::flows::goodput_between`]): the bytes delivered from the first of
+    /// those samples to the last over the time between them, Mbit/s.
     pub fn link_goodput_mbps(&self, from: f64, to: f64) -> f64 {
         self.link_goodput_where(|_, f| f >= from - 1e-9 && f <= to + 1e-9)
     }
@@ -122,13 +123,14 @@ impl LoggedRound {
     /// [`LoggedRound::link_goodput_mbps`] over the samples `keep` accepts by their wall-clock
     /// ms and fraction.
     pub fn link_goodput_where(&self, keep: impl Fn(f64, f64) -> bool) -> f64 {
-        let points: Vec<[f64; 2]> = self
-            .progress
-            .iter()
-            .filter(|&&(t, f)| keep(t, f))
-            .map(|&(t, _)| [t / 1e3, self.carried_by(t)])
-            .collect();
-        crate::workload::flows::slope(&points) * 8.0 / 1e6
+        let mut kept = self.progress.iter().filter(|&&(t, f)| keep(t, f)).map(|&(t, _)| t);
+        let Some(first) = kept.next() else { return f64::NAN };
+        match kept.next_back() {
+            Some(last) if last > first => {
+                (self.carried_by(last) - self.carried_by(first)) * 8.0 / (last - first) / 1e3
+            }
+            _ => f64::NAN,
+        }
     }
 
     /// Wall-clock ms of the up link's first and last departure of a data packet (at least

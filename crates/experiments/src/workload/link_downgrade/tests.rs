@@ -61,9 +61,48 @@ fn synthetic() -> Vec<(Sample, Rates)> {
     out
 }
 
+/// The synthetic path's rates: 50 Mbit/s, then 10 Mbit/s from the step.
+const RATES: (Option<BitRate>, BitRate) = (Some(BitRate(50_000_000)), BitRate(10_000_000));
+
+/// [`synthetic`] with the receiver's count held at its value at `from` until `until` (a hole
+/// waiting on its retransmission), then caught up at once.
+fn held(from: f64, until: f64) -> Vec<(Sample, Rates)> {
+    let mut samples = synthetic();
+    let at_hole = samples.iter().find(|(s, _)| s.t >= from - 1e-9).unwrap().0.received;
+    for (s, _) in samples.iter_mut().filter(|(s, _)| s.t >= from - 1e-9 && s.t < until - 1e-9) {
+        s.received = at_hole;
+    }
+    samples
+}
+
+/// The receiver reads nothing for the first half of the 4 s after the step, then everything
+/// the link carried meanwhile: the post-step goodput is the link's 10 Mbit/s, where a
+/// least-squares slope of the same bytes read 12.5.
+#[test]
+fn a_stall_after_the_step_reads_the_link_not_more() {
+    let a = analyse(&held(2.0, 4.0), 0.5, 2.0, RATES, Duration::from_millis(20));
+    assert!((a.post_goodput_mbps - 10.0).abs() < 0.01, "{a:?}");
+    assert!((a.pre_goodput_mbps - 50.0).abs() < 0.01, "{a:?}");
+    assert!(a.goodput_notes.is_empty(), "{a:?}");
+}
+
+/// Data carried at 50 Mbit/s before the step, held behind a hole until 0.5 s after it, is
+/// read in the post-step window: the count reads 15.25 Mbit/s on a 10 Mbit/s link, so the
+/// figure is the link's rate with a note naming the metric.
+#[test]
+fn data_held_across_the_step_is_capped_with_the_reason() {
+    let a = analyse(&held(1.5, 2.5), 0.5, 2.0, RATES, Duration::from_millis(20));
+    assert_eq!(a.post_goodput_mbps, 10.0, "{a:?}");
+    let [note] = &a.goodput_notes[..] else { panic!("one note: {a:?}") };
+    assert!(note.contains("read 15.250 Mbit/s over post_goodput_mbps's window"), "{note}");
+    assert!(note.ends_with("post_goodput_mbps is the link's rate"), "{note}");
+    // Before the step the count is what was read up to the hole, below the link.
+    assert!((a.pre_goodput_mbps - 50.0 / 1.4).abs() < 0.01, "{a:?}");
+}
+
 #[test]
 fn the_step_splits_the_figures() {
-    let a = analyse(&synthetic(), 0.5, 2.0, BitRate(10_000_000), Duration::from_millis(20));
+    let a = analyse(&synthetic(), 0.5, 2.0, RATES, Duration::from_millis(20));
     assert!((a.pre_goodput_mbps - 50.0).abs() < 0.5, "{a:?}");
     assert!((a.post_goodput_mbps - 10.0).abs() < 0.5, "{a:?}");
     assert_eq!(a.post_rtt_p95_ms, 80.0);
@@ -84,7 +123,7 @@ fn the_step_splits_the_figures() {
     for (s, _) in high.iter_mut().filter(|(s, _)| s.t >= 2.0) {
         s.rtts_us = vec![80_000];
     }
-    let a = analyse(&high, 0.5, 2.0, BitRate(10_000_000), Duration::from_millis(20));
+    let a = analyse(&high, 0.5, 2.0, RATES, Duration::from_millis(20));
     assert!(a.pacing_settle.is_none() && a.rtt_settle.is_none(), "{a:?}");
     assert!((a.pacing_settle.value(a.left) - 4.0).abs() < 0.051);
 }
