@@ -203,3 +203,63 @@ fn a_real_step_down() {
     assert!(m.metrics["post_queue_p95_ms"] > 5.0, "{:?}", m.metrics);
     assert!(m.series.iter().any(|s| s.name == "bbr_bw_mbps"));
 }
+
+/// A BBR estimate shaped like full mode's measured rounds (2026-11-26: 96 Mbit/s after a 1 s
+/// start-up, within 1.25x of the new 20 Mbit/s 2.2 s after the step), one sample per 100 ms
+/// up to `end` seconds, the step at `step`.
+fn estimate_like_full_mode(step: f64, end: f64) -> Vec<(Sample, Rates)> {
+    let points = (end * 10.0).round() as u32;
+    (0..=points)
+        .map(|i| {
+            let t = f64::from(i) / 10.0;
+            let bw = if t >= step + 2.2 { 19.5e6 } else { 96e6 * t.min(1.0) };
+            let s = Sample {
+                t,
+                received: 0,
+                rtts_us: vec![40_000],
+                bytes_sent: 0,
+                bytes_retrans: 0,
+                busy_us: 0,
+                rwnd_limited_us: 0,
+                cwnd: 10,
+            };
+            (s, Rates { pacing_bps: bw, bbr_bw_bps: Some(bw) })
+        })
+        .collect()
+}
+
+/// Full mode's plan (experiments/link-downgrade.toml) leaves the corrected rule time to fire
+/// after the step: at 60x (1 s of round = 1 min of series) its condition holds from about
+/// 6 s after the step and must then hold for `for: 10m`, 10 s, so it fires about 16 s after
+/// the step. The plan's round must last that with 5 s to spare (how much later the estimate
+/// may fall than in the measured rounds); the 30 s round the plan had before, 15 s after
+/// the step, ended before the rule could fire, as the full run of 2026-11-26 found.
+#[test]
+fn full_mode_leaves_the_corrected_rule_time_to_fire() {
+    let exp = crate::spec::Experiment::builtin("link-downgrade").unwrap();
+    let mode = crate::spec::RunMode::Full;
+    let step_variant = exp.variants_in(mode).into_iter().find(|v| v.name == "bbr_step").unwrap();
+    let params = exp.params_for(step_variant, mode);
+    assert!(workload::plan(&LinkDowngrade, &params).is_ok());
+    let duration = params.duration("duration").unwrap().unwrap().as_secs_f64();
+    let scale = params.uint("alert_time_scale", 3600).unwrap().unwrap() as u32;
+    let path = PathPlan::emulated_from_params(&params, "link-downgrade").unwrap();
+    let step = path.events[0].at.as_secs_f64();
+    assert_eq!(scale, 60, "the reasoning above is for 60x");
+
+    let promtool = find_promtool().expect("promtool (scripts/install-deps installs prometheus)");
+    let dir = tempfile::tempdir().unwrap();
+    let full = estimate_like_full_mode(step, duration);
+    let alerts = evaluate_alerts(&promtool, dir.path(), &full, scale, step).unwrap();
+    assert_eq!(alerts.fixed.before, None, "{alerts:?}");
+    let fired = alerts.fixed.after.expect("the corrected rule fires within full mode's round");
+    assert!(fired + 5.0 <= duration, "fired at {fired} s of a {duration} s round");
+    eprintln!(
+        "fired {:.1} s after the step at {step} s; the round lasts {duration} s",
+        fired - step
+    );
+
+    let old = estimate_like_full_mode(step, 30.0);
+    let alerts = evaluate_alerts(&promtool, dir.path(), &old, scale, step).unwrap();
+    assert_eq!(alerts.fixed, Firing::default(), "a 30 s round is too short: {alerts:?}");
+}
