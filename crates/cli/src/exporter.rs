@@ -198,7 +198,7 @@ impl Exporter {
         let (dumper, state) = &mut *guard;
         let start = Instant::now();
         let mut scrape = Scrape::new(&self.selectors);
-        match dumper.dump(&self.request, |s| scrape.add(s)) {
+        match scrape.dump(dumper, &self.request) {
             Ok(stats) => {
                 if stats.interrupted {
                     state.totals.incomplete += 1;

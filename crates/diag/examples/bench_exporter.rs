@@ -405,6 +405,23 @@ fn main() {
             held += k;
         }
         let setup = t.elapsed();
+        if let Ok(source) = std::env::var("BENCH_EXPORTER_PROFILE") {
+            // Scrapes in a loop for `perf record` (no measurement): `bpf` or `sock-diag`.
+            let end = Instant::now() + Duration::from_secs(8);
+            let mut scrapes = 0;
+            while Instant::now() < end {
+                let mut scrape = Scrape::new(&svc);
+                match (source.as_str(), iter.as_mut()) {
+                    ("bpf", Some(iter)) => scrape.dump(iter, &request).map(drop).expect("dump"),
+                    _ => scrape.dump(&mut dumper, &request).map(drop).expect("dump"),
+                }
+                let text = scrape.render(&mut State::default(), Format::Prometheus, Duration::ZERO);
+                std::hint::black_box(text);
+                scrapes += 1;
+            }
+            eprintln!("{scrapes} {source} scrapes of {n} connections");
+            continue;
+        }
         let load_before = load();
         let everything = selectors(&format!(
             "max_connections = {}\n[[selector]]\nname = \"all\"\nremote_addrs = [\"127.0.0.0/8\"]\n",
@@ -506,7 +523,7 @@ fn main() {
             if let Some(iter) = iter.as_mut() {
                 let (t, seen) = cpu(|| {
                     let mut scrape = Scrape::new(&svc);
-                    iter.dump(&request, |s| scrape.add(s)).expect("bpf dump");
+                    scrape.dump(iter, &request).expect("bpf dump");
                     let seen = scrape.sockets_seen;
                     let text =
                         scrape.render(&mut State::default(), Format::Prometheus, Duration::ZERO);

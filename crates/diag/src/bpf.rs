@@ -46,7 +46,7 @@ use crate::filter::Filter;
 use crate::wire::{Attrs, Socket};
 use btf::Btf;
 use convert::Hz;
-use record::Layout;
+use record::{Layout, header};
 use select::Selection;
 
 /// Why the iterator cannot be used or a dump failed.
@@ -170,6 +170,7 @@ impl IterDumper {
             ipv6: true,
             filter: None,
             attrs: crate::wire::Attrs::ALL,
+            brief: false,
         })?;
         Ok(d)
     }
@@ -231,6 +232,7 @@ impl IterDumper {
             ipv6: req.ipv6,
             filter: req.filter.clone().filter(select::expressible),
             attrs: req.attrs,
+            brief: false,
         }
     }
 
@@ -270,9 +272,45 @@ impl IterDumper {
         let iter = self.open_iter(selection)?;
         let IterDumper { layout, hz, info_len, buf, info, .. } = self;
         let mut sockets = 0;
-        read_iter(&iter, buf, layout.record_len, &mut stats, |record| {
+        read_iter(&iter, buf, Lens::fixed(layout.record_len), &mut stats, |record| {
             if convert_one(layout, *hz, *info_len, record, info, req, filtered, decode_info, each) {
                 sockets += 1;
+            }
+        })?;
+        stats.sockets = sockets;
+        Ok(stats)
+    }
+
+    /// A dump of `req` for a scrape whose selectors' union is `selected`: the sockets it
+    /// matches go to `sink` as [`IterDumper::dump`] gives them, every other one as a brief
+    /// record ([`record::brief`]: what the scrape's aggregates read, for a fraction
+    /// of a full record's cost). A request with its own filter, no `selected` filter or one
+    /// the program cannot split on ([`select::depends_on_the_socket`]) is a plain dump.
+    pub fn dump_briefly(
+        &mut self,
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        sink: &mut dyn crate::source::ScrapeSink,
+    ) -> Result<DumpStats, BpfError> {
+        let split = selected
+            .filter(|f| req.filter.is_none() && req.attrs.info && select::depends_on_the_socket(f));
+        let (Some(selected), true) = (split, req.ipv4 || req.ipv6) else {
+            return self.dump_decoding(req, true, &mut |s| sink.socket(s));
+        };
+        let selection =
+            Selection { filter: Some(selected.clone()), brief: true, ..Self::selection_of(req) };
+        let iter = self.open_iter(selection)?;
+        let IterDumper { layout, hz, info_len, buf, info, .. } = self;
+        let mut stats = DumpStats::default();
+        let mut sockets = 0;
+        let lens = Lens { full: layout.record_len, brief: Some(layout.brief_len) };
+        read_iter(&iter, buf, lens, &mut stats, |record| {
+            sockets += 1;
+            if record[header::KIND] != 0 {
+                sink.brief(&convert::brief(layout, *info_len, record));
+            } else {
+                let each = &mut |s: &Socket<'_>| sink.socket(s);
+                convert_one(layout, *hz, *info_len, record, info, req, true, true, each);
             }
         })?;
         stats.sockets = sockets;
@@ -302,7 +340,7 @@ impl IterDumper {
         let iter = self.open_iter(Self::selection_of(req))?;
         let mut stats = DumpStats::default();
         let len = self.layout.record_len;
-        read_iter(&iter, &mut self.buf, len, &mut stats, &mut each)?;
+        read_iter(&iter, &mut self.buf, Lens::fixed(len), &mut stats, &mut each)?;
         stats.sockets = stats.bytes / len as u64;
         Ok(stats)
     }
@@ -319,8 +357,14 @@ impl IterDumper {
                 |tcptail_bpf::LoadError { source, log }| BpfError::Rejected { source, log },
             )?;
             let link = link_iter(&prog).map_err(BpfError::Io)?;
-            let selection =
-                Selection { states, ipv4: true, ipv6: true, filter: None, attrs: Attrs::NONE };
+            let selection = Selection {
+                states,
+                ipv4: true,
+                ipv6: true,
+                filter: None,
+                attrs: Attrs::NONE,
+                brief: false,
+            };
             self.minimal = Some(Linked { selection, link, _prog: prog });
         }
         let Some(Linked { link, .. }) = &self.minimal else {
@@ -328,7 +372,7 @@ impl IterDumper {
         };
         let iter = tcptail_bpf::iter_create(link).map_err(BpfError::Io)?;
         let mut stats = DumpStats::default();
-        read_iter(&iter, &mut self.buf, 16, &mut stats, |r| {
+        read_iter(&iter, &mut self.buf, Lens::fixed(16), &mut stats, |r| {
             std::hint::black_box(r);
         })?;
         Ok(stats.bytes / 16)
@@ -401,12 +445,38 @@ fn link_iter(prog: &OwnedFd) -> io::Result<OwnedFd> {
     tcptail_bpf::link_create(prog, 0, tcptail_bpf::TRACE_ITER, 0)
 }
 
-/// Reads an iteration to its end in `buf`-sized reads, handing whole `len`-byte records to
-/// `each` (a read may end inside a record: its start waits for the next read).
+/// The lengths of an iteration's records.
+#[derive(Debug, Clone, Copy)]
+struct Lens {
+    /// Every record's, or a full record's when `brief` is set.
+    full: usize,
+    /// A brief record's: records are then told apart by [`header::KIND`].
+    brief: Option<usize>,
+}
+
+impl Lens {
+    fn fixed(len: usize) -> Lens {
+        Lens { full: len, brief: None }
+    }
+
+    /// The length of the record starting `rest`, if enough of it is there to tell.
+    fn of(self, rest: &[u8]) -> Option<usize> {
+        match self.brief {
+            None => Some(self.full),
+            Some(brief) => match rest.get(header::KIND)? {
+                0 => Some(self.full),
+                _ => Some(brief),
+            },
+        }
+    }
+}
+
+/// Reads an iteration to its end in `buf`-sized reads, handing whole records to `each` (a
+/// read may end inside a record: its start waits for the next read).
 fn read_iter(
     iter: &OwnedFd,
     buf: &mut [u8],
-    len: usize,
+    lens: Lens,
     stats: &mut DumpStats,
     mut each: impl FnMut(&[u8]),
 ) -> Result<(), BpfError> {
@@ -419,9 +489,12 @@ fn read_iter(
         stats.batches += 1;
         stats.bytes += n as u64;
         filled += n;
-        let whole = filled / len * len;
-        buf[..whole].chunks_exact(len).for_each(&mut each);
-        buf.copy_within(whole..filled, 0);
-        filled -= whole;
+        let mut at = 0;
+        while let Some(len) = lens.of(&buf[at..filled]).filter(|len| at + len <= filled) {
+            each(&buf[at..at + len]);
+            at += len;
+        }
+        buf.copy_within(at..filled, 0);
+        filled -= at;
     }
 }

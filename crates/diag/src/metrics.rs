@@ -39,7 +39,9 @@ use families::{Values, connection_families, series_of_values};
 pub use slots::Slots;
 use text::{Kind, Num, Writer};
 
+use crate::dump::{DiagError, DumpStats};
 use crate::selector::Selectors;
+use crate::source::{Brief, Dump, ScrapeSink};
 use crate::wire::{Attrs, Socket};
 use crate::{DumpRequest, Filter};
 
@@ -301,6 +303,26 @@ impl<'s> Scrape<'s> {
         }
     }
 
+    /// Adds a socket of the dump no selector matches, from what the aggregates need of it.
+    pub fn add_brief(&mut self, b: &Brief<'_>) {
+        self.sockets_seen += 1;
+        let state = TcpState::from_raw(b.state);
+        let other = self.groups.len() - 1;
+        let listening = state == TcpState::Listen;
+        self.aggregate(other, state.name(), b.cong.unwrap_or(""), b.info.as_ref(), listening);
+    }
+
+    /// Dumps `req` from `source` into this scrape, the sockets no selector matches briefly
+    /// where the source can ([`Dump::dump_for_scrape`]).
+    pub fn dump(
+        &mut self,
+        source: &mut dyn Dump,
+        req: &DumpRequest,
+    ) -> Result<DumpStats, DiagError> {
+        let selected = self.selectors.filter();
+        source.dump_for_scrape(req, selected.as_ref(), self)
+    }
+
     fn aggregate(
         &mut self,
         group: usize,
@@ -485,6 +507,16 @@ impl<'s> Scrape<'s> {
             w.out.push_str("# EOF\n");
         }
         w.out
+    }
+}
+
+impl ScrapeSink for Scrape<'_> {
+    fn socket(&mut self, s: &Socket<'_>) {
+        self.add(s);
+    }
+
+    fn brief(&mut self, b: &Brief<'_>) {
+        self.add_brief(b);
     }
 }
 

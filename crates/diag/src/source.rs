@@ -17,7 +17,9 @@ use std::str::FromStr;
 
 use crate::bpf::{BpfError, IterDumper};
 use crate::dump::{DiagError, DumpRequest, DumpStats, Dumper};
+use crate::filter::Filter;
 use crate::wire::Socket;
+use tcptail_sock::tcp_info::TcpInfo;
 
 /// A dump of sockets, whichever the source.
 pub trait Dump {
@@ -29,6 +31,20 @@ pub trait Dump {
         decode_info: bool,
         each: &mut dyn FnMut(&Socket<'_>),
     ) -> Result<DumpStats, DiagError>;
+
+    /// Dumps `req` (`tcp_info` decoded) for a scrape whose selectors' union is `selected`:
+    /// every socket `selected` matches goes to [`ScrapeSink::socket`], and the others too or,
+    /// where the source can make them cheaper, to [`ScrapeSink::brief`] ([`IterDumper`] for
+    /// a request without a filter). `stats.sockets` counts both.
+    fn dump_for_scrape(
+        &mut self,
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        sink: &mut dyn ScrapeSink,
+    ) -> Result<DumpStats, DiagError> {
+        let _ = selected;
+        self.dump_with(req, true, &mut |s| sink.socket(s))
+    }
 }
 
 impl Dump for Dumper {
@@ -52,6 +68,36 @@ impl Dump for IterDumper {
         let stats = if decode_info { self.dump(req, each) } else { self.dump_undecoded(req, each) };
         stats.map_err(DiagError::from)
     }
+
+    fn dump_for_scrape(
+        &mut self,
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        sink: &mut dyn ScrapeSink,
+    ) -> Result<DumpStats, DiagError> {
+        self.dump_briefly(req, selected, sink).map_err(DiagError::from)
+    }
+}
+
+/// What a scrape's aggregates need of a socket no selector matches
+/// ([`Dump::dump_for_scrape`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Brief<'a> {
+    /// The state as sock_diag reports it (`tcp_states.h`).
+    pub state: u8,
+    /// The congestion control, for a full socket that has one.
+    pub cong: Option<&'a str>,
+    /// For a full socket: `tcp_info`'s state, `rtt_us` and the inputs of
+    /// [`TcpInfo::send_queue_delay`] as a full dump gives them; every other field zero.
+    pub info: Option<TcpInfo>,
+}
+
+/// Where [`Dump::dump_for_scrape`] delivers: full sockets and brief ones.
+pub trait ScrapeSink {
+    /// A socket as [`Dump::dump_with`] gives it.
+    fn socket(&mut self, s: &Socket<'_>);
+    /// A socket no selector matches, briefly.
+    fn brief(&mut self, b: &Brief<'_>);
 }
 
 /// Which source the user asked for.
@@ -180,6 +226,22 @@ impl Dump for SocketSource {
                 diag.dump_with(req, decode_info, each)
             }
             SocketSource::Auto { iter, .. } => iter.as_mut().dump_with(req, decode_info, each),
+        }
+    }
+
+    fn dump_for_scrape(
+        &mut self,
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        sink: &mut dyn ScrapeSink,
+    ) -> Result<DumpStats, DiagError> {
+        match self {
+            SocketSource::SockDiag(d) => d.dump_for_scrape(req, selected, sink),
+            SocketSource::Bpf(d) => d.as_mut().dump_for_scrape(req, selected, sink),
+            SocketSource::Auto { diag, .. } if req.filter.is_some() => {
+                diag.dump_for_scrape(req, selected, sink)
+            }
+            SocketSource::Auto { iter, .. } => iter.as_mut().dump_for_scrape(req, selected, sink),
         }
     }
 }

@@ -300,3 +300,132 @@ fn filtered_iterator_dumps_equal_filtered_sock_diag_dumps() {
     drop(held);
     ns.delete().unwrap();
 }
+
+#[test]
+fn brief_scrapes_render_what_full_scrapes_render() {
+    use tcptail_diag::metrics::{self, Format, Scrape, State};
+    use tcptail_diag::selector::Selectors;
+    use tcptail_diag::source::Dump;
+
+    tcptail_netns::ensure_root().expect("the iterator test needs root (CI runs it as root)");
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "bpfbrief").unwrap();
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    // Listeners on IPv4 and IPv6; connections with three congestion controls; one whose
+    // receiver never reads (bytes not yet sent: a send-queue delay); closed pairs (TIME_WAIT
+    // on one side).
+    let held = ns
+        .run(|| {
+            let a = TcpListener::bind("127.0.0.1:0").unwrap();
+            let b = TcpListener::bind("127.0.0.2:0").unwrap();
+            let v6 = TcpListener::bind("[::1]:0").unwrap();
+            let mut held = Vec::new();
+            for (listener, cc, n) in
+                [(&a, "bbr", 3), (&a, "reno", 2), (&b, "cubic", 2), (&v6, "bbr", 2)]
+            {
+                for _ in 0..n {
+                    let client = connect(listener.local_addr().unwrap(), cc);
+                    let (server, _) = listener.accept().unwrap();
+                    held.push((client, server));
+                }
+            }
+            let mut stuck = &held[0].0;
+            stuck.set_nonblocking(true).unwrap();
+            let chunk = vec![7u8; 64 * 1024];
+            while stuck.write(&chunk).is_ok() {}
+            for _ in 0..2 {
+                let client = connect(b.local_addr().unwrap(), "reno");
+                let (server, _) = b.accept().unwrap();
+                drop(client);
+                let mut server = server;
+                let _ = server.read(&mut [0u8; 16]);
+                drop(server);
+            }
+            (a, b, v6, held)
+        })
+        .unwrap();
+    let port = |l: &TcpListener| l.local_addr().unwrap().port();
+    let (pa, pb) = (port(&held.0), port(&held.1));
+    let mut iter = IterDumper::in_netns(ns.name()).expect("the BPF socket iterator on this host");
+    let mut diag = Dumper::in_netns(ns.name()).unwrap();
+    let text = |source: &mut dyn Dump, selectors: &Selectors, req: &DumpRequest, brief: bool| {
+        let mut scrape = Scrape::new(selectors);
+        if brief {
+            scrape.dump(source, req).unwrap();
+        } else {
+            source.dump_with(req, true, &mut |s| scrape.add(s)).unwrap();
+        }
+        let text = scrape.render(&mut State::default(), Format::Prometheus, Duration::ZERO);
+        assert!(text.contains("tcptail_send_queue_delay_seconds_bucket"), "{text}");
+        // The exported connections' values come from full records either way, and the
+        // stuck one's ages and timers move between dumps: their series are compared by
+        // name and labels.
+        text.lines()
+            .map(|l| match l.rsplit_once(' ') {
+                Some((series, _)) if l.starts_with("tcptail_connection_") => series.to_owned(),
+                _ => l.to_owned(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let differ = |a: &[String], b: &[String]| {
+        a.iter()
+            .zip(b)
+            .filter(|(x, y)| x != y)
+            .map(|(x, y)| format!("{x}\n  vs {y}\n"))
+            .collect::<String>()
+    };
+    for toml in [
+        format!("[[selector]]\nname = \"a\"\nremote_ports = [\"{pa}\"]\n"),
+        format!(
+            "[[selector]]\nname = \"a\"\nlocal_ports = [\"{pa}\"]\n[[selector]]\nname = \
+             \"b\"\nremote_addrs = [\"127.0.0.2/32\"]\n"
+        ),
+        format!("max_connections = 1\n[[selector]]\nname = \"b\"\nremote_ports = [\"{pb}\"]\n"),
+        "[[selector]]\nname = \"v6\"\nremote_addrs = [\"::1/128\"]\n".to_owned(),
+    ] {
+        let selectors = Selectors::from_toml(&toml, std::path::Path::new("test")).unwrap();
+        for (ipv4, ipv6) in [(true, true), (true, false), (false, true)] {
+            let req = DumpRequest {
+                states: wire::ALL_STATES,
+                ipv4,
+                ipv6,
+                ..metrics::dump_request(&selectors, true)
+            };
+            // The iterator did send the unselected sockets briefly.
+            struct Count(usize, usize);
+            impl tcptail_diag::source::ScrapeSink for Count {
+                fn socket(&mut self, _: &Socket<'_>) {
+                    self.0 += 1;
+                }
+                fn brief(&mut self, _: &tcptail_diag::source::Brief<'_>) {
+                    self.1 += 1;
+                }
+            }
+            let mut count = Count(0, 0);
+            iter.dump_for_scrape(&req, selectors.filter().as_ref(), &mut count).unwrap();
+            assert!(count.1 > 0, "no brief records");
+            // The stuck connection's RTT still moves while its window closes (zero-window
+            // probes, backing off): three dumps in a row that agree are what is asked for.
+            let at = format!("{toml}, ipv4 {ipv4} ipv6 {ipv6}");
+            for attempt in 1.. {
+                let brief = text(&mut iter, &selectors, &req, true);
+                let full = text(&mut iter, &selectors, &req, false);
+                let diag = text(&mut diag, &selectors, &req, false);
+                assert!(brief.len() > 100 && brief.len() == full.len());
+                assert_eq!(brief.len(), diag.len());
+                if brief == full && brief == diag {
+                    break;
+                }
+                assert!(
+                    attempt < 100,
+                    "{at}: brief vs full records:\n{}\nbrief vs sock_diag:\n{}",
+                    differ(&brief, &full),
+                    differ(&brief, &diag)
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    drop(held);
+    ns.delete().unwrap();
+}

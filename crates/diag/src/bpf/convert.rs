@@ -14,6 +14,7 @@ use tcptail_sock::tcp_info::TcpInfo;
 
 use super::fields::K;
 use super::record::{Layout, header};
+use crate::source::Brief;
 use crate::wire::{Attrs, SkMemInfo, SockId, Socket};
 
 const TCP_LISTEN: u8 = 10;
@@ -61,6 +62,10 @@ impl Rec<'_> {
     }
     fn has(&self, k: K) -> bool {
         self.layout.slot(k).is_some()
+    }
+    /// A value of a brief record.
+    fn brief(&self, k: K) -> u64 {
+        self.layout.brief_slots[k as usize].map_or(0, |s| s.read(self.bytes))
     }
     fn u64_at(&self, at: usize) -> u64 {
         u64::from_le_bytes(self.bytes[at..at + 8].try_into().unwrap_or_default())
@@ -173,9 +178,7 @@ pub fn socket<'a>(
         }
         _ => {}
     }
-    let name = &record[header::CA_NAME..header::CA_NAME + 16];
-    let name = name.split(|&b| b == 0).next().unwrap_or_default();
-    let cong = (record[header::HAS_CA] != 0).then(|| std::str::from_utf8(name).ok()).flatten();
+    let cong = ca_name(record, header::CA_NAME, header::HAS_CA);
     if attrs.cong {
         sock.cong = cong;
     }
@@ -211,6 +214,52 @@ pub fn socket<'a>(
         }
     }
     sock
+}
+
+/// The name in the 16 bytes at `at` of `record`, if `has_ca` says it is valid.
+fn ca_name(record: &[u8], at: usize, has_ca: usize) -> Option<&str> {
+    let name = record.get(at..at + 16).unwrap_or_default();
+    let name = name.split(|&b| b == 0).next().unwrap_or_default();
+    (record.get(has_ca).is_some_and(|&b| b != 0)).then(|| std::str::from_utf8(name).ok()).flatten()
+}
+
+/// What a brief record ([`super::record::brief`]) says: the state as sock_diag reports it, the
+/// congestion control, and a [`TcpInfo`] holding what `fill_tcp_info` and [`TcpInfo::parse`]
+/// would have given for `tcpi_rtt` and every input of [`TcpInfo::send_queue_delay`] (the rest
+/// of it zero). `info_len` is the kernel's `struct tcp_info` size.
+pub fn brief<'a>(layout: &Layout, info_len: usize, record: &'a [u8]) -> Brief<'a> {
+    use super::record::brief as b;
+    let r = Rec { layout, bytes: record };
+    let raw_state = record[b::STATE];
+    let state = match raw_state {
+        TCP_NEW_SYN_RECV => TCP_SYN_RECV,
+        TCP_TIME_WAIT => record[b::TW_SUBSTATE],
+        s => s,
+    };
+    if record[b::FULL] == 0 {
+        return Brief { state, cong: None, info: None };
+    }
+    let len = info_len.min(TcpInfo::KNOWN_LEN);
+    let has = |end: usize| len >= end;
+    let mss = r.brief(K::MssCache) as u32;
+    let (rate, interval) = (r.brief(K::RateDelivered), r.brief(K::RateIntervalUs));
+    let delivery =
+        if rate != 0 && interval != 0 { rate * u64::from(mss) * 1_000_000 / interval } else { 0 };
+    let notsent = ((r.brief(K::WriteSeq) as u32).wrapping_sub(r.brief(K::SndNxt) as u32) as i32)
+        .max(0) as u32;
+    let info = TcpInfo {
+        len,
+        state: tcptail_sock::tcp_info::TcpState::from_raw(state),
+        snd_mss_bytes: mss,
+        rtt_us: (r.brief(K::SrttUs) as u32) >> 3,
+        snd_cwnd_segs: r.brief(K::SndCwnd) as u32,
+        pacing_rate_bytes_per_sec: has(112).then(|| r.brief(K::PacingRate)),
+        notsent_bytes: has(148).then_some(notsent),
+        delivery_rate_bytes_per_sec: has(168).then_some(delivery),
+        delivery_rate_app_limited: has(168).then(|| r.brief(K::RateAppLimited) != 0),
+        ..TcpInfo::default()
+    };
+    Brief { state, cong: ca_name(record, b::CA_NAME, b::HAS_CA), info: Some(info) }
 }
 
 /// `tcp_get_info` from the record's raw fields.

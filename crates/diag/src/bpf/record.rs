@@ -4,6 +4,11 @@
 //! first. [`Layout::new`] resolves the fields in BTF and places them; the program
 //! ([`super::program`]) fills the slots and user space ([`super::convert`]) reads them
 //! ([`Slot::read`]).
+//!
+//! A scrape's aggregates need far less of the sockets no selector matches: [`brief`] records
+//! (state, congestion-control name and the few `tcp_info` inputs of the RTT and send-queue
+//! delay histograms, [`BRIEF_FIELDS`]) stand in for full ones there. Byte [`header::KIND`]
+//! tells them apart in the stream (0 full, 1 brief): every record is at least 32 bytes.
 
 use super::asm::Size;
 use super::btf::{Btf, BtfError, Member};
@@ -58,6 +63,8 @@ pub mod header {
     pub const HAS_CA: usize = 29;
     /// A TIME_WAIT socket's substate (the state sock_diag reports), u8.
     pub const TW_SUBSTATE: usize = 30;
+    /// The record's kind: 0 for this full record, 1 for a [`super::brief`] one.
+    pub const KIND: usize = 31;
     /// IPv6 source address, 16 bytes (AF_INET6 only).
     pub const SADDR6: usize = 32;
     /// IPv6 destination address, 16 bytes.
@@ -69,6 +76,40 @@ pub mod header {
     /// First value slot.
     pub const END: usize = 88;
 }
+
+/// The brief record of a socket that goes to the aggregates only: the congestion-control
+/// name, the raw and TIME_WAIT states, flags at the full header's offsets, then one slot per
+/// [`BRIEF_FIELDS`] value.
+pub mod brief {
+    /// Congestion-control name, 16 bytes, NUL-padded.
+    pub const CA_NAME: usize = 0;
+    /// `skc_state`, u8.
+    pub const STATE: usize = 24;
+    /// A TIME_WAIT socket's substate, u8.
+    pub const TW_SUBSTATE: usize = 25;
+    /// 1 for a full TCP socket (the values are valid), as [`super::header::FULL`].
+    pub const FULL: usize = 28;
+    /// 1 when the name is valid, as [`super::header::HAS_CA`].
+    pub const HAS_CA: usize = 29;
+    /// 1: a brief record ([`super::header::KIND`]).
+    pub const KIND: usize = 31;
+    /// First value slot.
+    pub const END: usize = 32;
+}
+
+/// What a brief record carries beyond its header: the inputs of `tcpi_rtt` and of
+/// [`tcptail_sock::tcp_info::TcpInfo::send_queue_delay`].
+pub const BRIEF_FIELDS: [K; 9] = [
+    K::PacingRate,
+    K::SrttUs,
+    K::SndCwnd,
+    K::MssCache,
+    K::WriteSeq,
+    K::SndNxt,
+    K::RateDelivered,
+    K::RateIntervalUs,
+    K::RateAppLimited,
+];
 
 /// One copy the program makes.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +133,13 @@ pub struct Layout {
     pub slots: [Option<Slot>; K_COUNT],
     /// Record size, bytes (a multiple of 8).
     pub record_len: usize,
+    /// Where each [`BRIEF_FIELDS`] value is in a brief record.
+    pub brief_slots: [Option<Slot>; K_COUNT],
+    /// Brief record size, bytes (a multiple of 8).
+    pub brief_len: usize,
     pub(super) loads: Vec<Load>,
+    /// The loads of a brief record (`record`: the offset in it).
+    pub(super) brief_loads: Vec<Load>,
     pub(super) ca_ops: u32,
     pub(super) ca_name: u32,
     pub(super) ca_priv: u32,
@@ -154,6 +201,21 @@ impl Layout {
             at += bytes;
         }
         let record_len = (at as usize).next_multiple_of(8);
+        // The brief record: the same loads (biggest first, so aligned) at their own offsets.
+        let mut brief_slots = [None; K_COUNT];
+        let mut brief_loads = Vec::new();
+        let mut at = brief::END as u32;
+        for l in loads.iter().filter(|l| BRIEF_FIELDS.contains(&l.k)) {
+            at = at.next_multiple_of(l.bytes);
+            let full = slots[l.k as usize].ok_or(BtfError::Malformed("a load without a slot"))?;
+            brief_slots[l.k as usize] = Some(Slot { offset: at as u16, ..full });
+            brief_loads.push(Load { record: at as u16, ..*l });
+            at += l.bytes;
+        }
+        if brief_loads.len() != BRIEF_FIELDS.len() {
+            return Err(BtfError::Malformed("a field of the brief record is missing"));
+        }
+        let brief_len = (at as usize).next_multiple_of(8);
         let ca_ops = btf.member("tcp_sock", &format!("{ICSK}icsk_ca_ops"))?.byte_offset();
         let ca_priv = btf.member("tcp_sock", &format!("{ICSK}icsk_ca_priv"))?.byte_offset();
         let ca_name = btf.member("tcp_congestion_ops", "name")?.byte_offset();
@@ -176,7 +238,10 @@ impl Layout {
         Ok(Layout {
             slots,
             record_len,
+            brief_slots,
+            brief_len,
             loads,
+            brief_loads,
             ca_ops,
             ca_name,
             ca_priv,

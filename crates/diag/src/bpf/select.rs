@@ -60,6 +60,10 @@ pub struct Selection {
     /// What is read of each socket: the fields these attributes need
     /// ([`super::fields::needed`]); the others' slots hold zeros.
     pub attrs: Attrs,
+    /// The filter picks the sockets that get a full record; every other one the states and
+    /// families select gets a brief record ([`super::record::brief`]) instead of none. Only
+    /// with a filter that [`depends_on_the_socket`].
+    pub brief: bool,
 }
 
 /// The number of port/address conditions in `f`.
@@ -117,6 +121,11 @@ fn reduce(f: &Filter) -> Reduced {
             if left.is_empty() { Reduced::Never } else { Reduced::Depends(Filter::Or(left)) }
         }
     }
+}
+
+/// Whether `f` matches some sockets and not others (compiled, it has a path for each).
+pub fn depends_on_the_socket(f: &Filter) -> bool {
+    expressible(f) && matches!(reduce(f), Reduced::Depends(_))
 }
 
 /// Whether `sel` rejects every socket whatever it is (no family, or a filter nothing
@@ -290,6 +299,7 @@ mod tests {
                 ipv6: false,
                 filter: Some(f.clone()),
                 attrs: Attrs::ALL,
+                brief: false,
             };
             assert!(!selects_nothing(&sel));
             let mut a = Asm::default();
@@ -314,8 +324,14 @@ mod tests {
             reduce(&Filter::Or(vec![empty, Filter::And(vec![any, p.clone()])])),
             Reduced::Depends(Filter::Or(vec![Filter::And(vec![p])]))
         );
-        let none =
-            Selection { states: 2, ipv4: false, ipv6: false, filter: None, attrs: Attrs::ALL };
+        let none = Selection {
+            states: 2,
+            ipv4: false,
+            ipv6: false,
+            filter: None,
+            attrs: Attrs::ALL,
+            brief: false,
+        };
         assert!(selects_nothing(&none));
         let or = Selection { ipv4: true, filter: Some(Filter::Or(vec![])), ..none };
         assert!(selects_nothing(&or));
