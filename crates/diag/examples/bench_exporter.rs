@@ -21,6 +21,16 @@
 //!   flat as N grows if its cost followed the matches (the kernel still walks every socket);
 //!   the `bpf iterator` line gives the same scrape with the filter run in the iterator's
 //!   program beside it.
+//! - **bpf iterator**: the scrape as the exporter's `auto` source runs it (the BPF socket
+//!   iterator, brief records for the sockets no selector matches), split into the iteration
+//!   (records read unconverted), itself split into the walk (a minimal program writing cookie
+//!   and state: the floor of any iterator dump) and reading the sockets' fields, and user
+//!   space's share (records converted, aggregated and rendered); beside it the same scrape
+//!   with a full record for every socket. Each ratio's spread over the repetitions is printed
+//!   (each repetition against its own `ss -tin`).
+//!
+//! `BENCH_EXPORTER_SCRAPE_ONLY=1` skips the recorder; `BENCH_EXPORTER_PROFILE=bpf|sock-diag`
+//! only scrapes in a loop for 8 s per size (for `perf record`).
 //! - **kernel**: where the dump's kernel time goes ([`kernel_split`]): the same walk with a
 //!   filter that rejects every socket (the walk alone), then answered with the socket header
 //!   alone, then with `tcp_info`, the congestion-control name, BBR's model and socket memory
@@ -334,6 +344,7 @@ struct Samples {
     bpf_dump: Vec<f64>,
     bpf_convert: Vec<f64>,
     bpf_minimal: Vec<f64>,
+    bpf_full: Vec<f64>,
     bpf_filtered: Vec<f64>,
 }
 
@@ -532,26 +543,38 @@ fn main() {
                 });
                 assert_eq!(seen, sockets, "the iterator sees the scrape's sockets");
                 m.bpf_scrape.push(t);
+                // Its parts: the iteration the scrape reads (brief records for the sockets
+                // no selector matches), unconverted; then those records converted,
+                // aggregated and rendered (user space's share).
+                let selected = svc.filter();
                 let mut records = Vec::new();
                 let (t, got) = cpu(|| {
-                    iter.read_records(&request, |r| {
-                        std::hint::black_box(r);
-                    })
-                    .expect("bpf read")
-                    .sockets
+                    iter.read_scrape_records(&request, selected.as_ref(), &mut records)
+                        .expect("bpf read")
                 });
                 assert_eq!(got, sockets, "the raw iteration sees the scrape's sockets");
                 m.bpf_dump.push(t);
+                let (t, ()) = cpu(|| {
+                    let mut scrape = Scrape::new(&svc);
+                    iter.scrape_records(&records, &request, selected.as_ref(), &mut scrape);
+                    assert_eq!(scrape.sockets_seen, sockets, "every record converted");
+                    let text =
+                        scrape.render(&mut State::default(), Format::Prometheus, Duration::ZERO);
+                    std::hint::black_box(text);
+                });
+                m.bpf_convert.push(t);
                 let (t, got) = cpu(|| iter.read_minimal(request.states).expect("minimal"));
                 assert_eq!(got, sockets, "the minimal iteration sees the scrape's sockets");
                 m.bpf_minimal.push(t);
-                iter.read_records(&request, |r| records.extend_from_slice(r)).expect("bpf read");
-                let (t, _) = cpu(|| {
-                    iter.convert_records(&records, &request, true, |s| {
-                        std::hint::black_box(s);
-                    })
+                // The same scrape with a full record for every socket (as before brief ones).
+                let (t, ()) = cpu(|| {
+                    let mut scrape = Scrape::new(&svc);
+                    iter.dump(&request, |s| scrape.add(s)).expect("bpf dump");
+                    let text =
+                        scrape.render(&mut State::default(), Format::Prometheus, Duration::ZERO);
+                    std::hint::black_box(text);
                 });
-                m.bpf_convert.push(t);
+                m.bpf_full.push(t);
                 // The kernel-filtered scrape, filtered inside the iterator's program.
                 let (t, matched) = cpu(|| {
                     let mut scrape = Scrape::new(&svc);
@@ -583,8 +606,8 @@ fn main() {
             encode_allocs,
         );
         eprintln!(
-            "  [{n}: load {load_before} -> {}; setup {:.1} s; scrape {:.1} ms vs ss {:.1} ms: \
-             {:.3}x, target <= {TARGET_RATIO}x {}; full scrape {series} series at {:.0} ns \
+            "  [{n}: load {load_before} -> {}; setup {:.1} s; sock_diag scrape {:.1} ms vs ss \
+             {:.1} ms: {:.3}x, target <= {TARGET_RATIO}x {}; full scrape {series} series at {:.0} ns \
              each, {encode_allocs} allocations to encode them; scrape peak {} KiB allocated; \
              ss printed {} KiB]",
             load(),
@@ -597,26 +620,44 @@ fn main() {
             peak_scrape / 1024,
             ss_bytes / 1024,
         );
+        // Per repetition (each measured beside its own ss -tin): the spread of the ratio.
+        let spread = |v: &[f64]| {
+            let r: Vec<f64> = v.iter().zip(&m.ss).map(|(t, s)| t / s).collect();
+            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = r.iter().copied().fold(0.0, f64::max);
+            format!("{lo:.3}-{hi:.3}")
+        };
+        println!(
+            "  sock_diag scrape {:.3}x ss -tin (repetitions {}) = dump {:.3}x + parse {:.3}x + \
+             encode {:.3}x",
+            scrape / ss,
+            spread(&m.scrape),
+            dump / ss,
+            per(&m.parse) / ss,
+            per(&m.encode) / ss,
+        );
         if iter.is_some() {
             let bpf = per(&m.bpf_scrape);
+            let walk = per(&m.bpf_minimal);
+            let read = per(&m.bpf_dump);
             println!(
-                "  bpf iterator: scrape {bpf:.3} us/socket = {:.3}x ss -tin (target <= \
-                 {TARGET_RATIO}x {}); dump {:.3} (records read, unconverted: {:.3}x), convert \
-                 {:.3}, encode {:.3} (as above); {:.1} ms vs ss {:.1} ms, sock_diag scrape {:.3}x; a \
-                 minimal iterator (16-byte records: cookie, state) {:.3} us/socket = {:.3}x; \
-                 filtered scrape of the {MATCHED} (filter in the program) {:.0} us, sock_diag's \
-                 {filtered_us:.0} us",
+                "  bpf iterator (the exporter's auto source): scrape {bpf:.3} us/socket = \
+                 {:.3}x ss -tin (repetitions {}; target <= {TARGET_RATIO}x {}) = iteration \
+                 {:.3}x [the walk, a minimal program (cookie, state): {:.3}x; reading the \
+                 fields, brief and full records: +{:.3}x] + convert, aggregate and encode \
+                 {:.3}x; {:.1} ms vs ss {:.1} ms; with a full record for every socket \
+                 {:.3}x; filtered scrape of the {MATCHED} (filter in the program) {:.0} us, \
+                 sock_diag's {filtered_us:.0} us",
                 bpf / ss,
+                spread(&m.bpf_scrape),
                 if bpf / ss <= TARGET_RATIO { "met" } else { "MISSED" },
-                per(&m.bpf_dump),
-                per(&m.bpf_dump) / ss,
-                per(&m.bpf_convert),
-                per(&m.encode),
+                read / ss,
+                walk / ss,
+                (read - walk) / ss,
+                per(&m.bpf_convert) / ss,
                 median(&m.bpf_scrape) * 1e3,
                 median(&m.ss) * 1e3,
-                scrape / ss,
-                per(&m.bpf_minimal),
-                per(&m.bpf_minimal) / ss,
+                per(&m.bpf_full) / ss,
                 median(&m.bpf_filtered) * 1e6,
             );
         }
@@ -635,6 +676,9 @@ fn main() {
                 String::new()
             },
         );
+        if std::env::var_os("BENCH_EXPORTER_SCRAPE_ONLY").is_some() {
+            continue;
+        }
         // The flight recorder over the same sockets, beside ss -tin's cost per run.
         let ss_ms = median(&m.ss) * 1e3;
         let server_ends = DumpRequest {

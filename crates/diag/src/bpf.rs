@@ -292,13 +292,9 @@ impl IterDumper {
         selected: Option<&Filter>,
         sink: &mut dyn crate::source::ScrapeSink,
     ) -> Result<DumpStats, BpfError> {
-        let split = selected
-            .filter(|f| req.filter.is_none() && req.attrs.info && select::depends_on_the_socket(f));
-        let (Some(selected), true) = (split, req.ipv4 || req.ipv6) else {
+        let Some(selection) = Self::brief_selection(req, selected) else {
             return self.dump_decoding(req, true, &mut |s| sink.socket(s));
         };
-        let selection =
-            Selection { filter: Some(selected.clone()), brief: true, ..Self::selection_of(req) };
         let iter = self.open_iter(selection)?;
         let IterDumper { layout, hz, info_len, buf, info, .. } = self;
         let mut stats = DumpStats::default();
@@ -306,15 +302,62 @@ impl IterDumper {
         let lens = Lens { full: layout.record_len, brief: Some(layout.brief_len) };
         read_iter(&iter, buf, lens, &mut stats, |record| {
             sockets += 1;
-            if record[header::KIND] != 0 {
-                sink.brief(&convert::brief(layout, *info_len, record));
-            } else {
-                let each = &mut |s: &Socket<'_>| sink.socket(s);
-                convert_one(layout, *hz, *info_len, record, info, req, true, true, each);
-            }
+            scrape_one(layout, *hz, *info_len, record, info, req, sink);
         })?;
         stats.sockets = sockets;
         Ok(stats)
+    }
+
+    /// The selection of [`IterDumper::dump_briefly`] when it splits.
+    fn brief_selection(req: &DumpRequest, selected: Option<&Filter>) -> Option<Selection> {
+        let split = selected
+            .filter(|f| req.filter.is_none() && req.attrs.info && select::depends_on_the_socket(f));
+        let (Some(selected), true) = (split, req.ipv4 || req.ipv6) else {
+            return None;
+        };
+        Some(Selection { filter: Some(selected.clone()), brief: true, ..Self::selection_of(req) })
+    }
+
+    /// Reads the iteration [`IterDumper::dump_briefly`] would, appending the records to
+    /// `into` unconverted (for the benchmark: the kernel's share of a scrape). Sockets read.
+    pub fn read_scrape_records(
+        &mut self,
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        into: &mut Vec<u8>,
+    ) -> Result<u64, BpfError> {
+        let selection = Self::brief_selection(req, selected).unwrap_or(Self::selection_of(req));
+        let lens = Lens {
+            full: self.layout.record_len,
+            brief: selection.brief.then_some(self.layout.brief_len),
+        };
+        let iter = self.open_iter(selection)?;
+        let mut stats = DumpStats::default();
+        let mut sockets = 0;
+        read_iter(&iter, &mut self.buf, lens, &mut stats, |r| {
+            sockets += 1;
+            into.extend_from_slice(r);
+        })?;
+        Ok(sockets)
+    }
+
+    /// Delivers records read by [`IterDumper::read_scrape_records`] as
+    /// [`IterDumper::dump_briefly`] does (for the benchmark: user space's share).
+    pub fn scrape_records(
+        &mut self,
+        records: &[u8],
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        sink: &mut dyn crate::source::ScrapeSink,
+    ) {
+        let brief = Self::brief_selection(req, selected).is_some();
+        let IterDumper { layout, hz, info_len, info, .. } = self;
+        let lens = Lens { full: layout.record_len, brief: brief.then_some(layout.brief_len) };
+        let mut at = 0;
+        while let Some(len) = lens.of(&records[at..]).filter(|len| at + len <= records.len()) {
+            scrape_one(layout, *hz, *info_len, &records[at..at + len], info, req, sink);
+            at += len;
+        }
     }
 
     fn open_iter(&mut self, selection: Selection) -> Result<OwnedFd, BpfError> {
@@ -425,6 +468,25 @@ fn convert_one(
         convert::socket((family, id), layout, hz, info_len, record, info, req.attrs, decode_info);
     each(&sock);
     true
+}
+
+/// Hands one record of a scrape's iteration to `sink`: a brief one as it is, a full one as
+/// its socket.
+fn scrape_one(
+    layout: &Layout,
+    hz: Hz,
+    info_len: usize,
+    record: &[u8],
+    info: &mut [u8; TcpInfo::KNOWN_LEN],
+    req: &DumpRequest,
+    sink: &mut dyn crate::source::ScrapeSink,
+) {
+    if record[header::KIND] != 0 {
+        sink.brief(&convert::brief(layout, info_len, record));
+    } else {
+        let each = &mut |s: &Socket<'_>| sink.socket(s);
+        convert_one(layout, hz, info_len, record, info, req, true, true, each);
+    }
 }
 
 /// Loads `insns` as the `BPF_PROG_TYPE_TRACING` program of the BPF iterator whose

@@ -11,6 +11,10 @@
 //! program on it) even with the filter inside the program, which then copies only the sockets
 //! that match (a scrape of 100 of 20,000 sockets: 2.9 ms through sock_diag, 10 ms through the
 //! iterator). `--source bpf` uses the iterator, filter in the program, for every dump.
+//!
+//! A scrape with aggregates ([`Dump::dump_for_scrape`]) through the iterator gets the sockets
+//! no selector matches as [`Brief`] records (what the aggregates read, nine `tcp_sock` fields):
+//! ~0.65 us per socket against ~1.0 us with full records, ~0.14x `ss -tin`.
 
 use std::fmt;
 use std::str::FromStr;
