@@ -44,6 +44,7 @@ use crate::wire::{self, Header, HelloConfig, Welcome};
 pub(crate) mod event_loop;
 mod open_loop;
 pub(crate) mod reader;
+pub(crate) mod slot_loop;
 
 use reader::ResponseReader;
 

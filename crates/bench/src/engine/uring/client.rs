@@ -5,11 +5,10 @@
 //! loop: one transaction per slot at a time, failures counted by cause and charged from
 //! their due time by the default engine's own accounting) and `--attribute`.
 //!
-//! What is measured and how it is recorded is shared with the default engine: requests in
-//! flight are matched to responses by `crate::connection::event_loop::Pipeline`, responses
-//! reassembled by `crate::connection::reader::ResponseReader`, results kept in
-//! `crate::connection::Partial`, schedules from `crate::pacer`, kernel snapshots from
-//! `crate::connection::kernel_snapshot`. Only the I/O differs:
+//! What is measured and how it is recorded is shared with the default engine: the slot core
+//! (`crate::connection::slot_loop`) runs the load shapes, matches responses to requests,
+//! keeps the results and charges failures; this module is the I/O under it
+//! (`crate::connection::slot_loop::EngineIo`):
 //!
 //! - Each long-lived socket has one multishot receive armed (provided buffers); a
 //!   connect-per-request socket has one single-shot receive at a time, so nothing is armed on
@@ -29,7 +28,6 @@
 //! request's age on every slice like the default engine's loop. A request that gets no answer
 //! is counted and kept as a lower bound (see `crate::connection`).
 
-use std::collections::BTreeSet;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -38,21 +36,13 @@ use std::time::{Duration, Instant};
 use socket2::SockAddr;
 
 use super::ring_options;
-use crate::attribution::KernelSnapshot;
-use crate::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
-use crate::connection::event_loop::{
-    Failure, Pipeline, SlotTurn, charge_failed_transaction, charge_not_started, connect_error,
-    connection_schedule, crr_socket, phase_quota, take_due,
+use crate::config::{BenchConfig, Engine, TxMode};
+use crate::connection::slot_loop::{
+    EngineIo, Slot, SlotLoop, Turn, Wait, connect_error, crr_socket, setup_error,
 };
-use crate::connection::reader::ResponseReader;
-use crate::connection::{
-    HANDSHAKE_TIMEOUT, LoopError, Outstanding, POLL_SLICE, Partial, STOP_GRACE, Shared, connect,
-    hello_frame, kernel_snapshot, outcomes_seen_on,
-};
-use crate::pacer::Schedule;
-use crate::run::{BenchError, ConnectionOutcome, RawRun};
+use crate::connection::{LoopError, Shared, hello_frame};
+use crate::run::{BenchError, RawRun};
 use crate::server_stats;
-use crate::sys;
 use crate::sys::uring::{Completion, MAX_TOKEN, Ring};
 use crate::watchdog::Watch;
 use crate::wire::{self, FrameError, ServerStats};
@@ -108,20 +98,33 @@ impl Token {
     }
 }
 
-/// One connection slot of a thread.
-struct Slot {
-    /// The run's connection index.
-    index: usize,
-    /// None between two connect-per-request transactions, or once the slot gave up.
-    stream: Option<TcpStream>,
+/// Runs the connections `indices` of the run on this thread and its ring.
+pub(crate) fn run_thread(
+    config: &BenchConfig,
+    indices: &[usize],
+    shared: &Shared<'_>,
+) -> Result<RawRun, BenchError> {
+    crate::connection::slot_loop::run_thread::<UringIo>(config, indices, shared)
+}
+
+/// A thread's ring.
+pub(crate) struct UringIo {
+    ring: Ring,
+    /// Length of each slot's send slot in the ring.
+    slot_len: usize,
+    server: SockAddr,
+    /// This phase lends its sends (closed loop, depth 1).
+    lend: bool,
+    completions: Vec<Completion>,
+}
+
+/// The io_uring engine's own state per slot.
+#[derive(Default)]
+pub(crate) struct UringSlot {
     /// Long-lived connections: the watchdog's view of this connection's waits.
     watch: Option<Watch>,
     /// The socket's generation (see [`Token`]), masked to the token's width.
     generation: u32,
-    reader: ResponseReader,
-    /// Encoded requests not yet handed to the kernel, from `out_pos` on.
-    out: Vec<u8>,
-    out_pos: usize,
     /// Where in `out` the send in flight began.
     send_from: usize,
     /// A send whose completion is due is in flight.
@@ -129,375 +132,190 @@ struct Slot {
     /// A lent send is in flight: freed by the next answer.
     lent: bool,
     recv_armed: bool,
-    pipeline: Pipeline,
-    next_seq: u64,
-    /// Requests this slot may still start in the current phase (`--count`), if limited.
-    quota: Option<u64>,
-    /// Open loop: this connection's schedule and its next intended send time.
-    schedule: Option<(Schedule, Instant)>,
-    /// Connect-per-request: when the pending connect started.
-    connecting: Option<Instant>,
-    /// Open-loop connect-per-request: when the transaction in flight was due.
-    due: Option<Instant>,
-    /// Open-loop connect-per-request: when the slot last became free (a transaction due
-    /// before then waited for it).
-    free_since: Instant,
-    /// Stopped for good; its waits are already charged.
-    dead: bool,
     /// A StatsRequest is out (between phases): the bytes received since, until they hold
     /// its StatsReply.
     stats_reply: Option<Vec<u8>>,
-    is_bbr: bool,
-    outcome: ConnectionOutcome,
 }
 
-impl Slot {
-    /// Open loop: the intended time of this slot's next request if it is due by `now` (and
-    /// before `until`) and the slot may still send, its schedule moved on past it.
-    fn take_due(
-        &mut self,
-        now: Instant,
-        until: Option<Instant>,
-        start: Instant,
-    ) -> Option<Instant> {
-        let may_send = !self.dead && self.quota != Some(0);
-        take_due(&mut self.schedule, may_send, now, until, start)
-    }
+impl EngineIo for UringIo {
+    type Slot = UringSlot;
+    const SPIN_TURNS_PER_LOOK: u32 = SPIN_TURNS_PER_CHECK;
+    const TIMED_CLOSED_LOOP: bool = false;
+    const STAMP_EACH_REQUEST: bool = true;
 
-    /// What the connect-per-request accounting moves on in this slot.
-    fn turn(&mut self) -> SlotTurn<'_> {
-        SlotTurn {
-            index: self.index,
-            pipeline: &mut self.pipeline,
-            next_seq: &mut self.next_seq,
-            quota: &mut self.quota,
-            schedule: &mut self.schedule,
-        }
-    }
-}
-
-/// A thread's connections and its ring.
-struct ThreadLoop<'a> {
-    config: &'a BenchConfig,
-    shared: &'a Shared<'a>,
-    ring: Ring,
-    slots: Vec<Slot>,
-    /// Length of each slot's send slot in the ring.
-    slot_len: usize,
-    /// One request, encoded (its payload zeros).
-    request: Vec<u8>,
-    hello: Vec<u8>,
-    server: SockAddr,
-    /// This phase lends its sends (closed loop, depth 1).
-    lend: bool,
-    completions: Vec<Completion>,
-    m: Partial,
-    snapshot_costs: Vec<u64>,
-    cpus_seen: BTreeSet<usize>,
-}
-
-/// Runs the connections `indices` of the run on this thread and its ring: handshakes,
-/// warm-up, the barrier every thread passes before measuring, the measured part.
-pub(crate) fn run_thread(
-    config: &BenchConfig,
-    indices: &[usize],
-    shared: &Shared<'_>,
-) -> Result<RawRun, BenchError> {
-    let (mut thread, start) =
-        shared.start_measuring(ThreadLoop::prepare(config, indices, shared))?;
-    thread.m = Partial::measuring(shared.control);
-    thread.run_phase(start, config.stop, true).map_err(|(index, e)| e.into_bench_error(index))?;
-    thread.collect_server_stats();
-    let outcomes = outcomes_seen_on(
-        &mut thread.cpus_seen,
-        thread.slots.iter_mut().map(|slot| &mut slot.outcome),
-    );
-    let m = std::mem::take(&mut thread.m);
-    Ok(m.into_raw(start, &thread.snapshot_costs, outcomes))
-}
-
-impl<'a> ThreadLoop<'a> {
-    fn prepare(
-        config: &'a BenchConfig,
-        indices: &[usize],
-        shared: &'a Shared<'a>,
-    ) -> Result<ThreadLoop<'a>, BenchError> {
+    fn open(config: &BenchConfig, slots: usize) -> Result<Self, (&'static str, io::Error)> {
         let Engine::IoUring { sqpoll } = config.engine else {
             unreachable!("the io_uring client runs io_uring configurations only")
         };
-        let first = indices.first().copied().unwrap_or(0);
-        let err = |index, step, source| BenchError::Connect {
-            connection: index,
-            server: config.server,
-            step,
-            source,
-        };
-        if let Some(cpu) = config.client_cpu {
-            sys::pin_current_thread(cpu).map_err(|e| err(first, "pinning the client thread", e))?;
-        }
-        let hello = hello_frame(config);
         let crr = config.mode == TxMode::Crr;
+        let hello_len = if crr { hello_frame(config).len() } else { 0 };
         // Room for a whole pipeline (and a Hello before it), up to the largest slot.
-        let wanted =
-            config.request_len as usize * config.depth as usize + if crr { hello.len() } else { 0 };
+        let wanted = config.request_len as usize * config.depth as usize + hello_len;
         let slot_len = wanted.clamp(wire::HEADER_LEN, SEND_SLOT_MAX);
-        let ring = Ring::new(ring_options(indices.len(), slot_len, sqpoll))
-            .map_err(|e| err(first, "setting up io_uring (--engine io_uring)", e))?;
-        let mut slots = Vec::with_capacity(indices.len());
-        for &index in indices {
-            let (stream, outcome) = connect(config, index)?;
-            let is_bbr = outcome.congestion.as_deref() == Some("bbr");
-            let mut reader = ResponseReader::new(config.reply_len as usize);
-            let (stream, watch) = if crr {
-                // This first connection only told what the server does with the profile.
-                let _ = sys::set_linger_zero(stream.as_fd());
-                reader.accept_welcomes();
-                (None, None)
-            } else {
-                let watch = shared
-                    .watchdog
-                    .watch(&stream, config.response_timeout)
-                    .map_err(|e| err(index, "watching the socket", e))?;
-                if let Some(sampler) = shared.sampler {
-                    sampler.watch(index, &stream, is_bbr);
-                }
-                (Some(stream), Some(watch))
-            };
-            slots.push(Slot {
-                index,
-                stream,
-                watch,
-                generation: 0,
-                reader,
-                out: Vec::new(),
-                out_pos: 0,
-                send_from: 0,
-                send_busy: false,
-                lent: false,
-                recv_armed: false,
-                pipeline: Pipeline::default(),
-                next_seq: 0,
-                quota: None,
-                schedule: None,
-                connecting: None,
-                due: None,
-                free_since: Instant::now(),
-                dead: false,
-                stats_reply: None,
-                is_bbr,
-                outcome,
-            });
-        }
-        let mut thread = ThreadLoop {
-            config,
-            shared,
+        let ring = Ring::new(ring_options(slots, slot_len, sqpoll))
+            .map_err(|e| ("setting up io_uring (--engine io_uring)", e))?;
+        Ok(UringIo {
             ring,
-            slots,
             slot_len,
-            request: vec![0u8; config.request_len as usize],
-            hello,
             server: SockAddr::from(config.server),
             lend: false,
             completions: Vec::with_capacity(64),
-            m: Partial::default(),
-            snapshot_costs: Vec::new(),
-            cpus_seen: BTreeSet::new(),
-        };
-        thread.note_cpu();
-        for i in 0..thread.slots.len() {
-            thread.arm(i).map_err(|e| e.into_bench_error(thread.slots[i].index))?;
+        })
+    }
+
+    fn adopt(
+        &mut self,
+        config: &BenchConfig,
+        shared: &Shared<'_>,
+        stream: &TcpStream,
+        _i: usize,
+    ) -> Result<UringSlot, (&'static str, io::Error)> {
+        let watch = shared
+            .watchdog
+            .watch(stream, config.response_timeout)
+            .map_err(|e| ("watching the socket", e))?;
+        Ok(UringSlot { watch: Some(watch), ..UringSlot::default() })
+    }
+
+    fn ready(t: &mut SlotLoop<'_, Self>) -> Result<(), BenchError> {
+        for i in 0..t.slots.len() {
+            t.arm(i).map_err(|e| e.into_bench_error(t.slots[i].index))?;
         }
-        // The warm-up is always closed loop at the run's depth; Ctrl-C during it ends the run.
-        let warmup = match config.warmup {
-            StopAfter::Duration(d) => StopAfter::Duration(d),
-            StopAfter::Count(c) => StopAfter::Count(c.div_ceil(config.connections as u64)),
-        };
-        thread
-            .run_phase(Instant::now(), warmup, false)
-            .map_err(|(index, e)| e.into_bench_error(index))?;
+        Ok(())
+    }
+
+    fn warmed_up(t: &mut SlotLoop<'_, Self>) -> Result<(), BenchError> {
         // The servers' windows start with the measured part.
-        let asking: Vec<usize> = (0..thread.slots.len())
+        let asking: Vec<usize> = (0..t.slots.len())
             .filter(|&i| {
-                let slot = &thread.slots[i];
+                let slot = &t.slots[i];
                 slot.stream.is_some() && !slot.dead && server_stats::reports_stats(&slot.outcome)
             })
             .collect();
-        for (i, answer) in thread.ask_stats(&asking, server_stats::STATS_TIMEOUT) {
+        for (i, answer) in t.ask_stats(&asking, server_stats::STATS_TIMEOUT) {
             if let Err(e) = answer {
                 let source = server_stats::window_not_started(e);
-                return Err(err(thread.slots[i].index, "after the warm-up", source));
+                return Err(setup_error(t.config, t.slots[i].index, "after the warm-up", source));
             }
         }
-        Ok(thread)
+        Ok(())
     }
 
-    fn note_cpu(&mut self) {
-        if let Some(cpu) = sys::current_cpu() {
-            self.cpus_seen.insert(cpu);
-        }
+    fn collect_server_stats(t: &mut SlotLoop<'_, Self>) {
+        t.collect_stats();
     }
 
-    /// One phase (warm-up or measured) until its limit, then until every request sent in it
-    /// is answered (or given up). Errors carry the connection index.
-    fn run_phase(
-        &mut self,
-        start: Instant,
-        stop: StopAfter,
-        measured: bool,
-    ) -> Result<(), (usize, LoopError)> {
-        let config = self.config;
-        let control = self.shared.control;
-        let n = config.connections as u64;
-        let until = match stop {
-            StopAfter::Duration(d) => Some(start + d),
-            StopAfter::Count(_) => None,
-        };
-        let open = measured && matches!(config.load, Load::Open { .. });
-        let crr = config.mode == TxMode::Crr;
-        let open_crr = open && crr;
+    fn phase_starts(&mut self, config: &BenchConfig, open: bool) {
         self.lend = !open && config.depth == 1;
-        // Waits without a timer only where the watchdog keeps every deadline.
-        let timed = open || crr;
-        for slot in &mut self.slots {
-            // The previous phase is drained, so sequence numbers start again (as samples show).
-            slot.next_seq = 0;
-            slot.quota = phase_quota(stop, measured, slot.index, n);
-            slot.schedule =
-                if open { connection_schedule(config, slot.index, start) } else { None };
-            slot.free_since = start;
+    }
+
+    /// Hands the next part of slot `i`'s output to the kernel, unless a send is in flight.
+    fn flush(t: &mut SlotLoop<'_, Self>, i: usize) -> Result<(), LoopError> {
+        let token = t.token(Kind::Send, i);
+        let slot = &mut t.slots[i];
+        let Some(stream) = &slot.stream else { return Ok(()) };
+        if slot.io.send_busy
+            || slot.io.lent
+            || slot.connecting.is_some()
+            || slot.out_pos == slot.out.len()
+        {
+            return Ok(());
         }
-        // Closed loop: every connection starts with its full depth.
-        if !open {
-            for i in 0..self.slots.len() {
-                let now = Instant::now();
-                self.refill(i, now, until, measured).map_err(|e| (self.slots[i].index, e))?;
-            }
+        let rest = slot.out.len() - slot.out_pos;
+        let chunk = rest.min(t.io.slot_len);
+        let buf = t.io.ring.send_slot(i).expect("no send is in flight on this slot");
+        buf[..chunk].copy_from_slice(&slot.out[slot.out_pos..slot.out_pos + chunk]);
+        // Lent only when the answer to come proves this send done: it carries the rest of
+        // the one request in flight.
+        let lend = t.io.lend && chunk == rest;
+        t.io.ring.send(stream.as_fd(), i, 0..chunk, token, lend)?;
+        slot.io.send_from = slot.out_pos;
+        if lend {
+            slot.io.lent = true;
+            slot.out_pos += chunk;
+        } else {
+            slot.io.send_busy = true;
         }
-        let mut stopped_at: Option<Instant> = None;
-        let mut next_check = Instant::now();
-        let mut turns = 0u32;
-        loop {
-            turns = turns.wrapping_add(1);
-            let look = !config.spin || turns.is_multiple_of(SPIN_TURNS_PER_CHECK);
-            let now = Instant::now();
-            if look && stopped_at.is_none() && control.stopped() {
-                stopped_at = Some(now);
-                if !measured {
-                    // Ctrl-C during the warm-up: nothing of it is kept or waited for.
-                    for i in 0..self.slots.len() {
-                        self.drop_socket(i);
-                        let slot = &mut self.slots[i];
-                        slot.dead = true;
-                        slot.connecting = None;
-                        slot.pipeline.drain().for_each(drop);
-                    }
-                    return Ok(());
-                }
-            }
-            let sending = stopped_at.is_none() && until.is_none_or(|t| now < t);
-            // Open-loop connect-per-request: transactions due before the end that waited for
-            // their slot still start for a grace period after it.
-            let starting = sending
-                || (open_crr
-                    && stopped_at.is_none()
-                    && until.is_some_and(|t| now < t + STOP_GRACE));
-            if let Some(at) = stopped_at
-                && now >= at + STOP_GRACE
-            {
-                self.give_up_all(start, now, measured, "stopped");
-                if open_crr {
-                    self.charge_not_started(start, until, stopped_at, now);
-                }
-                return Ok(());
-            }
-            // Open loop: every request that is due leaves now.
-            let mut next_due: Option<Instant> = None;
-            if open {
-                for i in 0..self.slots.len() {
-                    if starting {
-                        self.send_due(i, now, until, start)
-                            .map_err(|e| (self.slots[i].index, e))?;
-                    }
-                    let slot = &self.slots[i];
-                    // A busy connect-per-request slot wakes the loop through its completions.
-                    if !slot.dead
-                        && slot.due.is_none()
-                        && let Some((_, due)) = &slot.schedule
-                        && slot.quota != Some(0)
-                    {
-                        next_due = Some(next_due.map_or(*due, |d| d.min(*due)));
-                    }
-                }
-            }
-            let open_pending = starting && next_due.is_some_and(|d| until.is_none_or(|t| d < t));
-            if !open_pending && self.idle() {
-                if open_crr {
-                    self.charge_not_started(start, until, stopped_at, now);
-                }
-                return Ok(());
-            }
-            if timed && now >= next_check {
-                self.check_timeouts(start, now, measured)?;
-                next_check = now + POLL_SLICE.min(config.response_timeout / 4);
-            }
-            let timeout = if config.spin {
-                None
-            } else if timed || stopped_at.is_some() {
-                let mut wake = next_check;
-                if let Some(due) = next_due.filter(|_| open_pending) {
-                    wake = wake.min(due.checked_sub(config.spin_window).unwrap_or(due));
-                }
-                if let Some(t) = until.filter(|_| sending) {
-                    wake = wake.min(t);
-                }
-                if let Some(at) = stopped_at {
-                    wake = wake.min(at + STOP_GRACE);
-                }
-                Some(wake.saturating_duration_since(now))
-            } else {
-                // Closed loop: answers keep coming, or the watchdog ends the wait.
-                Some(Duration::MAX)
-            };
-            self.wait(timeout)
-                .map_err(|e| (self.slots.first().map_or(0, |s| s.index), e.into()))?;
-            if self.completions.is_empty() {
-                continue;
-            }
-            let done = Instant::now();
-            let sending = sending && until.is_none_or(|t| done < t);
-            let mut batch = std::mem::take(&mut self.completions);
-            let mut result = Ok(());
-            for c in batch.drain(..) {
-                if result.is_ok() {
-                    let i = Token::decode(c.token).slot;
-                    result = match self.complete(c, done, start, sending, measured) {
-                        Ok(()) => Ok(()),
-                        // An open-loop transaction's failure is its own: counted, and the
-                        // slot goes on with the next.
-                        Err(e) if open_crr && self.slots[i].due.is_some() => {
-                            let connecting = self.slots[i].connecting.is_some();
-                            match Failure::of(&e, connecting) {
-                                Some(cause) => {
-                                    self.fail_transaction(i, cause, start, done);
-                                    Ok(())
-                                }
-                                None => Err((self.slots[i].index, e)),
-                            }
-                        }
-                        Err(e) => Err((self.slots.get(i).map_or(i, |s| s.index), e)),
-                    };
-                } else if let Some(bid) = c.buffer {
-                    self.ring.recycle(bid);
-                }
-            }
-            self.completions = batch;
-            result?;
+        Ok(())
+    }
+
+    /// A new socket for slot `i`, profile applied, connect submitted.
+    fn start_connect(t: &mut SlotLoop<'_, Self>, i: usize) -> io::Result<()> {
+        let stream: TcpStream = crr_socket(t.config)?.into();
+        let slot = &mut t.slots[i];
+        slot.io.generation = slot.io.generation.wrapping_add(1) & 0x3fff_ffff;
+        let token = t.token(Kind::Connect, i);
+        t.io.ring.connect(stream.as_fd(), &t.io.server, token)?;
+        let slot = &mut t.slots[i];
+        slot.io.recv_armed = false;
+        slot.begin_connect(stream, Instant::now());
+        Ok(())
+    }
+
+    fn first_in_flight(slot: &mut Slot<UringSlot>) {
+        if let Some(watch) = &mut slot.io.watch {
+            watch.waiting();
         }
     }
 
+    /// Nothing is armed on a connect-per-request socket by the time it closes: its receive
+    /// was single-shot, its send lent and answered, or `abandon` cancelled them.
+    fn closing(&mut self, _slot: &mut Slot<UringSlot>, _i: usize) {}
+
+    /// Cancels what is armed on the socket; a send still in flight keeps the slot's send
+    /// buffer until its (ignored) completion.
+    fn abandon(&mut self, slot: &mut Slot<UringSlot>, _i: usize) {
+        slot.io.recv_armed = false;
+        // Completions still to come for this socket are ignored from here on.
+        slot.io.generation = slot.io.generation.wrapping_add(1) & 0x3fff_ffff;
+        if let Some(stream) = &slot.stream {
+            let _ = self.ring.cancel_fd(stream.as_fd());
+            let _ = self.ring.submit();
+        }
+    }
+
+    /// Closes slot `i`'s socket, cancelling whatever is armed on it first.
+    fn drop_socket(&mut self, slot: &mut Slot<UringSlot>, _i: usize) {
+        slot.io.watch = None;
+        if let Some(stream) = slot.stream.take() {
+            let _ = self.ring.cancel_fd(stream.as_fd());
+            let _ = self.ring.submit();
+        }
+        slot.io.recv_armed = false;
+        slot.io.send_busy = false;
+    }
+
+    fn wait(t: &mut SlotLoop<'_, Self>, wait: Wait) -> io::Result<bool> {
+        t.wait_ring(match wait {
+            Wait::Look => None,
+            Wait::For(d) => Some(d),
+            Wait::Forever => Some(Duration::MAX),
+        })?;
+        Ok(!t.io.completions.is_empty())
+    }
+
+    fn dispatch(t: &mut SlotLoop<'_, Self>, turn: Turn) -> Result<(), (usize, LoopError)> {
+        let Turn { done, start, sending, measured, .. } = turn;
+        let mut batch = std::mem::take(&mut t.io.completions);
+        let mut result = Ok(());
+        for c in batch.drain(..) {
+            if result.is_ok() {
+                let i = Token::decode(c.token).slot;
+                let handled = t.complete(c, done, start, sending, measured);
+                result = t.settle(i, handled, turn);
+            } else if let Some(bid) = c.buffer {
+                t.io.ring.recycle(bid);
+            }
+        }
+        t.io.completions = batch;
+        result
+    }
+}
+
+impl SlotLoop<'_, UringIo> {
     /// Asks each connection's server for the measured part's stats (`crate::server_stats`),
     /// all at once over the ring, and keeps the answers in the connections' outcomes.
-    fn collect_server_stats(&mut self) {
+    fn collect_stats(&mut self) {
         let stopping = self.shared.control.stopped();
         let mut asking = Vec::new();
         let mut budget = Duration::ZERO;
@@ -525,7 +343,7 @@ impl<'a> ThreadLoop<'a> {
         budget: Duration,
     ) -> Vec<(usize, Result<ServerStats, FrameError>)> {
         let deadline = Instant::now() + budget;
-        let lend = std::mem::replace(&mut self.lend, false);
+        let lend = std::mem::replace(&mut self.io.lend, false);
         let mut answers = Vec::with_capacity(slots.len());
         let mut pending = Vec::with_capacity(slots.len());
         for &i in slots {
@@ -535,8 +353,8 @@ impl<'a> ThreadLoop<'a> {
                 slot.out_pos = 0;
             }
             wire::write_stats_request(&mut slot.out).expect("a frame encodes into memory");
-            slot.stats_reply = Some(Vec::new());
-            match self.flush(i) {
+            slot.io.stats_reply = Some(Vec::new());
+            match UringIo::flush(self, i) {
                 Ok(()) => pending.push(i),
                 Err(e) => answers.push((i, Err(loop_error_as_frame(e)))),
             }
@@ -546,13 +364,13 @@ impl<'a> ThreadLoop<'a> {
             if left.is_zero() {
                 break;
             }
-            if let Err(e) = self.wait(Some(left)) {
+            if let Err(e) = self.wait_ring(Some(left)) {
                 for i in pending.drain(..) {
                     answers.push((i, Err(FrameError::Io(io::Error::new(e.kind(), e.to_string())))));
                 }
                 break;
             }
-            let mut batch = std::mem::take(&mut self.completions);
+            let mut batch = std::mem::take(&mut self.io.completions);
             let done = Instant::now();
             let mut failed = Vec::new();
             for c in batch.drain(..) {
@@ -561,9 +379,9 @@ impl<'a> ThreadLoop<'a> {
                     failed.push((i, e));
                 }
             }
-            self.completions = batch;
+            self.io.completions = batch;
             pending.retain(|&i| {
-                let bytes = self.slots[i].stats_reply.as_deref().unwrap_or_default();
+                let bytes = self.slots[i].io.stats_reply.as_deref().unwrap_or_default();
                 let answer = match wire::read_stats_reply(&mut &bytes[..], 0) {
                     // Not all there yet: an error on the socket (a close after an Error
                     // frame is read above) ends the wait, else more bytes will come.
@@ -584,35 +402,30 @@ impl<'a> ThreadLoop<'a> {
             answers.push((i, Err(FrameError::Io(late))));
         }
         for &i in slots {
-            self.slots[i].stats_reply = None;
+            self.slots[i].io.stats_reply = None;
         }
-        self.lend = lend;
+        self.io.lend = lend;
         answers
     }
 
     /// Submits what is queued and waits for completions: spinning looks once; `timeout` of
     /// `Duration::MAX` waits for the next completion without a timer.
-    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+    fn wait_ring(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         match timeout {
             None => {
-                self.ring.submit()?;
+                self.io.ring.submit()?;
                 std::hint::spin_loop();
             }
-            Some(Duration::MAX) => self.ring.submit_and_wait(None)?,
-            Some(t) if t.is_zero() => self.ring.submit()?,
-            Some(t) => self.ring.submit_and_wait(Some(t))?,
+            Some(Duration::MAX) => self.io.ring.submit_and_wait(None)?,
+            Some(t) if t.is_zero() => self.io.ring.submit()?,
+            Some(t) => self.io.ring.submit_and_wait(Some(t))?,
         }
-        self.ring.completions(&mut self.completions);
+        self.io.ring.completions(&mut self.io.completions);
         Ok(())
     }
 
-    /// Nothing in flight anywhere (and nothing connecting).
-    fn idle(&self) -> bool {
-        self.slots.iter().all(|s| s.dead || (s.pipeline.len() == 0 && s.connecting.is_none()))
-    }
-
     fn token(&self, kind: Kind, i: usize) -> u64 {
-        Token { kind, slot: i, generation: self.slots[i].generation }.encode()
+        Token { kind, slot: i, generation: self.slots[i].io.generation }.encode()
     }
 
     /// Arms slot `i`'s receive if its socket has none: multishot on a long-lived connection,
@@ -622,141 +435,16 @@ impl<'a> ThreadLoop<'a> {
         let crr = self.config.mode == TxMode::Crr;
         let slot = &mut self.slots[i];
         let Some(stream) = &slot.stream else { return Ok(()) };
-        if slot.recv_armed || slot.dead || slot.connecting.is_some() {
+        if slot.io.recv_armed || slot.dead || slot.connecting.is_some() {
             return Ok(());
         }
         if crr {
-            self.ring.arm_recv_once(stream.as_fd(), token)?;
+            self.io.ring.arm_recv_once(stream.as_fd(), token)?;
         } else {
-            self.ring.arm_recv(stream.as_fd(), token)?;
+            self.io.ring.arm_recv(stream.as_fd(), token)?;
         }
-        slot.recv_armed = true;
+        slot.io.recv_armed = true;
         Ok(())
-    }
-
-    /// Closed loop: tops slot `i` up to its depth (one new connection in connect-per-request
-    /// mode), if the phase still sends.
-    fn refill(
-        &mut self,
-        i: usize,
-        now: Instant,
-        until: Option<Instant>,
-        measured: bool,
-    ) -> Result<(), LoopError> {
-        let sending = !self.shared.control.stopped() && until.is_none_or(|t| now < t);
-        if !sending || self.slots[i].dead {
-            return Ok(());
-        }
-        if self.config.mode == TxMode::Crr {
-            if self.slots[i].stream.is_none() && self.slots[i].quota != Some(0) {
-                self.start_connect(i)?;
-            }
-            return Ok(());
-        }
-        let depth = self.config.depth as usize;
-        let before = self.slots[i].pipeline.len();
-        while self.slots[i].pipeline.len() < depth && self.slots[i].quota != Some(0) {
-            let before = if measured && self.config.attribute { self.snapshot(i) } else { None };
-            let now = Instant::now();
-            self.queue_request(i, now, now, before);
-        }
-        if self.slots[i].pipeline.len() > before {
-            self.flush(i)?;
-        }
-        Ok(())
-    }
-
-    /// Open loop: queues every request of slot `i` that is due by `now`, then sends.
-    fn send_due(
-        &mut self,
-        i: usize,
-        now: Instant,
-        until: Option<Instant>,
-        start: Instant,
-    ) -> Result<(), LoopError> {
-        if self.config.mode == TxMode::Crr {
-            self.start_due_transactions(i, now, until, start);
-            return Ok(());
-        }
-        let mut queued = false;
-        while let Some(due) = self.slots[i].take_due(now, until, start) {
-            let before = if self.config.attribute { self.snapshot(i) } else { None };
-            let sent = Instant::now();
-            self.m.send_lateness.record(sent.saturating_duration_since(due).as_nanos() as u64);
-            self.queue_request(i, due, sent, before);
-            queued = true;
-        }
-        if queued {
-            self.flush(i)?;
-        }
-        Ok(())
-    }
-
-    /// Encodes the next request of slot `i` into its output and puts it in flight.
-    fn queue_request(
-        &mut self,
-        i: usize,
-        intended: Instant,
-        sent: Instant,
-        before: Option<KernelSnapshot>,
-    ) {
-        let slot = &mut self.slots[i];
-        let seq = slot.next_seq;
-        slot.next_seq += 1;
-        if let Some(q) = &mut slot.quota {
-            *q -= 1;
-        }
-        wire::encode_request(&mut self.request, seq, self.config.reply_len);
-        if slot.out_pos == slot.out.len() {
-            slot.out.clear();
-            slot.out_pos = 0;
-        }
-        slot.out.extend_from_slice(&self.request);
-        if slot.pipeline.len() == 0
-            && let Some(watch) = &mut slot.watch
-        {
-            watch.waiting();
-        }
-        slot.pipeline.push(Outstanding { seq, intended, sent, before });
-        self.m.sent += 1;
-        self.m.first_send.get_or_insert(sent);
-        self.m.last_send = Some(sent);
-    }
-
-    /// Hands the next part of slot `i`'s output to the kernel, unless a send is in flight.
-    fn flush(&mut self, i: usize) -> Result<(), LoopError> {
-        let token = self.token(Kind::Send, i);
-        let slot = &mut self.slots[i];
-        let Some(stream) = &slot.stream else { return Ok(()) };
-        if slot.send_busy
-            || slot.lent
-            || slot.connecting.is_some()
-            || slot.out_pos == slot.out.len()
-        {
-            return Ok(());
-        }
-        let rest = slot.out.len() - slot.out_pos;
-        let chunk = rest.min(self.slot_len);
-        let buf = self.ring.send_slot(i).expect("no send is in flight on this slot");
-        buf[..chunk].copy_from_slice(&slot.out[slot.out_pos..slot.out_pos + chunk]);
-        // Lent only when the answer to come proves this send done: it carries the rest of
-        // the one request in flight.
-        let lend = self.lend && chunk == rest;
-        self.ring.send(stream.as_fd(), i, 0..chunk, token, lend)?;
-        slot.send_from = slot.out_pos;
-        if lend {
-            slot.lent = true;
-            slot.out_pos += chunk;
-        } else {
-            slot.send_busy = true;
-        }
-        Ok(())
-    }
-
-    fn snapshot(&mut self, i: usize) -> Option<KernelSnapshot> {
-        let slot = &self.slots[i];
-        let stream = slot.stream.as_ref()?;
-        kernel_snapshot(stream.as_fd(), slot.is_bbr, &mut self.snapshot_costs)
     }
 
     /// Handles one completion.
@@ -770,28 +458,28 @@ impl<'a> ThreadLoop<'a> {
     ) -> Result<(), LoopError> {
         let token = Token::decode(c.token);
         let i = token.slot;
-        let current = self.slots[i].generation == token.generation && !self.slots[i].dead;
+        let current = self.slots[i].io.generation == token.generation && !self.slots[i].dead;
         match token.kind {
             Kind::Send => {
                 // Any send completion frees the slot's buffer: the kernel is done with it.
-                self.ring.sent(i);
+                self.io.ring.sent(i);
                 let slot = &mut self.slots[i];
                 if !current {
                     // A failed transaction's send: the slot's next one may go now.
-                    slot.send_busy = false;
-                    return if slot.dead { Ok(()) } else { self.flush(i) };
+                    slot.io.send_busy = false;
+                    return if slot.dead { Ok(()) } else { UringIo::flush(self, i) };
                 }
-                if slot.lent {
+                if slot.io.lent {
                     // A lent send posts a completion only when it failed.
-                    slot.lent = false;
+                    slot.io.lent = false;
                     return Err(send_failed(c.result));
                 }
-                slot.send_busy = false;
+                slot.io.send_busy = false;
                 if c.result < 0 {
                     return Err(send_failed(c.result));
                 }
-                slot.out_pos = slot.send_from + c.result as usize;
-                self.flush(i)
+                slot.out_pos = slot.io.send_from + c.result as usize;
+                UringIo::flush(self, i)
             }
             Kind::Connect => {
                 if !current {
@@ -810,28 +498,29 @@ impl<'a> ThreadLoop<'a> {
             }
             Kind::Recv => {
                 if current && !c.more {
-                    self.slots[i].recv_armed = false;
+                    self.slots[i].io.recv_armed = false;
                 }
                 let outcome = match (current, c.result, c.buffer) {
                     (false, _, buffer) => {
                         if let Some(bid) = buffer {
-                            self.ring.recycle(bid);
+                            self.io.ring.recycle(bid);
                         }
                         return Ok(());
                     }
-                    (true, n, Some(bid)) if n > 0 && self.slots[i].stats_reply.is_some() => {
-                        let bytes = self.ring.received(bid, n as usize);
+                    (true, n, Some(bid)) if n > 0 && self.slots[i].io.stats_reply.is_some() => {
+                        let bytes = self.io.ring.received(bid, n as usize);
                         self.slots[i]
+                            .io
                             .stats_reply
                             .as_mut()
                             .expect("checked")
                             .extend_from_slice(bytes);
-                        self.ring.recycle(bid);
+                        self.io.ring.recycle(bid);
                         Ok(0)
                     }
                     (true, n, Some(bid)) if n > 0 => {
                         let r = self.received(i, bid, n as usize, done, start, measured);
-                        self.ring.recycle(bid);
+                        self.io.ring.recycle(bid);
                         r
                     }
                     // Out of provided buffers: re-armed below once they are back.
@@ -845,7 +534,7 @@ impl<'a> ThreadLoop<'a> {
                 let slot = &self.slots[i];
                 // A connect-per-request socket is re-armed only while its answer is due.
                 let wanted = self.config.mode == TxMode::Rr || slot.pipeline.len() > 0;
-                if wanted && slot.stream.is_some() && !slot.recv_armed {
+                if wanted && slot.stream.is_some() && !slot.io.recv_armed {
                     self.arm(i)?;
                 }
                 Ok(())
@@ -870,19 +559,19 @@ impl<'a> ThreadLoop<'a> {
             let slot = &mut self.slots[i];
             let space = slot.reader.space();
             let take = space.len().min(len - at);
-            space[..take].copy_from_slice(&self.ring.received(bid, len)[at..at + take]);
+            space[..take].copy_from_slice(&self.io.ring.received(bid, len)[at..at + take]);
             slot.reader.commit(take);
             at += take;
             while let Some(header) = self.slots[i].reader.take_frame()? {
                 let slot = &mut self.slots[i];
                 let req = slot.pipeline.answer(&header)?;
                 answered += 1;
-                if slot.lent {
+                if slot.io.lent {
                     // The answer proves the lent send's bytes were taken.
-                    slot.lent = false;
-                    self.ring.sent(i);
+                    slot.io.lent = false;
+                    self.io.ring.sent(i);
                 }
-                if let Some(watch) = &mut slot.watch {
+                if let Some(watch) = &mut slot.io.watch {
                     watch.answered();
                     if slot.pipeline.len() > 0 {
                         watch.waiting();
@@ -914,7 +603,7 @@ impl<'a> ThreadLoop<'a> {
         measured: bool,
     ) -> Result<(), LoopError> {
         let slot = &mut self.slots[i];
-        slot.recv_armed = false;
+        slot.io.recv_armed = false;
         if slot.due.is_some() {
             // An open-loop transaction's connection: the caller counts its failure.
             return Err(if result == 0 {
@@ -923,7 +612,7 @@ impl<'a> ThreadLoop<'a> {
                 LoopError::Io(io::Error::from_raw_os_error(-result))
             });
         }
-        if !slot.watch.as_ref().is_some_and(Watch::fired) {
+        if !slot.io.watch.as_ref().is_some_and(Watch::fired) {
             return Err(if result == 0 {
                 LoopError::Protocol("server closed the connection".into())
             } else {
@@ -961,230 +650,12 @@ impl<'a> ThreadLoop<'a> {
         Ok(())
     }
 
-    /// Connect-per-request: a new socket for slot `i`, profile applied, connect submitted.
-    fn start_connect(&mut self, i: usize) -> Result<(), LoopError> {
-        let stream: TcpStream = crr_socket(self.config)?.into();
-        let slot = &mut self.slots[i];
-        slot.generation = slot.generation.wrapping_add(1) & 0x3fff_ffff;
-        let token = self.token(Kind::Connect, i);
-        self.ring.connect(stream.as_fd(), &self.server, token)?;
-        let slot = &mut self.slots[i];
-        slot.stream = Some(stream);
-        slot.connecting = Some(Instant::now());
-        slot.recv_armed = false;
-        slot.reader.reset();
-        slot.out.clear();
-        slot.out_pos = 0;
-        Ok(())
-    }
-
     /// Connect-per-request: slot `i`'s connect finished; Hello and request leave together.
     fn connected(&mut self, i: usize, done: Instant, measured: bool) -> Result<(), LoopError> {
-        let slot = &mut self.slots[i];
-        let began = slot.connecting.take().expect("connecting");
-        if measured {
-            self.m.connect.record(done.saturating_duration_since(began).as_nanos() as u64);
-        }
-        slot.out.extend_from_slice(&self.hello);
-        let now = Instant::now();
-        // Open loop: the transaction's latency runs from when it was due.
-        let intended = slot.due.unwrap_or(now);
-        let before = if measured && self.config.attribute { self.snapshot(i) } else { None };
-        self.queue_request(i, intended, now, before);
+        let began = self.slots[i].connecting.take().expect("connecting");
+        self.queue_first_request(i, began, done, measured);
         self.arm(i)?;
-        self.flush(i)
-    }
-
-    /// Connect-per-request: the transaction is answered; close with an RST (no TIME_WAIT).
-    /// Nothing is armed on the socket any more (its receive was single-shot, its send lent
-    /// and answered).
-    fn close_transaction(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        if let Some(stream) = slot.stream.take() {
-            let _ = sys::set_linger_zero(stream.as_fd());
-        }
-        slot.reader.reset();
-        if slot.due.take().is_some() {
-            slot.free_since = Instant::now();
-        }
-    }
-
-    /// Open-loop connect-per-request: starts slot `i`'s transactions that are due by `now`
-    /// (before `until`), while the slot is free; one whose connect cannot even be submitted
-    /// is counted and the next due one starts.
-    fn start_due_transactions(
-        &mut self,
-        i: usize,
-        now: Instant,
-        until: Option<Instant>,
-        start: Instant,
-    ) {
-        // One transaction at a time per slot.
-        while self.slots[i].due.is_none() {
-            let slot = &mut self.slots[i];
-            let Some(due) = slot.take_due(now, until, start) else { return };
-            if due < slot.free_since {
-                self.m.crr.queued += 1;
-            }
-            slot.due = Some(due);
-            let began = Instant::now();
-            self.m.send_lateness.record(began.saturating_duration_since(due).as_nanos() as u64);
-            match self.start_connect(i) {
-                Ok(()) => return,
-                Err(e) => {
-                    let cause = match &e {
-                        LoopError::Io(e) => Failure::of_connect(e),
-                        _ => Failure::ConnectFailed,
-                    };
-                    self.fail_transaction(i, cause, start, began);
-                }
-            }
-        }
-    }
-
-    /// Open-loop connect-per-request: slot `i`'s transaction failed at `now` for `cause`:
-    /// counted and charged (`charge_failed_transaction`), whatever is armed on its socket
-    /// cancelled, the socket closed with an RST; the slot is free for the next. A send still
-    /// in flight keeps the slot's send buffer until its (ignored) completion.
-    fn fail_transaction(&mut self, i: usize, cause: Failure, start: Instant, now: Instant) {
-        let slot = &mut self.slots[i];
-        let Some(due) = slot.due else { return };
-        charge_failed_transaction(&mut self.m, self.config, start, slot.turn(), due, cause, now);
-        let slot = &mut self.slots[i];
-        slot.connecting = None;
-        slot.recv_armed = false;
-        slot.out.clear();
-        slot.out_pos = 0;
-        // Completions still to come for this socket are ignored from here on.
-        slot.generation = slot.generation.wrapping_add(1) & 0x3fff_ffff;
-        if let Some(stream) = &slot.stream {
-            let _ = self.ring.cancel_fd(stream.as_fd());
-            let _ = self.ring.submit();
-        }
-        self.close_transaction(i);
-    }
-
-    /// Open-loop connect-per-request, at the end of the measured part: the transactions
-    /// that never started are charged (`charge_not_started`).
-    fn charge_not_started(
-        &mut self,
-        start: Instant,
-        until: Option<Instant>,
-        stopped_at: Option<Instant>,
-        now: Instant,
-    ) {
-        let turns = self.slots.iter_mut().map(Slot::turn);
-        charge_not_started(&mut self.m, self.config, start, turns, until, stopped_at, now);
-    }
-
-    /// Closes slot `i`'s socket, cancelling whatever is armed on it first.
-    fn drop_socket(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        slot.watch = None;
-        if let Some(stream) = slot.stream.take() {
-            let _ = self.ring.cancel_fd(stream.as_fd());
-            let _ = self.ring.submit();
-        }
-        slot.recv_armed = false;
-        slot.send_busy = false;
-    }
-
-    /// Gives up on connections whose oldest request (or connect) waited the response timeout.
-    fn check_timeouts(
-        &mut self,
-        start: Instant,
-        now: Instant,
-        measured: bool,
-    ) -> Result<(), (usize, LoopError)> {
-        let timeout = self.config.response_timeout;
-        for i in 0..self.slots.len() {
-            let slot = &self.slots[i];
-            if slot.dead {
-                continue;
-            }
-            let own_failure = measured && slot.due.is_some();
-            if let Some(began) = slot.connecting
-                && now >= began + HANDSHAKE_TIMEOUT.min(timeout)
-            {
-                if own_failure {
-                    self.fail_transaction(i, Failure::ConnectTimeout, start, now);
-                    continue;
-                }
-                return Err((
-                    slot.index,
-                    LoopError::Protocol(format!(
-                        "connect did not complete within {:?}",
-                        HANDSHAKE_TIMEOUT.min(timeout)
-                    )),
-                ));
-            }
-            let Some(oldest) = slot.pipeline.oldest() else { continue };
-            if now < oldest.sent + timeout {
-                continue;
-            }
-            if own_failure {
-                self.fail_transaction(i, Failure::ResponseTimeout, start, now);
-                continue;
-            }
-            if !measured {
-                return Err((
-                    slot.index,
-                    LoopError::Protocol(format!(
-                        "no response within {timeout:?} during the warm-up"
-                    )),
-                ));
-            }
-            let (waiting, index) = (slot.pipeline.len(), slot.index);
-            self.give_up(i, start, now, measured);
-            self.m.warnings.push(format!(
-                "connection {index}: no response within {timeout:?}; gave up with {waiting} \
-                 request(s) unanswered and the connection stopped there"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Charges every request still in flight as unanswered at `now` (the stop grace ran out).
-    fn give_up_all(&mut self, start: Instant, now: Instant, measured: bool, why: &str) {
-        let mut waiting = 0;
-        for i in 0..self.slots.len() {
-            if self.slots[i].dead {
-                continue;
-            }
-            let slot = &self.slots[i];
-            waiting += slot.pipeline.len();
-            waiting += usize::from(slot.connecting.is_some() && slot.due.is_some());
-            self.give_up(i, start, now, measured);
-        }
-        if measured && waiting > 0 {
-            self.m.warnings.push(format!(
-                "{why} with {waiting} request(s) still unanswered after {STOP_GRACE:?} on \
-                 connections {}",
-                self.slots.iter().map(|s| s.index.to_string()).collect::<Vec<_>>().join(",")
-            ));
-        }
-    }
-
-    /// Slot `i` stops for good: its socket closed, what it had in flight charged as
-    /// unanswered at `now` (measured part).
-    fn give_up(&mut self, i: usize, start: Instant, now: Instant, measured: bool) {
-        self.drop_socket(i);
-        let config = self.config;
-        let slot = &mut self.slots[i];
-        slot.dead = true;
-        if let (Some(_), Some(due), true) = (slot.connecting.take(), slot.due, measured) {
-            // An open-loop transaction still connecting: unanswered since it was due.
-            let seq = slot.next_seq;
-            slot.next_seq += 1;
-            self.m.record_unanswered(config, start, slot.index, (seq, due, None), now);
-        }
-        let index = slot.index;
-        for req in slot.pipeline.drain() {
-            if measured {
-                let request = (req.seq, req.intended, Some(req.sent));
-                self.m.record_unanswered(config, start, index, request, now);
-            }
-        }
+        UringIo::flush(self, i)
     }
 }
 
