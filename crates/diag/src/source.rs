@@ -60,6 +60,28 @@ impl Dump for Dumper {
     ) -> Result<DumpStats, DiagError> {
         if decode_info { self.dump(req, each) } else { self.dump_undecoded(req, each) }
     }
+
+    /// `tcp_info` is decoded in full only for the sockets `selected` matches; the others are
+    /// brief, with the few fields the aggregates read ([`TcpInfo::parse_delay_inputs`]).
+    fn dump_for_scrape(
+        &mut self,
+        req: &DumpRequest,
+        selected: Option<&Filter>,
+        sink: &mut dyn ScrapeSink,
+    ) -> Result<DumpStats, DiagError> {
+        let Some(selected) = selected.filter(|_| req.attrs.info) else {
+            return self.dump(req, |s| sink.socket(s));
+        };
+        self.dump_undecoded(req, |s| {
+            if selected.matches(&s.id) {
+                let decoded = Socket { info: TcpInfo::parse(s.info_raw).ok(), ..s.clone() };
+                sink.socket(&decoded);
+            } else {
+                let info = TcpInfo::parse_delay_inputs(s.info_raw).ok();
+                sink.brief(&Brief { state: s.state, cong: s.cong, info });
+            }
+        })
+    }
 }
 
 impl Dump for IterDumper {
@@ -92,7 +114,8 @@ pub struct Brief<'a> {
     /// The congestion control, for a full socket that has one.
     pub cong: Option<&'a str>,
     /// For a full socket: `tcp_info`'s state, `rtt_us` and the inputs of
-    /// [`TcpInfo::send_queue_delay`] as a full dump gives them; every other field zero.
+    /// [`TcpInfo::send_queue_delay`] as a full dump gives them; every other field its
+    /// default.
     pub info: Option<TcpInfo>,
 }
 

@@ -410,17 +410,21 @@ fn brief_scrapes_render_what_full_scrapes_render() {
             for attempt in 1.. {
                 let brief = text(&mut iter, &selectors, &req, true);
                 let full = text(&mut iter, &selectors, &req, false);
+                let diag_brief = text(&mut diag, &selectors, &req, true);
                 let diag = text(&mut diag, &selectors, &req, false);
+                assert_eq!(diag_brief.len(), diag.len());
                 assert!(brief.len() > 100 && brief.len() == full.len());
                 assert_eq!(brief.len(), diag.len());
-                if brief == full && brief == diag {
+                if brief == full && brief == diag && diag_brief == diag {
                     break;
                 }
                 assert!(
                     attempt < 100,
-                    "{at}: brief vs full records:\n{}\nbrief vs sock_diag:\n{}",
+                    "{at}: brief vs full records:\n{}\nbrief vs sock_diag:\n{}\nsock_diag \
+                     brief vs full:\n{}",
                     differ(&brief, &full),
-                    differ(&brief, &diag)
+                    differ(&brief, &diag),
+                    differ(&diag_brief, &diag)
                 );
                 std::thread::sleep(Duration::from_millis(100));
             }

@@ -272,6 +272,31 @@ impl TcpInfo {
     /// Size of `struct tcp_info` on Linux 6.18, the last byte this parser knows.
     pub const KNOWN_LEN: usize = 280;
 
+    /// [`TcpInfo::parse`] of what [`TcpInfo::send_queue_delay`] and `rtt_us` read alone (the
+    /// state, RTT, MSS, cwnd, pacing and delivery rates, bytes not yet sent); every other
+    /// field is its default. For a caller that reads only those of many sockets (a scrape's
+    /// aggregates).
+    pub fn parse_delay_inputs(bytes: &[u8]) -> Result<TcpInfo, TcpInfoError> {
+        if bytes.len() < Self::BASE_LEN {
+            return Err(TcpInfoError::TooShort { len: bytes.len(), min: Self::BASE_LEN });
+        }
+        let r = Reader(bytes);
+        let (app_limited, _) = split_flags(r.u8(7).unwrap_or_default());
+        let delivery_rate_bytes_per_sec = r.u64(160);
+        Ok(TcpInfo {
+            len: bytes.len(),
+            state: TcpState::from_raw(r.u8(0).unwrap_or_default()),
+            delivery_rate_app_limited: delivery_rate_bytes_per_sec.map(|_| app_limited),
+            snd_mss_bytes: r.base_u32(16),
+            rtt_us: r.base_u32(68),
+            snd_cwnd_segs: r.base_u32(80),
+            pacing_rate_bytes_per_sec: r.u64(104),
+            notsent_bytes: r.u32(144),
+            delivery_rate_bytes_per_sec,
+            ..TcpInfo::default()
+        })
+    }
+
     /// Parses the bytes the kernel returned; bytes beyond [`TcpInfo::KNOWN_LEN`] are ignored.
     ///
     /// Errors only when `bytes` is shorter than [`TcpInfo::BASE_LEN`]. Never panics.

@@ -444,6 +444,18 @@ proptest! {
     }
 
     #[test]
+    fn delay_inputs_parse_as_the_whole_struct(bytes in arbitrary_bytes()) {
+        match (TcpInfo::parse(&bytes), TcpInfo::parse_delay_inputs(&bytes)) {
+            (Ok(full), Ok(inputs)) => {
+                prop_assert_eq!(inputs.state, full.state);
+                prop_assert_eq!(inputs.rtt_us, full.rtt_us);
+                prop_assert_eq!(inputs.send_queue_delay(), full.send_queue_delay());
+            }
+            (full, inputs) => prop_assert_eq!(full, inputs),
+        }
+    }
+
+    #[test]
     fn truncation_only_removes_fields(bytes in arbitrary_bytes(), cut in 0usize..=320) {
         let cut = cut.min(bytes.len());
         if let (Ok(full), Ok(short)) = (TcpInfo::parse(&bytes), TcpInfo::parse(&bytes[..cut])) {
