@@ -222,6 +222,17 @@ impl SocketSource {
         }
     }
 
+    /// The source that dumps `req`: `auto` sends filtered requests to sock_diag, which
+    /// measured cheaper for them than the iterator (`scripts/bench-exporter`).
+    fn for_request(&mut self, req: &DumpRequest) -> &mut dyn Dump {
+        match self {
+            SocketSource::SockDiag(d) => d,
+            SocketSource::Bpf(d) => d.as_mut(),
+            SocketSource::Auto { diag, .. } if req.filter.is_some() => diag,
+            SocketSource::Auto { iter, .. } => iter.as_mut(),
+        }
+    }
+
     /// Dumps `req` with `tcp_info` decoded, like [`Dumper::dump`].
     pub fn dump(
         &mut self,
@@ -246,14 +257,7 @@ impl Dump for SocketSource {
         decode_info: bool,
         each: &mut dyn FnMut(&Socket<'_>),
     ) -> Result<DumpStats, DiagError> {
-        match self {
-            SocketSource::SockDiag(d) => d.dump_with(req, decode_info, each),
-            SocketSource::Bpf(d) => d.as_mut().dump_with(req, decode_info, each),
-            SocketSource::Auto { diag, .. } if req.filter.is_some() => {
-                diag.dump_with(req, decode_info, each)
-            }
-            SocketSource::Auto { iter, .. } => iter.as_mut().dump_with(req, decode_info, each),
-        }
+        self.for_request(req).dump_with(req, decode_info, each)
     }
 
     fn dump_for_scrape(
@@ -262,14 +266,7 @@ impl Dump for SocketSource {
         selected: Option<&Filter>,
         sink: &mut dyn ScrapeSink,
     ) -> Result<DumpStats, DiagError> {
-        match self {
-            SocketSource::SockDiag(d) => d.dump_for_scrape(req, selected, sink),
-            SocketSource::Bpf(d) => d.as_mut().dump_for_scrape(req, selected, sink),
-            SocketSource::Auto { diag, .. } if req.filter.is_some() => {
-                diag.dump_for_scrape(req, selected, sink)
-            }
-            SocketSource::Auto { iter, .. } => iter.as_mut().dump_for_scrape(req, selected, sink),
-        }
+        self.for_request(req).dump_for_scrape(req, selected, sink)
     }
 }
 

@@ -21,7 +21,7 @@
 //! `tcp_get_info` does (shifts, jiffies to microseconds, the delivery rate) is done in user
 //! space ([`super::convert`]). Little-endian only (bitfield positions are LSB-first there).
 
-use super::asm::{Asm, Cond, R0, R1, R2, R3, R6, R7, R8, R9, R10, Size};
+use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R6, R7, R8, R9, R10, Size};
 use super::fields::{
     self,
     Base::{Bbr, Common, Tcp},
@@ -249,16 +249,7 @@ impl Layout {
         a.store_imm(Size::DW, R10, at(header::KTIME_NS), 0);
         let common = covered_by(&|l| l.base == Common);
         zero_uncovered(&mut a, rec, &common, header::END, &gaps);
-        a.bind(no_ca);
-        a.store_imm(Size::DW, R10, at(header::CA_NAME), 0);
-        a.store_imm(Size::DW, R10, at(header::CA_NAME + 8), 0);
-        a.bind(write);
-        a.load(Size::DW, R1, R6, 0); // ctx->meta
-        a.load(Size::DW, R1, R1, 0); // meta->seq
-        a.mov(R2, R10);
-        a.add_imm(R2, rec);
-        a.mov_imm(R3, self.record_len as i32);
-        a.call(HELPER_SEQ_WRITE);
+        emit_write(&mut a, rec, no_ca, header::CA_NAME, write, self.record_len);
         if brief_filter.is_some() {
             a.jump(out);
             a.bind(brief);
@@ -312,17 +303,25 @@ impl Layout {
         a.bind(not_full);
         let none = vec![false; self.brief_len];
         zero_uncovered(a, rec, &none, brief::END, &none);
-        a.bind(no_ca);
-        a.store_imm(Size::DW, R10, at(brief::CA_NAME), 0);
-        a.store_imm(Size::DW, R10, at(brief::CA_NAME + 8), 0);
-        a.bind(write);
-        a.load(Size::DW, R1, R6, 0); // ctx->meta
-        a.load(Size::DW, R1, R1, 0); // meta->seq
-        a.mov(R2, R10);
-        a.add_imm(R2, rec);
-        a.mov_imm(R3, self.brief_len as i32);
-        a.call(HELPER_SEQ_WRITE);
+        emit_write(a, rec, no_ca, brief::CA_NAME, write, self.brief_len);
     }
+}
+
+/// The end both record kinds share: at `no_ca` the congestion control's name (16 bytes at
+/// `ca_name`) is zeroed, and at `write` the `len` bytes of the record at `rec` on the stack go
+/// to the iterator's seq_file.
+fn emit_write(a: &mut Asm, rec: i32, no_ca: Label, ca_name: usize, write: Label, len: usize) {
+    let at = |off: usize| (rec + off as i32) as i16;
+    a.bind(no_ca);
+    a.store_imm(Size::DW, R10, at(ca_name), 0);
+    a.store_imm(Size::DW, R10, at(ca_name + 8), 0);
+    a.bind(write);
+    a.load(Size::DW, R1, R6, 0); // ctx->meta
+    a.load(Size::DW, R1, R1, 0); // meta->seq
+    a.mov(R2, R10);
+    a.add_imm(R2, rec);
+    a.mov_imm(R3, len as i32);
+    a.call(HELPER_SEQ_WRITE);
 }
 
 /// Zeroes the record bytes from `from` on that `covered` leaves out and `done` has not
