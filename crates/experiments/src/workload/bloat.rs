@@ -223,23 +223,17 @@ impl Probe {
     }
 }
 
-/// The waits, in ms and sorted, of the probes sent every `interval` (`sent` of them, from the
-/// round's start) within the window `[from, to]` s that got no reply by `deadline` s: each
-/// waited at least from its send to the deadline, so their percentiles are lower bounds.
-fn unanswered_waits_ms(
-    sent: u64,
-    interval: Duration,
-    from: f64,
-    to: f64,
-    deadline: f64,
-) -> Vec<f64> {
-    let mut waits: Vec<f64> = (0..sent)
-        .map(|i| i as f64 * interval.as_secs_f64())
-        .filter(|&t| t >= from && t <= to)
-        .map(|t| (deadline - t) * 1e3)
-        .collect();
-    waits.sort_by(f64::total_cmp);
-    waits
+/// The send times, in s from the round's start and in order, of the probes (`sent` of them,
+/// one every `interval`) that fall within the window `[from, to]` s.
+fn window_send_times(sent: u64, interval: Duration, from: f64, to: f64) -> Vec<f64> {
+    (0..sent).map(|i| i as f64 * interval.as_secs_f64()).filter(|&t| t >= from && t <= to).collect()
+}
+
+/// The waits, in ms and sorted, of probes sent at `sends` (in order) that got no reply by
+/// `deadline` s: each waited at least from its send to the deadline, so their percentiles
+/// are lower bounds.
+fn unanswered_waits_ms(sends: &[f64], deadline: f64) -> Vec<f64> {
+    sends.iter().rev().map(|t| (deadline - t) * 1e3).collect()
 }
 
 impl VariantPlan for Plan {
@@ -281,10 +275,8 @@ impl VariantPlan for Plan {
         let mut latencies: Vec<f64> =
             records.iter().filter(|r| r[0] >= w && r[0] <= end).map(|r| r[1]).collect();
         latencies.sort_by(f64::total_cmp);
-        let counted_sent = (0..sent)
-            .map(|i| i as f64 * self.probe_interval.as_secs_f64())
-            .filter(|&t| t >= w && t <= end)
-            .count();
+        let window_sends = window_send_times(sent, self.probe_interval, w, end);
+        let counted_sent = window_sends.len();
         let rate_bps = self.path.rate().map(|r| r.0 as f64);
         let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100), rate_bps);
         let goodput = s.goodput_mbps;
@@ -295,7 +287,7 @@ impl VariantPlan for Plan {
             // probe segment holds the rest behind its retransmission timeout, seconds behind
             // a deep buffer): the round is the claim's worst case, not a failed one.
             let deadline = end + PROBE_GRACE.as_secs_f64();
-            latencies = unanswered_waits_ms(sent, self.probe_interval, w, end, deadline);
+            latencies = unanswered_waits_ms(&window_sends, deadline);
             m.notes.push(format!(
                 "none of the window's {counted_sent} probes got a reply within {} s after the \
                  run: probe_p50/p95/p99_ms are lower bounds, each probe's wait until the reader \
@@ -370,11 +362,12 @@ mod tests {
     #[test]
     fn unanswered_probes_wait_at_least_until_the_deadline() {
         // Probes every 500 ms from 0; window [8, 11] s; the reader stopped at 14 s.
-        let waits = unanswered_waits_ms(30, Duration::from_millis(500), 8.0, 11.0, 14.0);
+        let sends = window_send_times(30, Duration::from_millis(500), 8.0, 11.0);
+        let waits = unanswered_waits_ms(&sends, 14.0);
         assert_eq!(waits.len(), 7, "{waits:?}"); // 8.0, 8.5, ..., 11.0
         assert!((waits[0] - 3000.0).abs() < 1e-6 && (waits[6] - 6000.0).abs() < 1e-6, "{waits:?}");
         assert!(waits.windows(2).all(|w| w[0] <= w[1]), "sorted: {waits:?}");
-        assert!(unanswered_waits_ms(10, Duration::from_millis(500), 8.0, 11.0, 14.0).is_empty());
+        assert!(window_send_times(10, Duration::from_millis(500), 8.0, 11.0).is_empty());
     }
 
     /// The slides' condition: 8 flows x 4 packets = 48 KB, 3 s at 128 kbit/s, less the 40 ms
