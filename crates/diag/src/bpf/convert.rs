@@ -103,8 +103,9 @@ pub fn identity(layout: &Layout, record: &[u8]) -> (u8, SockId) {
     (family, id)
 }
 
-/// Builds the socket of `record` (whose [`identity`] is `family`, `id`). `info` receives `struct tcp_info` (the first `info_len`
-/// bytes are the kernel's struct); `decode_info` also parses it into [`Socket::info`].
+/// Builds the socket of `record` (whose [`identity`] is `family`, `id`). `info` receives
+/// `struct tcp_info` (the first `info_len` bytes are the kernel's struct); `decode_info` also
+/// parses it into [`Socket::info`].
 #[allow(clippy::too_many_arguments)]
 pub fn socket<'a>(
     (family, id): (u8, SockId),

@@ -633,16 +633,16 @@ pub fn summarise(
 /// the time between them, Mbit/s; NaN unless `b` is later than `a`.
 ///
 /// This is every bulk engine's goodput (over its measurement window, or either side of a
-/// link-downgrade's step). Either end of a window can fall while the receivers wait on a hole
-/// (a loss not yet repaired) with data behind it that the link has already carried: the count
-/// then misses what is held at the end and includes what was held at the start, each at most
-/// what the flows had in flight (a BDP plus the bottleneck's buffer) plus what a reader the
-/// host ran late left in the receive buffer, small against a window of many round trips. It replaced a least-squares slope of the bytes read, which weighs the
-/// window's middle most (a byte read there counts 1.5x the average, one read at either end
-/// nothing): when the receivers read nothing for a long stretch and then a burst (a hole
-/// waiting on a retransmission timeout, seconds on a 128 kbit/s path, then everything held
-/// behind it at once) the fit reads far above what the link carried (half a window of stall,
-/// then the held data: 125 % of the link); the count cannot.
+/// link-downgrade's step). Either end of a window can fall while the receivers wait on a hole (a
+/// loss not yet repaired) with data behind it that the link has already carried: the count then
+/// misses what is held at the end and includes what was held at the start, each at most what the
+/// flows had in flight (a BDP plus the bottleneck's buffer) plus what a reader the host ran late
+/// left in the receive buffer, small against a window of many round trips. It replaced a
+/// least-squares slope of the bytes read, which weighs the window's middle most (a byte read there
+/// counts 1.5x the average, one read at either end nothing): when the receivers read nothing for a
+/// long stretch and then a burst (a hole waiting on a retransmission timeout, seconds on a 128
+/// kbit/s path, then everything held behind it at once) the fit reads far above what the link
+/// carried (half a window of stall, then the held data: 125 % of the link); the count cannot.
 pub fn goodput_between(a: &Sample, b: &Sample) -> f64 {
     if b.t > a.t {
         b.received.saturating_sub(a.received) as f64 * 8.0 / (b.t - a.t) / 1e6
@@ -664,12 +664,11 @@ pub fn window_goodput_mbps(samples: &[Sample], warmup: Duration) -> f64 {
 /// The goodput to report for a window whose count read `read_mbps` on a path shaped to
 /// `rate_bps` (`None`: not shaped), with a note when the count read above the rate.
 ///
-/// The count exceeds the rate only by data the link carried before the window and the
-/// receivers read inside it: held out of order behind a hole at the window's start, or late
-/// on a loaded host (unread in a receive buffer, or released late by the emulator): quick
-/// runs at 1 Gbit/s x 100 ms without loss read up to 4 % above the payload's share of the
-/// link over their 2 s windows. The link carries no more than its rate, so that is the figure, and the note
-/// gives the count.
+/// The count exceeds the rate only by data the link carried before the window and the receivers
+/// read inside it: held out of order behind a hole at the window's start, or late on a loaded host
+/// (unread in a receive buffer, or released late by the emulator): quick runs at 1 Gbit/s x 100 ms
+/// without loss read up to 4 % above the payload's share of the link over their 2 s windows. The
+/// link carries no more than its rate, so that is the figure, and the note gives the count.
 /// `metric` names the figure in the note (`goodput_mbps`, `post_goodput_mbps`).
 pub fn held_to_link(read_mbps: f64, rate_bps: Option<f64>, metric: &str) -> (f64, Option<String>) {
     match rate_bps {
