@@ -8,8 +8,10 @@
 //! Prints `svg_expected=N` on stdout: how many plots have data, counted from the results
 //! alone, for the check to compare with the `<svg>` elements the browser sees; then
 //! `svg_per_section=A B C ...`, the same count for each experiment's section in order; then
-//! `excluded_expected=N`, the rounds the results leave out, each of which the page must list;
-//! then `failure_modes_expected=N NOT_RUN`, the rows of the section on seed 000's failure modes
+//! `faithful_rounds_per_section=A B C ...`, the rounds whose numbers count in each experiment
+//! (a real run's section may lack plots only when it has none: every round excluded on a loaded
+//! machine); then `excluded_expected=N`, the rounds the results leave out, each of which the
+//! page must list; then `failure_modes_expected=N NOT_RUN`, the rows of the section on seed 000's failure modes
 //! (6, or 0 when the run holds none of their experiments) and how many say "not run".
 
 #[path = "../tests/common/mod.rs"]
@@ -63,6 +65,13 @@ fn main() -> ExitCode {
     let per: Vec<String> =
         common::plots_with_data_per_experiment(&results).iter().map(usize::to_string).collect();
     println!("svg_per_section={}", per.join(" "));
+    let faithful: Vec<String> = results
+        .experiments
+        .iter()
+        .map(|e| e.variants.iter().flat_map(|v| &v.rounds).filter(|r| r.faithful).count())
+        .map(|n| n.to_string())
+        .collect();
+    println!("faithful_rounds_per_section={}", faithful.join(" "));
     let excluded: usize = results
         .experiments
         .iter()
