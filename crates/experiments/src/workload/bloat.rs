@@ -31,11 +31,15 @@
 //! `flow_rtt_p50_ms` (the bulk senders' own smoothed RTT), `queue_p50_ms` (that RTT less the
 //! path's base RTT: the queueing delay the flows keep, the slides' y axis) and `floor_ms` (the
 //! queue BBR cannot go below: [`BBR_MIN_CWND_PKTS`] packets per flow, at the bottleneck
-//! rate). Series: `probe_ms` (CDF), `probe_rtt_ms` (each probe's latency against its send
+//! rate), `cwnd_p50_pkts` (the bulk senders' congestion windows, median over the flows and the
+//! window's 10 ms samples) and, for BBR, `bbr_min_rtt_p50_ms` (BBR's own min-RTT estimate, the
+//! same median: when it holds the queue, BBR's model takes the queue for the path and its
+//! window of twice its estimated BDP keeps that queue). Series: `probe_ms` (CDF), `probe_rtt_ms` (each probe's latency against its send
 //! time), `goodput_mbps`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -236,11 +240,49 @@ fn unanswered_waits_ms(sends: &[f64], deadline: f64) -> Vec<f64> {
     sends.iter().rev().map(|t| (deadline - t) * 1e3).collect()
 }
 
+/// One bulk sender's window state at a sample: what BBR's model holds, beside the queue the
+/// RTT shows.
+#[derive(Debug, Clone, Copy)]
+struct FlowWindow {
+    /// `tcpi_snd_cwnd`, packets.
+    cwnd_pkts: u32,
+    /// BBR's windowed min-RTT estimate, ms; `None` for other congestion controls and before
+    /// BBR's first RTT sample.
+    bbr_min_rtt_ms: Option<f64>,
+}
+
+/// Every sender's [`FlowWindow`] now (the sampler's `extra`, beside [`flows::Sample`]).
+fn windows(flows: &BulkFlows) -> Result<Vec<FlowWindow>, RunError> {
+    flows
+        .senders()
+        .iter()
+        .map(|sender| {
+            let info = flows::tcp_info(sender)?;
+            let bbr = tcptail_sock::sys::info::bbr_info(sender.as_fd())
+                .map_err(|e| RunError::io("read TCP_CC_INFO", e))?;
+            Ok(FlowWindow {
+                cwnd_pkts: info.snd_cwnd_segs,
+                bbr_min_rtt_ms: bbr.and_then(|b| b.min_rtt()).map(|d| d.as_secs_f64() * 1e3),
+            })
+        })
+        .collect()
+}
+
+/// The median of `value` over every flow of every sample given; NaN when none has one.
+fn window_median(samples: &[&[FlowWindow]], value: impl Fn(&FlowWindow) -> Option<f64>) -> f64 {
+    let mut all: Vec<f64> = samples.iter().flat_map(|s| s.iter()).filter_map(&value).collect();
+    all.sort_by(f64::total_cmp);
+    flows::percentile(&all, 0.5)
+}
+
 impl VariantPlan for Plan {
     fn metrics(&self) -> Vec<String> {
         let mut names = vec!["probe_p50_ms", "probe_p95_ms", "probe_p99_ms", "probe_count"];
         names.extend(["probe_unanswered_count", "goodput_mbps", "retrans_pct", "flow_rtt_p50_ms"]);
-        names.extend(["queue_p50_ms", "rwnd_limited_pct"]);
+        names.extend(["queue_p50_ms", "rwnd_limited_pct", "cwnd_p50_pkts"]);
+        if self.cc == "bbr" {
+            names.push("bbr_min_rtt_p50_ms");
+        }
         if self.path.rate().is_some() {
             names.extend(["link_pct", "floor_ms"]);
         }
@@ -255,12 +297,13 @@ impl VariantPlan for Plan {
             let (pc, ps) = flows::connect(live, &listener, Some("cubic"), true)?;
             let bulk = BulkFlows::start(live, self.flows, Some(&self.cc), None)?;
             let mut probe = Probe::start(pc, ps, bulk.start, self.probe_interval, self.probe_size)?;
-            let samples = flows::sample_for(
+            let samples = flows::sample_with(
                 &bulk,
                 self.duration,
                 Duration::from_millis(10),
                 ctx.stop_requested,
                 ctx.progress,
+                windows,
             );
             probe.stop_sending();
             let probed = probe.finish(PROBE_GRACE);
@@ -278,6 +321,13 @@ impl VariantPlan for Plan {
         let window_sends = window_send_times(sent, self.probe_interval, w, end);
         let counted_sent = window_sends.len();
         let rate_bps = self.path.rate().map(|r| r.0 as f64);
+        let (samples, windows): (Vec<_>, Vec<_>) = samples.into_iter().unzip();
+        let in_window: Vec<&[FlowWindow]> = samples
+            .iter()
+            .zip(&windows)
+            .filter(|(s, _)| s.t >= w && s.t <= end)
+            .map(|(_, f)| f.as_slice())
+            .collect();
         let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100), rate_bps);
         let goodput = s.goodput_mbps;
         let mut m = Measurement { lateness, ..Measurement::default() };
@@ -304,7 +354,11 @@ impl VariantPlan for Plan {
             .metric("retrans_pct", s.retrans_pct)
             .metric("flow_rtt_p50_ms", s.rtt_p50_ms)
             .metric("rwnd_limited_pct", s.rwnd_limited_pct)
-            .metric("queue_p50_ms", (s.rtt_p50_ms - self.path.rtt().as_secs_f64() * 1e3).max(0.0));
+            .metric("queue_p50_ms", (s.rtt_p50_ms - self.path.rtt().as_secs_f64() * 1e3).max(0.0))
+            .metric("cwnd_p50_pkts", window_median(&in_window, |f| Some(f64::from(f.cwnd_pkts))));
+        if self.cc == "bbr" {
+            m.metric("bbr_min_rtt_p50_ms", window_median(&in_window, |f| f.bbr_min_rtt_ms));
+        }
         if let Some(rate) = rate_bps {
             m.metric("link_pct", 100.0 * goodput * 1e6 / rate);
             m.metric("floor_ms", bbr_floor_ms(self.flows, rate, self.path.rtt()));
