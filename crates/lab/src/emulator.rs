@@ -179,6 +179,7 @@ mod kernel;
 mod lane;
 mod report;
 mod run;
+mod sched;
 #[cfg(test)]
 mod tests;
 
@@ -197,6 +198,7 @@ use tcptail_emu::{LogHeader, MahimahiLog, Nanos, Path, PathSpec, SpecError, Stat
 use tcptail_netns::TunPair;
 
 pub use report::{DirectionReport, EmulatorReport, LatenessSummary, ThreadCpu, TuningStatus};
+pub use sched::LatenessCauses;
 
 use clock::MonoClock;
 use kernel::DeviceDrops;
@@ -731,6 +733,7 @@ impl EmulatorHandle {
         let mut spinless_windows = 0;
         let mut cpu = Duration::ZERO;
         let mut thread_cpu = Vec::new();
+        let mut causes = sched::CauseTotals::default();
         let mut lateness = report::LatenessHistogram::default();
         let (mut up, mut down) = (None, None);
         // A split lane's counters of reading come from its reader thread.
@@ -744,7 +747,9 @@ impl EmulatorHandle {
                 name: format!("tcptail-emu-{i}"),
                 role: f.role.clone(),
                 cpu_s: f.cpu.as_secs_f64(),
+                run_queue_wait_s: f.sched.map(|t| t.wait_ns as f64 / 1e9),
             });
+            causes.add(&f.causes);
             sleeps += f.sleeps;
             timer_arms += f.timer_arms;
             spinless_windows += f.spinless_windows;
@@ -767,11 +772,13 @@ impl EmulatorHandle {
         let sched_fifo = worst(|t| &t.sched_fifo);
         let lateness = lateness.summary();
         let o = &self.options;
+        let causes = LatenessCauses::from_totals(&causes, o.lateness_bound);
         EmulatorReport {
             up: up.expect("the up lane ran on one of the threads"),
             down: down.expect("the down lane ran on one of the threads"),
-            lateness_flag: report::lateness_flag(&lateness, o.lateness_bound, &sched_fifo),
+            lateness_flag: report::lateness_flag(&lateness, o.lateness_bound, &sched_fifo, &causes),
             lateness,
+            lateness_causes: causes,
             lateness_bound_ms: o.lateness_bound.as_secs_f64() * 1e3,
             sched_fifo,
             timer_slack: worst(|t| &t.timer_slack),

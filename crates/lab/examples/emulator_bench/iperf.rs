@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use tcptail_netns::{Group, Topology};
 
+use crate::procfs;
+
 const PORT: &str = "5201";
 
 /// `SCHED_FIFO` priority of the iperf3 processes with `--endpoints-fifo`: below the
@@ -40,6 +42,17 @@ pub struct Flow {
     /// How the scheduler treated the sending iperf3 process; `None` when its
     /// `/proc/PID/task/*/schedstat` could not be read.
     pub sender_sched: Option<Sched>,
+    /// The sending and the receiving iperf3 process, thread by thread, at their last sample
+    /// (`None` when never readable).
+    pub sender: Option<procfs::Process>,
+    pub receiver: Option<procfs::Process>,
+    /// The machine's CPU time by kind from the client's start to its exit.
+    pub machine: procfs::Machine,
+    /// Seconds from the client's start to its exit.
+    pub wall_s: f64,
+    /// Payload bytes the receiver read over the whole test, omitted seconds included (the
+    /// span the CPU samples cover); NaN when its intervals are missing.
+    pub received_bytes: f64,
 }
 
 /// A process's time on and waiting for a CPU (`/proc/PID/task/*/schedstat`: every thread's
@@ -65,43 +78,13 @@ impl Sched {
     pub fn cpu_share(&self) -> f64 {
         self.run_s / self.wall_s.max(1e-9)
     }
-
-    /// The sum over `pid`'s threads, `None` when unreadable (the process is gone).
-    fn read(pid: u32, wall_s: f64) -> Option<Sched> {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-        let mut sched = Sched { wall_s, ..Sched::default() };
-        let mut any = false;
-        for task in tasks.flatten() {
-            let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                continue;
-            };
-            let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
-            if let (Some(Some(run)), Some(Some(wait))) = (fields.next(), fields.next()) {
-                sched.run_s += run as f64 / 1e9;
-                sched.wait_s += wait as f64 / 1e9;
-                any = true;
-            }
-        }
-        any.then_some(sched)
-    }
 }
 
-/// Goodput (payload bits per second, as received) of one iperf3 TCP flow client -> server
-/// with congestion control `cc`, omitting the first `omit` seconds; both iperf3 processes
-/// `SCHED_FIFO` when `fifo`.
-pub fn goodput(
-    topo: &mut Topology,
-    secs: u32,
-    omit: u32,
-    cc: &str,
-    fifo: bool,
-) -> Result<f64, String> {
-    flow(topo, secs, omit, cc, fifo).map(|f| f.bps)
-}
-
-/// [`goodput`] with the endpoints' CPU use. (`cc` is set per socket:
-/// a namespace can only default to the host's "allowed" algorithms, and the host default may
-/// be BBR, whose PROBE_RTT costs about 2 % of goodput every 10 s.)
+/// One iperf3 TCP flow client -> server with congestion control `cc`, omitting the first
+/// `omit` seconds, both iperf3 processes `SCHED_FIFO` when `fifo`: its goodput (payload bits
+/// per second, as received), the endpoints' CPU use and where the machine's time went. (`cc`
+/// is set per socket: a namespace can only default to the host's "allowed" algorithms, and the
+/// host default may be BBR, whose PROBE_RTT costs about 2 % of goodput every 10 s.)
 pub fn flow(
     topo: &mut Topology,
     secs: u32,
@@ -111,15 +94,18 @@ pub fn flow(
 ) -> Result<Flow, String> {
     let mut server = iperf3(topo, true, fifo);
     server.args(["-s", "-1", "-J", "-p", PORT]).stdout(Stdio::null()).stderr(Stdio::null());
-    topo.processes().spawn("iperf3-server", server, Group::Own).map_err(|e| e.to_string())?;
+    let server_pid =
+        topo.processes().spawn("iperf3-server", server, Group::Own).map_err(|e| e.to_string())?;
     wait_listening(topo)?;
     let mut client = iperf3(topo, false, fifo);
     let (secs, omit) = (secs.to_string(), omit.to_string());
     client.args(["-c", &tcptail_netns::addr::SERVER_ADDR.to_string(), "-p", PORT]);
     client.args(["-t", &secs, "-O", &omit, "-C", cc, "-J", "--get-server-output"]);
     client.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let machine_before = procfs::Machine::read();
     let started = Instant::now();
     let mut child = client.spawn().map_err(|e| format!("iperf3 client: {e}"))?;
+    let mut sampler = procfs::Sampler::new(&[child.id(), server_pid]);
     // Its output is read on threads so that a full pipe never stalls it while it is sampled.
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
@@ -132,17 +118,23 @@ pub fn flow(
     };
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let mut sender_sched = None;
     loop {
         match child.try_wait().map_err(|e| format!("iperf3 client: {e}"))? {
             Some(_) => break,
             None => {
-                let wall = started.elapsed().as_secs_f64();
-                sender_sched = Sched::read(child.id(), wall).or(sender_sched);
+                sampler.sample();
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
+    let wall_s = started.elapsed().as_secs_f64();
+    let machine = machine_before.until(&procfs::Machine::read());
+    let [sender, receiver]: [Option<procfs::Process>; 2] =
+        sampler.into_last().try_into().expect("two processes sampled");
+    let sender_sched = sender.as_ref().map(|p| {
+        let t = p.total();
+        Sched { run_s: t.run_s, wait_s: t.wait_s, wall_s: p.wall_s }
+    });
     let out = std::process::Output {
         status: child.wait().map_err(|e| format!("iperf3 client: {e}"))?,
         stdout: stdout.join().unwrap_or_default(),
@@ -157,6 +149,7 @@ pub fn flow(
         .as_f64()
         .ok_or_else(|| "iperf3 JSON has no end.sum_received.bits_per_second".to_owned())?;
     let steady_bps = steady(&json["server_output_json"]["intervals"]);
+    let received_bytes = received(&json["server_output_json"]["intervals"]);
     let cpu = &json["end"]["cpu_utilization_percent"];
     let percent = |key: &str| cpu[key].as_f64().unwrap_or(f64::NAN);
     Ok(Flow {
@@ -164,7 +157,19 @@ pub fn flow(
         steady_bps,
         cpu_percent: (percent("host_total"), percent("remote_total")),
         sender_sched,
+        sender,
+        receiver,
+        machine,
+        wall_s,
+        received_bytes,
     })
+}
+
+/// Payload bytes over all of the receiver's intervals, omitted ones included; NaN when there
+/// are none.
+fn received(intervals: &serde_json::Value) -> f64 {
+    let Some(list) = intervals.as_array().filter(|l| !l.is_empty()) else { return f64::NAN };
+    list.iter().filter_map(|i| i["sum"]["bytes"].as_f64()).sum()
 }
 
 /// Bits per second over the receiver's whole, non-omitted intervals but the last; NaN when

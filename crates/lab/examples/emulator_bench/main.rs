@@ -5,7 +5,7 @@
 //!                           [--probe-fifo]
 //! emulator_bench throughput [--delays-ms 0,25] [--secs 10] [--cc cubic] [--no-veth]
 //! emulator_bench longfat    [--rate-mbit 10000] [--rtt-ms 120] [--queue-mb 150] [--secs 20]
-//!                           [--cc bbr]
+//!                           [--cc bbr] [--no-veth]
 //! emulator_bench rate       [--rates 0.128,1,10,100,1000,10000] [--secs 10] [--delay-ms 5]
 //!                           [--cc cubic]
 //! common: [--tun offload|plain] [--spin-us 50] [--fixed-spin] [--coalesce-us 100]
@@ -26,7 +26,12 @@
 //!   `tcp_rmem`/`tcp_wmem` sized for 10 Gbit/s over the round trip, beside the same flow over
 //!   a plain veth pair (ratio); system calls per GB and segments per write from the report.
 //! - `longfat`: seed 002's path (10 Gbit/s, 120 ms RTT, a 150 MB bottleneck buffer): one BBR
-//!   flow's goodput and the release lateness.
+//!   flow's goodput and the release lateness, then where the time went (`where_time_goes`),
+//!   per GB received, beside the same flow over a plain veth pair (no delay) in the same run:
+//!   the machine's CPU by kind, each iperf3 process's CPU, wait for a CPU, system calls and
+//!   context switches (`procfs`), each emulator thread's CPU and run-queue wait, and what
+//!   the emulator thread was doing while its releases were late (the report's
+//!   `lateness_causes`).
 //! - `rate`: one iperf3 flow through `r` Mbit/s; goodput / (r × 1448/1500).
 //!
 //! A row that misses its target says why, from measurements of the same run, never from the
@@ -52,6 +57,7 @@
 
 mod iperf;
 mod probe;
+mod procfs;
 
 use std::time::Duration;
 
@@ -244,8 +250,19 @@ fn costs(r: &EmulatorReport, flow: &iperf::Flow) -> String {
     // The kernel copies each byte into the emulator (read) and out of it (write).
     let copied = (r.up.copied_bytes + r.down.copied_bytes) as f64;
     let copies = 2.0 + copied / (r.up.forwarded.bytes + r.down.forwarded.bytes).max(1) as f64;
-    let threads: Vec<String> =
-        r.thread_cpu.iter().map(|t| format!("{} {:.2}", t.role, t.cpu_s / gb)).collect();
+    let threads: Vec<String> = r
+        .thread_cpu
+        .iter()
+        .map(|t| match t.run_queue_wait_s {
+            Some(w) => format!(
+                "{} {:.2}, waited for a CPU {:.0} % of its runnable time",
+                t.role,
+                t.cpu_s / gb,
+                100.0 * w / (w + t.cpu_s).max(1e-9)
+            ),
+            None => format!("{} {:.2}", t.role, t.cpu_s / gb),
+        })
+        .collect();
     format!(
         "{:.0} calls/GB (read {:.0} + {:.0} empty, write {:.0}, ppoll {:.0}, timerfd_settime \
          {:.0}, rest {:.0}), {per_write:.1} seg/write, {copies:.3} copies/byte, emulator {:.2} \
@@ -349,6 +366,12 @@ fn delay(a: &Args) -> Res<()> {
 
 /// Goodput of one iperf3 flow over a plain veth pair with `buffers` as tcp_rmem/wmem max.
 fn veth_goodput(a: &Args, buffers: u64) -> Res<f64> {
+    veth_flow(a, buffers, a.secs, 2).map(|f| f.bps)
+}
+
+/// One iperf3 flow over a plain veth pair with `buffers` as tcp_rmem/wmem max, `secs` after
+/// `omit`.
+fn veth_flow(a: &Args, buffers: u64, secs: u32, omit: u32) -> Res<iperf::Flow> {
     let cleanup = Cleanup::new();
     let mem = format!("4096 131072 {buffers}");
     let mut topo = Topology::veth_pair("client", "server")
@@ -356,7 +379,7 @@ fn veth_goodput(a: &Args, buffers: u64) -> Res<f64> {
         .sysctl(NetSysctl::TcpWmem, mem)
         .build(&cleanup)
         .map_err(|e| e.to_string())?;
-    iperf::goodput(&mut topo, a.secs, 2, &a.cc, a.endpoints_fifo)
+    iperf::flow(&mut topo, secs, omit, &a.cc, a.endpoints_fifo)
 }
 
 fn throughput(a: &Args) -> Res<()> {
@@ -416,6 +439,9 @@ fn longfat(a: &Args) -> Res<()> {
     let mut options = a.options.clone();
     options.lateness_bound = options.lateness_bound.max(Duration::from_millis(1));
     let b = Args { options, ..a.clone() };
+    // The reference: the same flow (same buffers, congestion control, duration) over a plain
+    // veth pair, no delay: what carrying the bytes costs these CPUs without the path.
+    let veth = if a.veth { Some(veth_flow(a, buffers, a.secs, 5)?) } else { None };
     let (flow, report) = through_emulator(spec, &b, buffers, |topo| {
         iperf::flow(topo, a.secs, 5, &a.cc, a.endpoints_fifo)
     })?;
@@ -437,7 +463,122 @@ fn longfat(a: &Args) -> Res<()> {
         peak_rss_mb(),
         verdict(ok, &report, &flow, w.as_ref(), rate.0 as f64)
     );
+    where_time_goes(veth.as_ref(), &flow, &report);
     Ok(())
+}
+
+/// `x / y` as a ratio column, `-` when either is missing.
+fn ratio(x: f64, y: f64) -> String {
+    if x.is_finite() && y.is_finite() && y != 0.0 { format!("{:.2}", x / y) } else { "-".into() }
+}
+
+/// One endpoint's cost: CPU-s per GB received (user / system), its share of a CPU, how long
+/// it waited for one, system calls and context switches per GB.
+fn endpoint_cost(p: Option<&procfs::Process>, gb: f64) -> (String, f64) {
+    let Some(p) = p else { return ("(not readable)".to_owned(), f64::NAN) };
+    let t = p.total();
+    let cpu = t.user_s + t.system_s;
+    let text = format!(
+        "{:.3} CPU-s/GB (user {:.3}, system {:.3}; ran {:.0} % of a CPU), waited for a CPU \
+        {:.0} % of its runnable time, {:.0}k read + {:.0}k write calls/GB, {:.1}k voluntary + \
+        {:.1}k involuntary context switches/GB, {} thread(s)",
+        cpu / gb,
+        t.user_s / gb,
+        t.system_s / gb,
+        100.0 * t.run_s / p.wall_s.max(1e-9),
+        100.0 * t.wait_share(),
+        t.reads as f64 / gb / 1e3,
+        t.writes as f64 / gb / 1e3,
+        t.voluntary as f64 / gb / 1e3,
+        t.involuntary as f64 / gb / 1e3,
+        p.threads.len()
+    );
+    (text, cpu / gb)
+}
+
+/// The machine's CPU time per GB received, by kind, and its idle, stolen and pressure shares.
+fn machine_cost(f: &iperf::Flow, gb: f64) -> (String, f64) {
+    let m = &f.machine;
+    let wall = f.wall_s.max(1e-9);
+    let text = format!(
+        "{:.3} CPU-s/GB (user {:.3}, system {:.3}, softirq {:.3}, irq {:.3}); idle {:.0} % and \
+        stolen {:.1} % of the {} CPUs, some task waiting for a CPU {:.0} % of the time",
+        m.busy_s() / gb,
+        m.user_s / gb,
+        m.system_s / gb,
+        m.softirq_s / gb,
+        m.irq_s / gb,
+        100.0 * m.idle_s / (wall * cpus()),
+        100.0 * m.steal_s / (wall * cpus()),
+        cpus(),
+        100.0 * m.pressure_s / wall
+    );
+    (text, m.busy_s() / gb)
+}
+
+fn cpus() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+}
+
+/// Prints where the time of seed 002's flow went, per GB received over the flow's whole life
+/// (omitted seconds included), beside the veth reference of the same run, with ratios: the
+/// machine's CPU by kind, each iperf3 process, each emulator thread (CPU, run-queue wait,
+/// system calls) and what the emulator thread was doing while its releases were late.
+fn where_time_goes(veth: Option<&iperf::Flow>, flow: &iperf::Flow, r: &EmulatorReport) {
+    let gb = |f: &iperf::Flow| (f.received_bytes / 1e9).max(1e-9);
+    let emu_gb = gb(flow);
+    println!(
+        "# where the time goes, per GB received over the flow's life ({:.1} GB in {:.1} s), \
+        beside a plain veth pair in the same run (same buffers and flow, no delay); ratio = \
+        emulator path / veth",
+        emu_gb, flow.wall_s
+    );
+    let row = |what: &str, v: Option<(String, f64)>, e: (String, f64)| {
+        let (vt, vx) = v.unwrap_or_else(|| ("-".to_owned(), f64::NAN));
+        println!("#   {what}: veth {vt} | emulator path {} | ratio {}", e.0, ratio(e.1, vx));
+    };
+    let veth_gb = veth.map(gb);
+    row(
+        "goodput",
+        veth.map(|v| (format!("{:.3} Gbit/s", v.bps / 1e9), v.bps)),
+        (format!("{:.3} Gbit/s", flow.bps / 1e9), flow.bps),
+    );
+    row("machine", veth.zip(veth_gb).map(|(v, g)| machine_cost(v, g)), machine_cost(flow, emu_gb));
+    row(
+        "iperf3 sender",
+        veth.zip(veth_gb).map(|(v, g)| endpoint_cost(v.sender.as_ref(), g)),
+        endpoint_cost(flow.sender.as_ref(), emu_gb),
+    );
+    row(
+        "iperf3 receiver",
+        veth.zip(veth_gb).map(|(v, g)| endpoint_cost(v.receiver.as_ref(), g)),
+        endpoint_cost(flow.receiver.as_ref(), emu_gb),
+    );
+    for t in &r.thread_cpu {
+        let wait = t.run_queue_wait_s.unwrap_or(f64::NAN);
+        println!(
+            "#   emulator thread {} ({}): {:.3} CPU-s/GB, ran {:.0} % of a CPU, waited for a CPU \
+                {:.0} % of its runnable time ({:.2} s)",
+            t.name,
+            t.role,
+            t.cpu_s / emu_gb,
+            100.0 * t.cpu_s / r.duration_s.max(1e-9),
+            100.0 * wait / (wait + t.cpu_s).max(1e-9),
+            wait
+        );
+    }
+    let c = &r.lateness_causes;
+    println!(
+        "#   emulator lateness p50/p99/max {} ms; {} segments later than {:.1} ms ({:.1} % of \
+        {}, on average {:.1} ms late); while they were late the thread was {}",
+        lateness(r),
+        c.late_segments,
+        c.late_after_ms,
+        100.0 * c.late_segments as f64 / r.lateness.count.max(1) as f64,
+        r.lateness.count,
+        1e3 * c.lateness_s / c.late_segments.max(1) as f64,
+        c.describe()
+    );
 }
 
 /// The up direction's link over the saturated middle of the run (from `skip_s` after the

@@ -42,6 +42,7 @@ use std::fs::File;
 use std::io::{BufWriter, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustix::io::Errno;
 use tcptail_emu::runs::{Run, RunAssembler, RunPolicy};
@@ -53,6 +54,7 @@ use tcptail_netns::TunDevice;
 use super::clock::MonoClock;
 use super::handoff::{self, Arrival, Buf, Receiving, Recycler, Returns, Sending};
 use super::report::{DirectionReport, LatenessHistogram};
+use super::sched::Attribution;
 
 /// A packet device: a non-blocking descriptor that reads and writes one packet per call (a
 /// TUN device; a datagram socket in tests), whether each packet carries a `virtio_net_hdr`,
@@ -648,7 +650,13 @@ impl Lane {
     /// backlog first). Returns how many frames left the lane (written or lost to a write
     /// error). Bounded so that one busy direction cannot starve the other direction's
     /// releases or the reads.
-    pub(crate) fn release_due(&mut self, clock: &MonoClock, max: usize) -> usize {
+    /// Releases later than [`Attribution::late_after`] are handed to `late`.
+    pub(crate) fn release_due(
+        &mut self,
+        clock: &MonoClock,
+        max: usize,
+        late: &mut Attribution,
+    ) -> usize {
         let (mut done, mut bytes) = (0, 0);
         while done < max && bytes < TURN_BYTES {
             let run = match self.backlog.pop_front() {
@@ -658,7 +666,7 @@ impl Lane {
                     None => return done,
                 },
             };
-            match self.write(&run, clock) {
+            match self.write(&run, clock, late) {
                 Written::Done => {
                     bytes += run.wire_bytes() as usize;
                     self.recycler.reclaim(run.into_packet());
@@ -679,7 +687,7 @@ impl Lane {
         done
     }
 
-    fn write(&mut self, run: &Run, clock: &MonoClock) -> Written {
+    fn write(&mut self, run: &Run, clock: &MonoClock, late: &mut Attribution) -> Written {
         let frame = run.frame(&mut self.scratch);
         loop {
             let now = clock.now();
@@ -694,8 +702,19 @@ impl Lane {
             match result {
                 Ok(_) => {
                     // A TUN write takes the whole frame or fails.
+                    let bound = late.late_after();
+                    let (mut segments, mut sum, mut due) = (0, Duration::ZERO, None::<Nanos>);
                     for info in run.releases() {
-                        self.lateness.record(info.lateness(now));
+                        let lateness = info.lateness(now);
+                        self.lateness.record(lateness);
+                        if lateness > bound {
+                            segments += 1;
+                            sum += lateness;
+                            due = Some(due.map_or(info.scheduled, |d| d.min(info.scheduled)));
+                        }
+                    }
+                    if let Some(due) = due {
+                        late.late_run(due, segments, sum);
                     }
                     self.counters.writes += 1;
                     if !frame.payload.is_empty() {
@@ -784,7 +803,6 @@ mod tests {
     use super::*;
 
     use std::os::unix::net::UnixDatagram;
-    use std::time::Duration;
 
     use tcptail_emu::{DirectionSpec, QueueLimit, QueueSpec};
     use tcptail_units::{BitRate, ByteSize};

@@ -204,6 +204,9 @@ pub struct EmulatorReport {
     pub lateness_bound_ms: f64,
     /// Set when p99 lateness exceeded the bound: results that depend on timing are suspect.
     pub lateness_flag: Option<String>,
+    /// Where the lateness of the releases later than the bound went: the writing thread on a
+    /// CPU, waiting for one, asleep, or its vCPU not running.
+    pub lateness_causes: super::LatenessCauses,
     /// Whether `SCHED_FIFO` was applied to the emulator thread(s).
     pub sched_fifo: TuningStatus,
     /// Whether the 1 ns (or configured) timer slack was applied.
@@ -258,6 +261,9 @@ pub struct ThreadCpu {
     pub role: String,
     /// Its CPU time (user and system) in seconds.
     pub cpu_s: f64,
+    /// Seconds it was runnable but waiting for a CPU (`/proc/thread-self/schedstat`); `None`
+    /// when unreadable.
+    pub run_queue_wait_s: Option<f64>,
 }
 
 impl EmulatorReport {
@@ -311,6 +317,7 @@ pub(crate) fn lateness_flag(
     lateness: &LatenessSummary,
     bound: Duration,
     fifo: &TuningStatus,
+    causes: &super::LatenessCauses,
 ) -> Option<String> {
     let bound_us = bound.as_secs_f64() * 1e6;
     if lateness.count == 0 || lateness.p99_us <= bound_us {
@@ -320,12 +327,14 @@ pub(crate) fn lateness_flag(
     Some(format!(
         "emulator release lateness p99 {:.3} ms exceeds the {:.3} ms bound \
          (median {:.3} ms, max {:.3} ms over {} packets{hint}): one-way delays were longer \
-         than specified by up to that much",
+         than specified by up to that much; while releases were late, the emulator thread \
+         was {}",
         lateness.p99_us / 1e3,
         bound_us / 1e3,
         lateness.p50_us / 1e3,
         lateness.max_us / 1e3,
         lateness.count,
+        causes.describe(),
     ))
 }
 
@@ -367,14 +376,25 @@ mod tests {
     fn flag_only_above_bound() {
         let bound = Duration::from_micros(500);
         let ok = hist(&[100; 1000]).summary();
-        assert_eq!(lateness_flag(&ok, bound, &TuningStatus::Applied), None);
+        let causes = crate::emulator::LatenessCauses {
+            lateness_s: 1.0,
+            waiting_for_cpu: 0.75,
+            on_cpu: 0.25,
+            ..Default::default()
+        };
+        assert_eq!(lateness_flag(&ok, bound, &TuningStatus::Applied, &causes), None);
         let mut values = vec![100; 980];
         values.extend([2_000; 20]);
         let late = hist(&values).summary();
-        let flag = lateness_flag(&late, bound, &TuningStatus::NotPermitted).unwrap();
+        let flag = lateness_flag(&late, bound, &TuningStatus::NotPermitted, &causes).unwrap();
         assert!(flag.contains("p99 2.00") && flag.contains("0.500 ms bound"), "{flag}");
         assert!(flag.contains("SCHED_FIFO was not permitted"), "{flag}");
-        assert_eq!(lateness_flag(&LatenessSummary::default(), bound, &TuningStatus::Off), None);
+        assert!(
+            flag.ends_with("was 75 % waiting for a CPU, 25 % on a CPU (its own work)"),
+            "{flag}"
+        );
+        let empty = LatenessSummary::default();
+        assert_eq!(lateness_flag(&empty, bound, &TuningStatus::Off, &causes), None);
     }
 
     #[test]

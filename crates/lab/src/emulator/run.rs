@@ -46,6 +46,7 @@ use tcptail_emu::Nanos;
 use super::clock::{self, MonoClock};
 use super::lane::{Intake, Lane, Reader};
 use super::report::TuningStatus;
+use super::sched::{Attribution, CauseTotals, SchedStat, SchedTimes};
 use super::{EmulatorOptions, Wake};
 
 /// Longest single blocking wait: the bound on noticing a termination signal.
@@ -164,6 +165,10 @@ pub(crate) struct Finished {
     pub(crate) cpu: Duration,
     /// What the thread did: `forward`, `read` or `release`, and its lanes.
     pub(crate) role: String,
+    /// Its CPU time and run-queue wait at the end, if readable.
+    pub(crate) sched: Option<SchedTimes>,
+    /// Where its late releases' lateness went.
+    pub(crate) causes: CauseTotals,
 }
 
 /// Applies the configured latency settings to the calling thread.
@@ -216,6 +221,10 @@ pub(crate) struct Worker {
     /// Successful `timerfd_settime` calls.
     timer_arms: u64,
     rests: u64,
+    /// Total time blocked or resting (for [`Attribution`]).
+    asleep: Duration,
+    /// Releases later than this are attributed ([`EmulatorOptions::lateness_bound`]).
+    late_after: Duration,
     errors: Vec<String>,
 }
 
@@ -243,6 +252,8 @@ impl Worker {
             sleeps: 0,
             timer_arms: 0,
             rests: 0,
+            asleep: Duration::ZERO,
+            late_after: options.lateness_bound,
             errors: Vec::new(),
         }
     }
@@ -263,6 +274,7 @@ impl Worker {
     /// Runs until stopped; returns the lanes for reporting.
     pub(crate) fn run(mut self) -> Finished {
         let spin_ns = u64::try_from(self.spin.as_nanos()).unwrap_or(u64::MAX);
+        let mut late = Attribution::of_current_thread(self.late_after);
         let by_signal = loop {
             if let Some(by_signal) = self.shared.stop_requested() {
                 break by_signal;
@@ -271,8 +283,10 @@ impl Worker {
             for lane in &mut self.lanes {
                 progress |= lane.read_batch(&self.clock, self.batch) > 0;
             }
+            // Sampled before the releases, so that a late run's span ends after its stall.
+            late.tick(self.clock.now(), self.asleep);
             for lane in &mut self.lanes {
-                progress |= lane.release_due(&self.clock, self.batch) > 0;
+                progress |= lane.release_due(&self.clock, self.batch, &mut late) > 0;
             }
             let now = self.clock.now();
             if let Some(mark) = self.spin_mark.take()
@@ -288,6 +302,7 @@ impl Worker {
                 std::thread::sleep(self.rest);
                 self.last_block = self.clock.now();
                 self.governor.idle += self.last_block - now;
+                self.asleep += self.last_block - now;
                 continue;
             }
             if progress {
@@ -308,6 +323,7 @@ impl Worker {
                     self.wait(now, deadline);
                     self.last_block = self.clock.now();
                     self.governor.idle += self.last_block - now;
+                    self.asleep += self.last_block - now;
                 }
             }
         };
@@ -315,6 +331,8 @@ impl Worker {
         let role = if self.lanes.iter().all(Lane::reads_itself) { "forward" } else { "release" };
         Finished {
             cpu: thread_cpu(),
+            sched: late.times(),
+            causes: late.totals(),
             role: format!("{role} {}", labels.join(",")),
             lanes: self.lanes,
             intakes: Vec::new(),
@@ -502,6 +520,8 @@ impl ReaderWorker {
         let labels: Vec<&str> = self.readers.iter().map(|r| r.intake.label()).collect();
         Finished {
             cpu: thread_cpu(),
+            sched: SchedStat::of_current_thread().read(),
+            causes: CauseTotals::default(),
             role: format!("read {}", labels.join(",")),
             lanes: Vec::new(),
             intakes: self.readers.into_iter().map(|r| r.intake).collect(),
