@@ -16,8 +16,10 @@
 //! fall back to sock_diag.
 //!
 //! What differs from sock_diag, by design or by necessity:
-//! - `inode` is 0 (`sock_i_ino` needs a pointer walk outside `struct sock` the verifier does
-//!   not allow on a BTF pointer); the uid comes from the iterator's context as sock_diag's does.
+//! - `inode` is read as `sk_socket->file->f_inode->i_ino` (BTF pointer loads; `sock_i_ino`
+//!   reaches the same inode through `struct socket_alloc`, outside any type the verifier lets
+//!   a load leave): equal for every socket a process holds, 0 for a kernel socket without a
+//!   file; the uid comes from the iterator's context as sock_diag's does.
 //! - `tcpi_ato` uses the socket's `icsk_rto_min`, not a route's locked `rto_min` metric.
 //! - Request sockets (`SYN_RECV`) carry their header (addresses, ports, state, cookie) but no
 //!   timer; TIME_WAIT sockets carry their substate and timer as sock_diag reports them.

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket as Sock2, Type};
@@ -14,7 +15,7 @@ use tcptail_diag::wire::{self, Attrs};
 use tcptail_diag::{DumpRequest, Dumper, Socket};
 use tcptail_netns::{Cleanup, Netns};
 
-/// What is compared of one socket (everything the dump gives except the inode).
+/// What is compared of one socket: everything the dump gives.
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
     family: u8,
@@ -26,6 +27,7 @@ struct Seen {
     rqueue: u32,
     wqueue: u32,
     uid: u32,
+    inode: u32,
     cong: Option<String>,
     bbr: Option<tcptail_sock::cc_info::BbrInfo>,
     skmem: Option<wire::SkMemInfo>,
@@ -43,6 +45,7 @@ fn seen(s: &Socket<'_>) -> Seen {
         rqueue: s.rqueue,
         wqueue: s.wqueue,
         uid: s.uid,
+        inode: s.inode,
         cong: s.cong.map(str::to_owned),
         bbr: s.bbr,
         skmem: s.skmem,
@@ -174,6 +177,27 @@ fn iterator_matches_sock_diag_socket_by_socket() {
     assert!(from_iter.values().any(|s| s.bbr.is_some() && s.family == libc::AF_INET6 as u8));
     assert!(from_iter.values().any(|s| s.rqueue == 7_000));
     assert!(from_iter.values().any(|s| s.timer == 3 && s.state == 5), "a FIN_WAIT2 timewait");
+    // Every socket this process holds has its descriptor's inode (sock_diag's equal it too,
+    // compared above).
+    let (v4, v6, pairs, server) = &held;
+    let streams = pairs.iter().flat_map(|(c, s)| [c, s]).chain([server]);
+    let fds: Vec<i32> = [v4.as_raw_fd(), v6.as_raw_fd()]
+        .into_iter()
+        .chain(streams.map(|s| s.as_raw_fd()))
+        .collect();
+    for fd in fds {
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        let link = link.to_string_lossy();
+        let ino: u32 = link
+            .strip_prefix("socket:[")
+            .and_then(|l| l.strip_suffix(']'))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("descriptor {fd} is {link}"));
+        assert!(
+            from_iter.values().any(|s| s.inode == ino),
+            "inode {ino} of descriptor {fd} in the iterator's dump"
+        );
+    }
 
     // Only established sockets, only IPv4, and the header alone when asked.
     let req = DumpRequest {

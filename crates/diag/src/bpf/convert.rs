@@ -152,6 +152,7 @@ pub fn socket<'a>(
         }
         return sock;
     }
+    sock.inode = r.u64_at(header::INODE) as u32;
     let now32 = jiffies as u32;
     // inet_diag's header: queues and the pending timer.
     if state == TCP_LISTEN {

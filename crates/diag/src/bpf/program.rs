@@ -8,8 +8,8 @@
 //!    are computed from it);
 //! 5. `bpf_skc_to_tcp_sock`: for a full TCP socket copy every listed field of `tcp_sock`, the
 //!    words of the congestion control's private area BBR's info is read from, the congestion
-//!    control's name, and the monotonic clock when an RTO episode is timed; TIME_WAIT and
-//!    request sockets carry the header only;
+//!    control's name, the inode (`sk_socket->file->f_inode->i_ino`) and the monotonic clock
+//!    when an RTO episode is timed; TIME_WAIT and request sockets carry the header only;
 //! 6. `bpf_seq_write` the record, once.
 //!
 //! With [`Selection::brief`] the port/address filter runs after the state check, and a
@@ -187,6 +187,13 @@ impl Layout {
         a.mov(R8, R0);
         a.mov_imm(R2, 1);
         a.store(Size::B, R10, at(header::FULL), R2);
+        // The inode, as sock_i_ino: each load of the walk is a BTF pointer load, so a NULL
+        // `sk_socket` (an orphaned socket) or `file` reads as 0 down the chain.
+        a.mov(R2, R8);
+        for off in self.inode_path {
+            a.load(Size::DW, R2, R2, off as i16);
+        }
+        a.store(Size::DW, R10, at(header::INODE), R2);
         // In the kernel struct's order: neighbouring fields share cache lines, and the
         // lines are touched in address order (the hardware prefetcher follows).
         let mut tcp: Vec<&Load> = loads.iter().filter(|l| l.base == Tcp).collect();
@@ -247,6 +254,7 @@ impl Layout {
         // read it, but no stack bytes leave the kernel).
         a.bind(not_full);
         a.store_imm(Size::DW, R10, at(header::KTIME_NS), 0);
+        a.store_imm(Size::DW, R10, at(header::INODE), 0);
         let common = covered_by(&|l| l.base == Common);
         zero_uncovered(&mut a, rec, &common, header::END, &gaps);
         emit_write(&mut a, rec, no_ca, header::CA_NAME, write, self.record_len);

@@ -73,8 +73,11 @@ pub mod header {
     pub const CA_NAME: usize = 64;
     /// A TIME_WAIT socket's `tw_timer.expires` (jiffies), u64.
     pub const TW_EXPIRES: usize = 80;
+    /// A full socket's inode, as `sock_i_ino` gives it (`sk_socket->file->f_inode->i_ino`;
+    /// 0 for an orphaned, TIME_WAIT or request socket), u64.
+    pub const INODE: usize = 88;
     /// First value slot.
-    pub const END: usize = 88;
+    pub const END: usize = 96;
 }
 
 /// The brief record of a socket that goes to the aggregates only: the congestion-control
@@ -151,6 +154,9 @@ pub struct Layout {
     pub(super) filter_offsets: Offsets,
     pub(super) tw_substate: u32,
     pub(super) tw_expires: u32,
+    /// The pointer walk to a socket's inode number: `sock.sk_socket`, `socket.file`,
+    /// `file.f_inode`, `inode.i_ino`.
+    pub(super) inode_path: [u32; 4],
 }
 
 impl Layout {
@@ -235,6 +241,12 @@ impl Layout {
         };
         let tw_substate = btf.member("tcp_timewait_sock", "tw_sk.tw_substate")?.byte_offset();
         let tw_expires = btf.member("tcp_timewait_sock", "tw_sk.tw_timer.expires")?.byte_offset();
+        let inode_path = [
+            btf.member("sock", "sk_socket")?.byte_offset(),
+            btf.member("socket", "file")?.byte_offset(),
+            btf.member("file", "f_inode")?.byte_offset(),
+            btf.member("inode", "i_ino")?.byte_offset(),
+        ];
         Ok(Layout {
             slots,
             record_len,
@@ -252,6 +264,7 @@ impl Layout {
             filter_offsets,
             tw_substate,
             tw_expires,
+            inode_path,
         })
     }
 
