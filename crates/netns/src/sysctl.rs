@@ -150,14 +150,96 @@ impl Netns {
         self.set_sysctl(&key, "1").map(|()| true)
     }
 
+    /// Receive packet steering for `ifname` in this namespace: the packets it receives are
+    /// handed (by flow hash) to one of `cpus`, which runs the protocol stack for them in its
+    /// softirq, instead of the CPU that received them. For a TUN device that is the writing
+    /// process's CPU: the emulator's TUN writes would otherwise run the receiving namespace's
+    /// TCP stack (and the wake-up of its reader) themselves. Sets every receive queue's
+    /// `rps_cpus` (sysfs as `ip netns exec` mounts it for the namespace) and checks that it
+    /// reads back; an empty `cpus` turns steering off.
+    pub fn set_receive_cpus(&self, ifname: &str, cpus: &[usize]) -> Result<(), Error> {
+        let wanted = cpu_mask(cpus);
+        // The mask and the name are arguments, never shell text.
+        let script = r#"set -e
+for q in /sys/class/net/"$2"/queues/rx-*; do
+    printf '%s\n' "$1" > "$q/rps_cpus"
+    cat "$q/rps_cpus"
+done"#;
+        let out = self.exec("sh", ["-c", script, "sh", &wanted, ifname])?;
+        let wanted_bits = mask_bits(&wanted);
+        let mut queues = 0;
+        for line in out.lines() {
+            queues += 1;
+            if mask_bits(line) != wanted_bits {
+                return Err(Error::SysctlNotApplied {
+                    key: format!("{ifname} rps_cpus"),
+                    netns: self.name().to_owned(),
+                    wanted: wanted.clone(),
+                    actual: line.trim().to_owned(),
+                });
+            }
+        }
+        if queues == 0 {
+            return Err(self.sysctl_err(
+                &format!("{ifname} rps_cpus"),
+                "write",
+                PathBuf::from(format!("/sys/class/net/{ifname}/queues")),
+                io::Error::new(io::ErrorKind::NotFound, "no receive queues"),
+            ));
+        }
+        Ok(())
+    }
+
     fn sysctl_err(&self, key: &str, op: &'static str, path: PathBuf, source: io::Error) -> Error {
         Error::Sysctl { key: key.to_owned(), netns: self.name().to_owned(), op, path, source }
     }
 }
 
+/// `cpus` as the kernel's CPU mask text: hex, 32-bit groups separated by commas, most
+/// significant first (`[0, 1]` -> `3`, `[33]` -> `2,00000000`).
+pub(crate) fn cpu_mask(cpus: &[usize]) -> String {
+    let words = cpus.iter().map(|c| c / 32 + 1).max().unwrap_or(1);
+    let mut mask = vec![0u32; words];
+    for &c in cpus {
+        mask[c / 32] |= 1 << (c % 32);
+    }
+    let mut text = format!("{:x}", mask[words - 1]);
+    for w in mask[..words - 1].iter().rev() {
+        text.push_str(&format!(",{w:08x}"));
+    }
+    text
+}
+
+/// The CPUs set in a mask as the kernel prints it (leading zero groups and zeros ignored).
+fn mask_bits(text: &str) -> Vec<usize> {
+    let groups: Vec<&str> = text.trim().split(',').collect();
+    let mut cpus = Vec::new();
+    for (i, group) in groups.iter().rev().enumerate() {
+        let word = u32::from_str_radix(group, 16).unwrap_or(0);
+        cpus.extend((0..32).filter(|b| word & (1 << b) != 0).map(|b| i * 32 + b));
+    }
+    cpus
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_masks_as_the_kernel_prints_them() {
+        assert_eq!(cpu_mask(&[]), "0");
+        assert_eq!(cpu_mask(&[0]), "1");
+        assert_eq!(cpu_mask(&[0, 1]), "3");
+        assert_eq!(cpu_mask(&[1, 4]), "12");
+        assert_eq!(cpu_mask(&[33]), "2,00000000");
+        assert_eq!(cpu_mask(&[0, 64]), "1,00000000,00000001");
+        for cpus in [vec![], vec![0], vec![1, 4], vec![33], vec![0, 31, 32, 64]] {
+            assert_eq!(mask_bits(&cpu_mask(&cpus)), cpus);
+        }
+        // The kernel pads: 00000003 is CPUs 0 and 1.
+        assert_eq!(mask_bits("00000003\n"), vec![0, 1]);
+        assert_eq!(mask_bits("00000000,00000002"), vec![1]);
+    }
 
     #[test]
     fn only_net_keys_map_to_paths() {

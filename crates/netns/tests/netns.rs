@@ -151,3 +151,21 @@ fn nstat_reads_the_namespace_not_the_host() {
     assert_eq!(counters.get("TcpExtTCPTimeouts"), Some(0), "{counters:?}");
     assert!(counters.get("TcpExtTCPSackFailures").is_some());
 }
+
+#[test]
+fn receive_steering_is_per_namespace_device_and_checked() {
+    require_root();
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "t-rps").unwrap();
+    let cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    ns.set_receive_cpus("lo", &[cpu]).unwrap();
+    let read = ns.exec("cat", ["/sys/class/net/lo/queues/rx-0/rps_cpus"]).unwrap();
+    let word = read.trim().rsplit(',').nth(cpu / 32).unwrap();
+    assert_eq!(u32::from_str_radix(word, 16).unwrap(), 1 << (cpu % 32), "{read}");
+    // The host's own loopback is another device: untouched.
+    let host = std::fs::read_to_string("/sys/class/net/lo/queues/rx-0/rps_cpus").unwrap();
+    assert_ne!(host, read, "the host's lo changed (or already had this mask)");
+    ns.set_receive_cpus("lo", &[]).unwrap();
+    let err = ns.set_receive_cpus("no-such-dev", &[0]).unwrap_err().to_string();
+    assert!(err.contains("no-such-dev"), "{err}");
+}

@@ -13,6 +13,7 @@
 //!         [--cpu N] [--no-fifo] [--batch N] [--max-busy-us N (0: never rest)] [--rest-us N]
 //!         [--log-dir DIR] [--json (full emulator reports on stderr)]
 //!         [--endpoints-fifo (iperf3 under `chrt -f 5`, veth's too)]
+//!         [--steer (with --cpu N: the namespaces' receive processing on the other CPUs)]
 //! ```
 //!
 //! - `delay`: open-loop 64-byte TCP echo through the emulator with `d` ms each way; prints
@@ -48,6 +49,11 @@
 //! below the emulator: on a machine shared with other work, ordinary endpoints get only their
 //! fair share of the CPUs and become the limit of every row; with it, the rows show what the
 //! emulator and the endpoints can carry on these CPUs.
+//!
+//! `--cpu N --steer` pins the emulator to CPU `N` and steers the receive processing of both
+//! TUN devices to the other CPUs (receive packet steering, `Netns::set_receive_cpus`):
+//! without it, every TUN write runs the receiving namespace's TCP stack (and the wake-up of
+//! its reader) on the emulator's own thread, a quarter of its CPU behind a 10 Gbit/s link.
 //!
 //! Every row prints the emulator's peak RSS (this process's `VmHWM`, reset before the row).
 //! `--tun plain` opens the TUN devices without `IFF_VNET_HDR` (one MTU packet per system
@@ -88,6 +94,9 @@ struct Args {
     probe_fifo: bool,
     endpoints_fifo: bool,
     cc: String,
+    /// Steer the receive processing of both TUN devices (the namespaces' TCP stacks for the
+    /// packets the emulator writes) to every CPU but the emulator's (`--cpu`).
+    steer: bool,
     options: EmulatorOptions,
 }
 
@@ -118,6 +127,7 @@ fn parse() -> Res<Args> {
         endpoints_fifo: false,
         cc: if cmd == "longfat" { "bbr" } else { "cubic" }.to_owned(),
         options: EmulatorOptions::default(),
+        steer: false,
         cmd,
     };
     while let Some(flag) = it.next() {
@@ -159,6 +169,7 @@ fn parse() -> Res<Args> {
             "--probe-fifo" => a.probe_fifo = true,
             "--endpoints-fifo" => a.endpoints_fifo = true,
             "--cc" => a.cc = val()?,
+            "--steer" => a.steer = true,
             "--log-dir" => a.options.mahimahi_log_dir = Some(val()?.into()),
             "--wake" => {
                 a.options.wake = match val()?.as_str() {
@@ -202,6 +213,13 @@ fn through_emulator<R>(
         .build(&cleanup)
         .map_err(|e| e.to_string())?;
     let tun = topo.take_tun().ok_or("no TUN pair")?;
+    if a.steer {
+        let pinned = a.options.cpu.ok_or("--steer needs --cpu N (the emulator's CPU)")?;
+        let others: Vec<usize> = (0..cpus() as usize).filter(|&c| c != pinned).collect();
+        for (ns, dev) in [(topo.client(), &tun.client), (topo.server(), &tun.server)] {
+            ns.set_receive_cpus(dev.ifname(), &others).map_err(|e| format!("--steer: {e}"))?;
+        }
+    }
     reset_peak_rss();
     let emu = Emulator::start(tun, spec, a.options.clone()).map_err(|e| e.to_string())?;
     let token = cleanup.defer("emulator", {
@@ -432,8 +450,15 @@ fn longfat(a: &Args) -> Res<()> {
     let buffers = 3 * (bdp + queue);
     println!(
         "one iperf3 flow ({}) through {} Mbit/s, {} ms RTT, a {} MB drop-tail buffer, {} s \
-         after 5 s omitted; target goodput >= 0.9 x rate, lateness p99 <= 1 ms",
-        a.cc, a.rate_mbit, a.rtt_ms, a.queue_mb, a.secs
+         after 5 s omitted; target goodput >= 0.9 x rate, lateness p99 <= 1 ms; {} thread \
+         layout, {}",
+        a.cc,
+        a.rate_mbit,
+        a.rtt_ms,
+        a.queue_mb,
+        a.secs,
+        a.options.threads,
+        placement(a)
     );
     let spec = path(rate, one_way, queue);
     let mut options = a.options.clone();
@@ -514,6 +539,22 @@ fn machine_cost(f: &iperf::Flow, gb: f64) -> (String, f64) {
         100.0 * m.pressure_s / wall
     );
     (text, m.busy_s() / gb)
+}
+
+/// Where the emulator and the namespaces' receive processing ran.
+fn placement(a: &Args) -> String {
+    let emulator = match a.options.cpu {
+        Some(c) => format!("emulator pinned to CPU {c}"),
+        None => "emulator not pinned".to_owned(),
+    };
+    let receive = match (a.steer, a.options.cpu) {
+        (true, Some(c)) => {
+            format!("receive processing steered to the {} other CPU(s)", cpus() - 1.0)
+                + &format!(" (all but {c})")
+        }
+        _ => "receive processing in the emulator's TUN writes".to_owned(),
+    };
+    format!("{emulator}, {receive}, {} CPUs", cpus())
 }
 
 fn cpus() -> f64 {
