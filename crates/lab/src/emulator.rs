@@ -145,6 +145,16 @@
 //!   8.85 / 8.98 Gbit/s, 0.74 / 0.73 against 0.83 / 0.80 CPU-s/GB, 7k against 16k timer
 //!   arms per GB, lateness p99 495 / 503 against 47 / 264 ms (both overshooting runs of
 //!   the new build dropped 89k segments at the full buffer).
+//! - **Receive steering** (2026-11-27, seed 002's path, load average 1-4 on the 2 vCPUs):
+//!   a TUN write runs the receiving namespace's TCP stack and the wake-up of its reader in the
+//!   writing thread (`perf`: 23 % of the emulator thread behind a 10 Gbit/s link). With the
+//!   thread pinned ([`EmulatorOptions::cpu`]) and the TUN devices' receive processing steered
+//!   to the other CPUs (`tcptail_netns::Netns::set_receive_cpus`), the thread needed
+//!   0.61-0.69 instead of 0.65-0.90 CPU-s per GB, and one BBR flow met 9 Gbit/s at lateness
+//!   p99 <= 1 ms in 4 of 6 runs (none of 9 otherwise). What is left late is BBR's startup
+//!   overshoot into the 150 MB buffer, when the one thread reads up to ~3x the rate: the
+//!   report's [`EmulatorReport::lateness_causes`] put 85-94 % of that lateness on the thread's
+//!   own work and 0-3 % on waiting for a CPU.
 //! - **Other emulators at the same priority**: the emulators of other lab runs on the machine
 //!   use the same `SCHED_FIFO` priority, and a thread of equal priority is not preempted:
 //!   release lateness maxima of 2-4 ms in otherwise light rows come from them.

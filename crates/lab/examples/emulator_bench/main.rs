@@ -719,8 +719,18 @@ fn why_missed(
             false
         }
     };
+    let c = &r.lateness_causes;
+    if c.late_segments > 0 {
+        evidence.push(format!("while releases were late the thread was {}", c.describe()));
+    }
     let cause = if r.lateness_flag.is_some() {
-        "unfaithful (lateness)"
+        if c.on_cpu >= 0.5 {
+            "unfaithful (lateness: the emulator thread's own work outran its CPU)"
+        } else if c.waiting_for_cpu >= 0.5 {
+            "unfaithful (lateness: the emulator thread waited for a CPU)"
+        } else {
+            "unfaithful (lateness)"
+        }
     } else if drops > 0 || busiest >= SATURATED_THREAD {
         "unfaithful (reads: the emulator fell behind its device)"
     } else if queue_idle && starved {
