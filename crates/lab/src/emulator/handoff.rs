@@ -25,6 +25,9 @@
 //!   processed counts as that time (only possible when the reader was delayed between its
 //!   read and its send, by microseconds).
 //! - Nothing is lost: packets still in the channel when the threads stop are counted as held.
+//! - The releaser never waits for the reader: it takes only completed sends
+//!   ([`Receiving::try_recv`]), so the two can share a CPU at different `SCHED_FIFO`
+//!   priorities.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -99,9 +102,17 @@ impl Sending {
 }
 
 impl Receiving {
-    /// The next packet, if one is there.
+    /// The next packet, if one is there. Never waits for a send in progress: `std`'s channel
+    /// would spin (yielding) until the sender finishes writing its slot, and a releaser that
+    /// preempted its reader on the same CPU (one `SCHED_FIFO` priority above it, e.g. both
+    /// pinned to one CPU) would spin forever, since yielding never lets a lower priority run.
+    /// `pending` counts only completed sends, and a single sender completes them in order, so
+    /// while it is above zero the channel's next slot is written.
     #[inline]
     pub(crate) fn try_recv(&self) -> Option<Arrival> {
+        if self.signal.pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
         match self.packets.try_recv() {
             Ok(arrival) => {
                 self.signal.pending.fetch_sub(1, Ordering::SeqCst);

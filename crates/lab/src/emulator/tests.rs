@@ -235,6 +235,46 @@ fn late_releases_behind_a_blocked_output_are_attributed_to_waiting_not_work() {
 }
 
 #[test]
+fn a_reader_and_its_releaser_pinned_to_one_cpu_keep_forwarding() {
+    // The releaser runs one SCHED_FIFO priority above its reader; on one CPU it preempts the
+    // reader wherever it is, also in the middle of a hand-off, and must not wait for it.
+    let spec = PathSpec::symmetric(DirectionSpec {
+        rate: Rate::Constant(BitRate(200_000_000)),
+        ..direction(1, None)
+    });
+    let options =
+        EmulatorOptions { threads: Threads::Pipeline, cpu: Some(0), ..Default::default() };
+    let r = rig(spec, options);
+    assert!(r.handle.sched_fifo().is_applied(), "tests run as root: SCHED_FIFO must apply");
+    let n = 20_000u32;
+    let sender = {
+        let client = r.client.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for i in 0..n {
+                // A full socket buffer blocks the sender until the emulator reads.
+                client.send(&packet(i, 1000)).unwrap();
+            }
+        })
+    };
+    let mut buf = [0u8; 2048];
+    for i in 0..n {
+        match r.server.recv(&mut buf) {
+            Ok(len) => assert_eq!((len, seq_of(&buf)), (1000, i)),
+            Err(e) => {
+                // A releaser spinning on its reader never stops: leave it rather than hang
+                // the test on joining it.
+                std::mem::forget(r);
+                panic!("packet {i} of {n} did not arrive within 5 s: {e}");
+            }
+        }
+    }
+    sender.join().unwrap();
+    let report = r.handle.stop();
+    assert_eq!(report.up.forwarded.packets, u64::from(n));
+    assert!(report.cpu_affinity.is_applied(), "{:?}", report.cpu_affinity);
+}
+
+#[test]
 fn oversize_packets_are_counted_not_forwarded() {
     let options = EmulatorOptions { buffer_size: 256, ..Default::default() };
     let r = rig(path(0, 0), options);
