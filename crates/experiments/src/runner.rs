@@ -32,9 +32,12 @@ use crate::verdict::{self, FindingRule, Rule, RuleError};
 use crate::workload::{self, JointPlan, VariantPlan};
 
 /// Building and removing one variant-round's path and processes (namespaces, links, sysctls,
-/// the emulator's threads), beside what the round's plan runs: 0.03-0.3 s per variant-round in
-/// smoke runs of every built-in on this project's 2-vCPU VM (docs/full-mode.md).
-pub const SETUP_PER_ROUND: Duration = Duration::from_millis(250);
+/// the emulator's threads), beside what the round's plan runs. Measured in a whole quick run
+/// on this project's 2-vCPU VM under a load of 1-6 (2026-11-27): a variant-round took
+/// 0.05-0.3 s longer than its plan: about 0.05 s on veth (nagle-delack), 0.15 s on emulated
+/// paths (loss: 2.66 s for 2.5 s, link-downgrade: 7.15 s for 7 s), 0.25-0.3 s on the
+/// 1 Gbit/s x 100-120 ms paths with their large buffers (rwin-limited, wan).
+pub const SETUP_PER_ROUND: Duration = Duration::from_millis(150);
 
 /// One experiment, checked: every variant planned, every rule compiled.
 pub struct Prepared {
