@@ -24,6 +24,8 @@ pub const PROG_TYPE_SOCKET_FILTER: u32 = 1;
 pub const MAP_TYPE_XSKMAP: u32 = 17;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_TYPE_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_SK_STORAGE`.
+pub const MAP_TYPE_SK_STORAGE: u32 = 24;
 /// `BPF_TRACE_ITER` (attach type of an iterator program and its link).
 pub const TRACE_ITER: u32 = 28;
 /// `BPF_XDP` (attach type of an XDP program and its link).
@@ -127,6 +129,21 @@ impl Map {
         Ok(Map { fd, key_size, value_size })
     }
 
+    /// A socket-storage map (`BPF_MAP_TYPE_SK_STORAGE`) of `value_size`-byte values: each
+    /// socket a program gives storage to (`bpf_sk_storage_get` with `BPF_SK_STORAGE_GET_F_CREATE`)
+    /// holds one, freed with the socket; [`link_create_map_iter`] walks them. The kernel wants
+    /// the key and value described in BTF: a small blob (key `int`, value `u8[value_size]`) is
+    /// loaded for it.
+    pub fn create_sk_storage(value_size: u32) -> io::Result<Map> {
+        let btf = btf_load(&storage_btf(value_size))?;
+        let mut attr = Attr::new();
+        attr.u32(0, MAP_TYPE_SK_STORAGE).u32(4, 4).u32(8, value_size);
+        // BPF_F_NO_PREALLOC (required), btf_fd, btf_key_type_id 1, btf_value_type_id 3.
+        attr.u32(16, 1).u32(48, btf.as_raw_fd() as u32).u32(52, 1).u32(56, 3);
+        let fd = sys::bpf_fd(sys::BPF_MAP_CREATE, &mut attr)?;
+        Ok(Map { fd, key_size: 4, value_size })
+    }
+
     /// The map's descriptor (for [`asm::Asm::load_map_fd`]).
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
@@ -165,6 +182,53 @@ pub fn link_create(
     let mut attr = Attr::new();
     attr.u32(0, prog.as_fd().as_raw_fd() as u32).u32(4, target).u32(8, attach_type).u32(12, flags);
     sys::bpf_fd(sys::BPF_LINK_CREATE, &mut attr)
+}
+
+/// Links a loaded map-iterator program (`iter/bpf_sk_storage_map`, ...) to the map it walks
+/// (`BPF_LINK_CREATE` with `BPF_TRACE_ITER` and `bpf_iter_link_info.map.map_fd`).
+pub fn link_create_map_iter(prog: impl AsFd, map: &Map) -> io::Result<OwnedFd> {
+    // union bpf_iter_link_info: 16 bytes, map_fd first.
+    let info = [map.raw_fd() as u32, 0, 0, 0];
+    let mut attr = Attr::new();
+    attr.u32(0, prog.as_fd().as_raw_fd() as u32).u32(8, TRACE_ITER);
+    attr.u64(16, info.as_ptr() as u64).u32(24, std::mem::size_of_val(&info) as u32);
+    sys::bpf_fd(sys::BPF_LINK_CREATE, &mut attr)
+}
+
+/// `BPF_BTF_LOAD` of a raw BTF blob; the refusal carries the kernel's log.
+fn btf_load(blob: &[u8]) -> io::Result<OwnedFd> {
+    let mut log = vec![0u8; 4096];
+    let mut attr = Attr::new();
+    attr.u64(0, blob.as_ptr() as u64).u64(8, log.as_mut_ptr() as u64);
+    attr.u32(16, blob.len() as u32).u32(20, log.len() as u32).u32(24, 1);
+    sys::bpf_fd(sys::BPF_BTF_LOAD, &mut attr).map_err(|e| {
+        let log = String::from_utf8_lossy(&log);
+        io::Error::new(e.kind(), format!("loading BTF: {e}: {}", log.trim_end_matches('\0')))
+    })
+}
+
+/// The BTF of a socket-storage map's key and value: [1] `int`, [2] `u8`, [3] `u8[len]`.
+fn storage_btf(value_size: u32) -> Vec<u8> {
+    const KIND_INT: u32 = 1 << 24;
+    const KIND_ARRAY: u32 = 3 << 24;
+    const INT_SIGNED: u32 = 1 << 24;
+    #[rustfmt::skip]
+    let types: [u32; 14] = [
+        1, KIND_INT, 4, INT_SIGNED | 32, // int (name at 1)
+        5, KIND_INT, 1, 8, // u8 (name at 5)
+        0, KIND_ARRAY, 0, 2, 1, value_size, // u8[value_size], indexed by int
+    ];
+    let strings = b"\0int\0u8\0";
+    let type_len = (types.len() * 4) as u32;
+    let mut blob = Vec::new();
+    blob.extend_from_slice(&0xeb9f_u16.to_ne_bytes());
+    blob.extend_from_slice(&[1, 0]); // version, flags
+    for v in [24, 0, type_len, type_len, strings.len() as u32] {
+        blob.extend_from_slice(&u32::to_ne_bytes(v)); // hdr_len, type and string sections
+    }
+    types.iter().for_each(|t| blob.extend_from_slice(&t.to_ne_bytes()));
+    blob.extend_from_slice(strings);
+    blob
 }
 
 /// Opens one iteration of an iterator link over the calling thread's network namespace
@@ -230,6 +294,16 @@ mod tests {
         let err = load(&trivial(2, false)).expect_err("a program without exit is refused");
         assert!(!err.log.is_empty(), "the refusal carries the verifier's log: {err}");
         assert!(err.to_string().contains("verifier log"), "{err}");
+    }
+
+    #[test]
+    fn a_socket_storage_map_is_created_with_its_btf() {
+        assert!(is_root(), "this test creates BPF maps: run it as root");
+        let map = Map::create_sk_storage(80).expect("the kernel accepts the storage's BTF");
+        assert!(map.raw_fd() >= 0);
+        // Socket storage has no user-space update by index: a 4-byte key is a socket fd.
+        let bad = map.update(&u32::MAX.to_ne_bytes(), &[0u8; 80]).unwrap_err();
+        assert_ne!(bad.kind(), io::ErrorKind::InvalidInput, "sizes accepted, the fd refused");
     }
 
     #[test]

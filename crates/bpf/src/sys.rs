@@ -13,6 +13,7 @@ use std::path::Path;
 pub(crate) const BPF_MAP_CREATE: libc::c_long = 0;
 pub(crate) const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 pub(crate) const BPF_PROG_LOAD: libc::c_long = 5;
+pub(crate) const BPF_BTF_LOAD: libc::c_long = 18;
 pub(crate) const BPF_LINK_CREATE: libc::c_long = 28;
 pub(crate) const BPF_ITER_CREATE: libc::c_long = 33;
 
