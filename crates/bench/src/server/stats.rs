@@ -42,8 +42,14 @@ impl StatsWindow {
     /// `count` requests whose responses finished sending now, completed by the receive
     /// that returned at `received`.
     pub(crate) fn answered(&mut self, received: Instant, count: u64) {
+        self.answered_at(received, Instant::now(), count);
+    }
+
+    /// `count` requests whose responses finished sending at `sent` (a clock the caller
+    /// already read), completed by the receive that returned at `received`.
+    pub(crate) fn answered_at(&mut self, received: Instant, sent: Instant, count: u64) {
         if count > 0 {
-            self.record(received.elapsed().as_nanos(), count);
+            self.record(sent.saturating_duration_since(received).as_nanos(), count);
         }
     }
 
@@ -113,6 +119,24 @@ mod tests {
         assert!(s.socket.is_none(), "a Unix socket has no tcp_info");
         let again = w.report(a.as_fd());
         assert_eq!((again.requests, again.service_ns.len()), (0, 0));
+    }
+
+    #[test]
+    fn service_time_runs_from_the_receive_to_the_given_send_end() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut w = StatsWindow::start();
+        let received = Instant::now();
+        w.answered_at(received, received + std::time::Duration::from_micros(40), 2);
+        // A send end read before the receive (clocks read out of order) counts as the
+        // shortest time, not as a wrap-around.
+        w.answered_at(received + std::time::Duration::from_micros(1), received, 1);
+        w.answered_at(received, received, 0);
+        let s = w.report(a.as_fd());
+        assert_eq!(s.requests, 3);
+        assert_eq!(s.service_ns.len(), 2, "{:?}", s.service_ns);
+        assert_eq!(s.service_ns[0], (1, 1), "{:?}", s.service_ns);
+        assert!((40_000..40_400).contains(&s.service_ns[1].0), "{:?}", s.service_ns);
+        assert_eq!(s.service_ns[1].1, 2);
     }
 
     #[test]

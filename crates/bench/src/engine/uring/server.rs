@@ -11,10 +11,14 @@
 //!
 //! StatsRequests are answered as the default loop answers them (`crate::server::stats`, the
 //! same window and reply), in order after the responses owed before them. A request's service
-//! time ends when its response's send completes: the loop waits for that completion alone
-//! (the send runs inside the submitting call, so the wait returns at once) and reads the
-//! clock, then waits for the next request. The window's CPU time is the connection thread's:
-//! with `--sqpoll` the kernel thread that issues the sends is not in it.
+//! time ends when its response's send completes: the loop hands the send over with an enter
+//! that submits without waiting (the send runs inside it and posts its completion before it
+//! returns), reaps that completion and reads the clock, then waits for the next request. A
+//! send that could not complete at once is waited for with the write timeout. The clock is
+//! read once per loop turn, when completions are reaped: the same instant ends the served
+//! requests' service times and starts a new send's write timeout. The window's CPU time is
+//! the connection thread's: with `--sqpoll` the kernel thread that issues the sends is not
+//! in it.
 
 use std::collections::VecDeque;
 use std::io;
@@ -124,9 +128,13 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
     let mut armed = false;
     let mut completions: Vec<Completion> = Vec::with_capacity(16);
     let mut last_request = Instant::now();
+    // The clock of the latest turn that reaped completions.
+    let mut reaped = last_request;
     let mut turns = 0u32;
     s.watch.waiting();
     loop {
+        // A send was staged in this turn: the enter below submits it without waiting.
+        let mut staged = false;
         if !armed {
             ring.arm_recv(fd, Op::Recv(0).token()).map_err(Ended::Io)?;
             armed = true;
@@ -135,18 +143,22 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
             let slot = ring.send_slot(0).expect("no send is in flight");
             out.range = 0..stage(slot, &mut backlog, &mut out, &mut window, fd)?;
             ring.send(fd, 0, out.range.clone(), Op::Send(0).token(), false).map_err(Ended::Io)?;
-            out.since = Some(Instant::now());
+            // The write timeout runs from this turn's clock (a few µs early at most).
+            out.since = Some(reaped);
+            staged = true;
         }
-        // Wait: spinning polls the queue; a send in flight is waited for (normally it
-        // completed inside the submitting call, so this returns at once: the end of its
-        // requests' service time is read right after it, as the default engine reads it
-        // after its `send`) for at most the write timeout; otherwise the wait has no timer.
+        // Wait: spinning polls the queue; a send just staged is submitted without waiting
+        // (normally it completes inside that call: the end of its requests' service time is
+        // read right after it, as the default engine reads it after its `send`); a send still
+        // in flight is waited for at most the write timeout; otherwise the wait has no timer.
         if s.spin {
             turns = turns.wrapping_add(1);
             ring.submit().map_err(Ended::Io)?;
             if turns.is_multiple_of(1024) && last_request.elapsed() >= s.spin_cap {
                 ring.submit_and_wait(None).map_err(Ended::Io)?;
             }
+        } else if staged {
+            ring.submit().map_err(Ended::Io)?;
         } else if let Some(since) = out.since {
             let left = s.write_timeout.saturating_sub(since.elapsed());
             ring.submit_and_wait(Some(left.max(Duration::from_millis(1)))).map_err(Ended::Io)?;
@@ -165,7 +177,7 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
             }
             continue;
         }
-        let reaped = Instant::now();
+        reaped = Instant::now();
         for done in completions.drain(..) {
             match Op::from_token(done.token) {
                 Op::Send(_) => {
@@ -182,7 +194,7 @@ pub(crate) fn serve(mut s: Serve<'_>, requests: &mut u64) -> Result<(), Ended> {
                                 // Every byte of the send's responses is with the kernel.
                                 out.since = None;
                                 for (received, count) in out.serving.drain(..) {
-                                    window.answered(received, count);
+                                    window.answered_at(received, reaped, count);
                                 }
                                 continue;
                             }
