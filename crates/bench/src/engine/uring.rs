@@ -9,9 +9,9 @@
 //! client's round trip costs one `io_uring_enter`, which submits the send and waits for the
 //! next completion at once, where the default engine makes a `send` and a `recv` call: it
 //! lends its closed-loop sends (no completion unless they fail, the answer proves them done).
-//! The server reaps its send's completion alone (the send runs inside that call, which
-//! returns at once), so that a request's service time ends there as the default engine's ends
-//! after its `send`, then waits for the next request: two calls. With
+//! The server submits its send without waiting (the send runs inside that call and its
+//! completion is there when it returns), so that a request's service time ends there as the
+//! default engine's ends after its `send`, then waits for the next request: two calls. With
 //! `--sqpoll` a kernel thread picks the sends up and the wait is the only call; with `--spin`
 //! the completion queue is polled in user space and nothing enters the kernel at all (both
 //! together: no system call per request).
