@@ -33,8 +33,8 @@
 //! queue BBR cannot go below: [`BBR_MIN_CWND_PKTS`] packets per flow, at the bottleneck
 //! rate), `cwnd_p50_pkts` (the bulk senders' congestion windows, median over the flows and the
 //! window's 10 ms samples) and, for BBR, `bbr_min_rtt_p50_ms` (BBR's own min-RTT estimate, the
-//! same median: when it holds the queue, BBR's model takes the queue for the path and its
-//! window of twice its estimated BDP keeps that queue). Series: `probe_ms` (CDF), `probe_rtt_ms` (each probe's latency against its send
+//! same median: when it holds the queue, BBR's model takes the queue for the path). Series:
+//! `probe_ms` (CDF), `probe_rtt_ms` (each probe's latency against its send
 //! time), `goodput_mbps`.
 
 use std::io::{Read, Write};
