@@ -240,37 +240,23 @@ fn unanswered_waits_ms(sends: &[f64], deadline: f64) -> Vec<f64> {
     sends.iter().rev().map(|t| (deadline - t) * 1e3).collect()
 }
 
-/// One bulk sender's window state at a sample: what BBR's model holds, beside the queue the
-/// RTT shows.
-#[derive(Debug, Clone, Copy)]
-struct FlowWindow {
-    /// `tcpi_snd_cwnd`, packets.
-    cwnd_pkts: u32,
-    /// BBR's windowed min-RTT estimate, ms; `None` for other congestion controls and before
-    /// BBR's first RTT sample.
-    bbr_min_rtt_ms: Option<f64>,
-}
-
-/// Every sender's [`FlowWindow`] now (the sampler's `extra`, beside [`flows::Sample`]).
-fn windows(flows: &BulkFlows) -> Result<Vec<FlowWindow>, RunError> {
+/// Every sender's BBR min-RTT estimate now, ms (the sampler's `extra`, beside the windows
+/// [`flows::Sample`] holds); `None` before BBR's first RTT sample.
+fn bbr_min_rtts_ms(flows: &BulkFlows) -> Result<Vec<Option<f64>>, RunError> {
     flows
         .senders()
         .iter()
         .map(|sender| {
-            let info = flows::tcp_info(sender)?;
             let bbr = tcptail_sock::sys::info::bbr_info(sender.as_fd())
                 .map_err(|e| RunError::io("read TCP_CC_INFO", e))?;
-            Ok(FlowWindow {
-                cwnd_pkts: info.snd_cwnd_segs,
-                bbr_min_rtt_ms: bbr.and_then(|b| b.min_rtt()).map(|d| d.as_secs_f64() * 1e3),
-            })
+            Ok(bbr.and_then(|b| b.min_rtt()).map(|d| d.as_secs_f64() * 1e3))
         })
         .collect()
 }
 
-/// The median of `value` over every flow of every sample given; NaN when none has one.
-fn window_median(samples: &[&[FlowWindow]], value: impl Fn(&FlowWindow) -> Option<f64>) -> f64 {
-    let mut all: Vec<f64> = samples.iter().flat_map(|s| s.iter()).filter_map(&value).collect();
+/// The median of `values`; NaN when there is none.
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut all: Vec<f64> = values.collect();
     all.sort_by(f64::total_cmp);
     flows::percentile(&all, 0.5)
 }
@@ -290,6 +276,7 @@ impl VariantPlan for Plan {
     }
 
     fn run(&self, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
+        let bbr = self.cc == "bbr";
         let ((samples, (sent, records)), lateness) = self.path.round(ctx, |live| {
             let listener = flows::listen(live)?;
             // The probe uses CUBIC whatever the bulk flows use: its requests are far below
@@ -303,7 +290,8 @@ impl VariantPlan for Plan {
                 Duration::from_millis(10),
                 ctx.stop_requested,
                 ctx.progress,
-                windows,
+                // Only BBR has an estimate to read: no TCP_CC_INFO call for the others.
+                |f| if bbr { bbr_min_rtts_ms(f) } else { Ok(Vec::new()) },
             );
             probe.stop_sending();
             let probed = probe.finish(PROBE_GRACE);
@@ -321,13 +309,11 @@ impl VariantPlan for Plan {
         let window_sends = window_send_times(sent, self.probe_interval, w, end);
         let counted_sent = window_sends.len();
         let rate_bps = self.path.rate().map(|r| r.0 as f64);
-        let (samples, windows): (Vec<_>, Vec<_>) = samples.into_iter().unzip();
-        let in_window: Vec<&[FlowWindow]> = samples
-            .iter()
-            .zip(&windows)
-            .filter(|(s, _)| s.t >= w && s.t <= end)
-            .map(|(_, f)| f.as_slice())
-            .collect();
+        let (samples, min_rtts): (Vec<_>, Vec<_>) = samples.into_iter().unzip();
+        let in_window = |t: f64| t >= w && t <= end;
+        let cwnd_p50 = median(
+            samples.iter().filter(|s| in_window(s.t)).flat_map(|s| &s.cwnds).map(|&c| f64::from(c)),
+        );
         let s = flows::summarise(&samples, self.warmup, Duration::from_millis(100), rate_bps);
         let goodput = s.goodput_mbps;
         let mut m = Measurement { lateness, ..Measurement::default() };
@@ -355,9 +341,13 @@ impl VariantPlan for Plan {
             .metric("flow_rtt_p50_ms", s.rtt_p50_ms)
             .metric("rwnd_limited_pct", s.rwnd_limited_pct)
             .metric("queue_p50_ms", (s.rtt_p50_ms - self.path.rtt().as_secs_f64() * 1e3).max(0.0))
-            .metric("cwnd_p50_pkts", window_median(&in_window, |f| Some(f64::from(f.cwnd_pkts))));
-        if self.cc == "bbr" {
-            m.metric("bbr_min_rtt_p50_ms", window_median(&in_window, |f| f.bbr_min_rtt_ms));
+            .metric("cwnd_p50_pkts", cwnd_p50);
+        if bbr {
+            let estimates = samples.iter().zip(&min_rtts).filter(|(s, _)| in_window(s.t));
+            m.metric(
+                "bbr_min_rtt_p50_ms",
+                median(estimates.flat_map(|(_, r)| r.iter().flatten().copied())),
+            );
         }
         if let Some(rate) = rate_bps {
             m.metric("link_pct", 100.0 * goodput * 1e6 / rate);

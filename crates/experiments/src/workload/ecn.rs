@@ -355,7 +355,7 @@ mod tests {
             bytes_retrans: 0,
             busy_us: 0,
             rwnd_limited_us: 0,
-            cwnd: 10,
+            cwnds: vec![10],
         }
     }
 

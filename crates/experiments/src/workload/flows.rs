@@ -275,8 +275,8 @@ pub struct Sample {
     pub busy_us: u64,
     /// Sum over senders of `tcpi_rwnd_limited`, µs.
     pub rwnd_limited_us: u64,
-    /// Flow 0's congestion window, packets.
-    pub cwnd: u32,
+    /// Every sender's congestion window, packets, flow 0 first.
+    pub cwnds: Vec<u32>,
 }
 
 /// Bulk flows that send as fast as the path lets them, and count at the receiver.
@@ -364,18 +364,16 @@ impl BulkFlows {
             bytes_retrans: 0,
             busy_us: 0,
             rwnd_limited_us: 0,
-            cwnd: 0,
+            cwnds: Vec::with_capacity(self.senders.len()),
         };
-        for (i, sender) in self.senders.iter().enumerate() {
+        for sender in &self.senders {
             let info = tcp_info(sender)?;
             s.rtts_us.push(info.rtt_us);
+            s.cwnds.push(info.snd_cwnd_segs);
             s.bytes_sent += info.bytes_sent.unwrap_or(0);
             s.bytes_retrans += info.bytes_retrans.unwrap_or(0);
             s.busy_us += info.busy_time_us.unwrap_or(0);
             s.rwnd_limited_us += info.rwnd_limited_us.unwrap_or(0);
-            if i == 0 {
-                s.cwnd = info.snd_cwnd_segs;
-            }
         }
         Ok(s)
     }
@@ -610,7 +608,9 @@ pub fn summarise(
             [s.t, mean / 1e3]
         })
         .collect();
-    let cwnd_series = samples.iter().map(|s| [s.t, f64::from(s.cwnd)]).collect();
+    // Flow 0's window, as the series has always shown (0 without senders).
+    let cwnd_series =
+        samples.iter().map(|s| [s.t, f64::from(s.cwnds.first().copied().unwrap_or(0))]).collect();
     BulkSummary {
         goodput_mbps,
         goodput_note,
@@ -712,7 +712,7 @@ mod tests {
             bytes_retrans: retrans,
             busy_us: (t * 1e6) as u64,
             rwnd_limited_us: (t * 0.5e6) as u64,
-            cwnd: 10,
+            cwnds: vec![10],
         }
     }
 
@@ -749,7 +749,7 @@ mod tests {
                     bytes_retrans: 0,
                     busy_us: 0,
                     rwnd_limited_us: 0,
-                    cwnd: 4,
+                    cwnds: vec![4],
                 }
             })
             .collect()

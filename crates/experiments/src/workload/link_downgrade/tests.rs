@@ -54,7 +54,7 @@ fn synthetic() -> Vec<(Sample, Rates)> {
             bytes_retrans: retrans,
             busy_us: 0,
             rwnd_limited_us: 0,
-            cwnd: 10,
+            cwnds: vec![10],
         };
         out.push((s, Rates { pacing_bps: pacing, bbr_bw_bps: Some(pacing / 1.25) }));
     }
@@ -221,7 +221,7 @@ fn estimate_like_full_mode(step: f64, end: f64) -> Vec<(Sample, Rates)> {
                 bytes_retrans: 0,
                 busy_us: 0,
                 rwnd_limited_us: 0,
-                cwnd: 10,
+                cwnds: vec![10],
             };
             (s, Rates { pacing_bps: bw, bbr_bw_bps: Some(bw) })
         })
