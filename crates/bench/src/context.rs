@@ -22,6 +22,7 @@ use std::fs;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+use tcptail_netns::procfs;
 
 /// Where the ends of a run ran and what else the machine was doing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -142,18 +143,10 @@ pub struct CpuTimes {
 }
 
 impl CpuTimes {
-    /// Parses the aggregate `cpu ` line of `/proc/stat`.
+    /// Parses the aggregate `cpu ` line of `/proc/stat` ([`procfs::parse_cpu_ticks`]).
     pub fn parse(proc_stat: &str) -> Option<CpuTimes> {
-        let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
-        let fields: Vec<u64> =
-            line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
-        if fields.len() < 8 {
-            return None;
-        }
-        // user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
-        // already counted in user/nice, so it is not added again.
-        let total = fields[..8].iter().sum();
-        Some(CpuTimes { total, idle: fields[3] + fields[4], steal: fields[7] })
+        let t = procfs::parse_cpu_ticks(proc_stat)?;
+        Some(CpuTimes { total: t.total(), idle: t.idle_with_iowait(), steal: t.steal })
     }
 
     fn read() -> Option<CpuTimes> {
@@ -162,18 +155,9 @@ impl CpuTimes {
 }
 
 /// This process's user + system CPU time in clock ticks, from `/proc/self/stat`.
-pub fn parse_process_ticks(self_stat: &str) -> Option<u64> {
-    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    let rest = &self_stat[self_stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3, utime field 14, stime field 15 (1-based in proc(5)).
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 fn process_ticks() -> Option<u64> {
-    parse_process_ticks(&fs::read_to_string("/proc/self/stat").ok()?)
+    let stat = fs::read_to_string("/proc/self/stat").ok()?;
+    Some(procfs::parse_task_stat(&stat)?.cpu_ticks())
 }
 
 /// Snapshot taken when a run starts; [`ContextProbe::finish`] fills in the run's context.
@@ -264,13 +248,6 @@ mod tests {
     }
 
     #[test]
-    fn parses_self_stat_with_spaces_in_name() {
-        let text = "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194304 100 0 0 0 37 5 0 0 20 0 1";
-        assert_eq!(parse_process_ticks(text), Some(42));
-        assert_eq!(parse_process_ticks("garbage"), None);
-    }
-
-    #[test]
     fn placement_descriptions() {
         assert_eq!(describe_placement(&[1], &[1], true), "same CPU (1)");
         assert!(describe_placement(&[0], &[1], true).starts_with("different CPUs"));
@@ -303,7 +280,8 @@ mod tests {
             while Instant::now() < until {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
-            parse_process_ticks(&fs::read_to_string("/proc/thread-self/stat").unwrap()).unwrap()
+            let stat = fs::read_to_string("/proc/thread-self/stat").unwrap();
+            procfs::parse_task_stat(&stat).unwrap().cpu_ticks()
         })
         .join()
         .unwrap();

@@ -16,6 +16,8 @@
 //!   makes SIGINT/SIGTERM/SIGHUP run it; [`clean_stale`] removes what SIGKILLed runs left.
 //! - [`ensure_root`] and latency helpers for the emulator thread ([`set_timer_slack`],
 //!   [`set_fifo_priority`]) that report [`Tuning::NotPermitted`] instead of failing.
+//! - [`procfs`]: the one set of parsers for procfs text about tasks and the machine (a task's
+//!   `stat`, `schedstat`, `status`/`io` fields, `/proc/stat`'s `cpu` line, CPU pressure).
 //!
 //! # Invariants
 //!
@@ -66,6 +68,7 @@ pub mod netns;
 pub mod nstat;
 pub mod privilege;
 pub mod process;
+pub mod procfs;
 pub mod signal;
 pub mod stale;
 pub mod sys;

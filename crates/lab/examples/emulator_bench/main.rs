@@ -244,11 +244,8 @@ fn reset_peak_rss() {
 /// This process's peak resident set (`VmHWM`) in MB; the emulator is most of it.
 fn peak_rss_mb() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
-    kb.map_or(f64::NAN, |kb| kb / 1e3)
+    let kb = tcptail_netns::procfs::status_field(&status, "VmHWM");
+    kb.map_or(f64::NAN, |kb| kb as f64 / 1e3)
 }
 
 /// Where the time goes, per GB forwarded in the up direction: system calls (reads, empty

@@ -1,12 +1,15 @@
 //! Where a run's time went, from procfs: each thread of a process (CPU time user/system, time
 //! waiting for a CPU, context switches, read/write system calls), the machine's CPU time by
 //! kind (`/proc/stat`) and the CPU pressure (`/proc/pressure/cpu`), as differences between two
-//! samples.
+//! samples. The text is parsed by [`tcptail_netns::procfs`]; this module reads the files and
+//! turns ticks and nanoseconds into seconds.
 
 use std::time::Instant;
 
-/// `USER_HZ`: the unit of `/proc/.../stat` and `/proc/stat` times (100 on every Linux ABI).
-const TICKS_PER_S: f64 = 100.0;
+use tcptail_netns::procfs;
+
+/// `USER_HZ`, the unit of `/proc/.../stat` and `/proc/stat` times, as a float.
+const TICKS_PER_S: f64 = procfs::USER_HZ as f64;
 
 /// One thread's counters since it started.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,13 +38,13 @@ impl Thread {
         let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
         let io = std::fs::read_to_string(dir.join("io")).unwrap_or_default();
         let mut t = parse_stat(&stat)?;
-        let mut sched = schedstat.split_whitespace().map(|f| f.parse::<u64>().ok());
-        t.run_s = sched.next()?? as f64 / 1e9;
-        t.wait_s = sched.next()?? as f64 / 1e9;
-        t.voluntary = field(&status, "voluntary_ctxt_switches:").unwrap_or(0);
-        t.involuntary = field(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
-        t.reads = field(&io, "syscr:").unwrap_or(0);
-        t.writes = field(&io, "syscw:").unwrap_or(0);
+        let sched = procfs::parse_schedstat(schedstat.as_bytes())?;
+        t.run_s = sched.run_ns as f64 / 1e9;
+        t.wait_s = sched.wait_ns as f64 / 1e9;
+        t.voluntary = procfs::status_field(&status, "voluntary_ctxt_switches").unwrap_or(0);
+        t.involuntary = procfs::status_field(&status, "nonvoluntary_ctxt_switches").unwrap_or(0);
+        t.reads = procfs::status_field(&io, "syscr").unwrap_or(0);
+        t.writes = procfs::status_field(&io, "syscw").unwrap_or(0);
         Some(t)
     }
 
@@ -54,18 +57,13 @@ impl Thread {
 /// The name, user and system time of a `/proc/.../stat` line (the name may hold spaces and
 /// parentheses: it ends at the last `)`).
 pub fn parse_stat(stat: &str) -> Option<Thread> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = stat.get(open + 1..close)?.to_owned();
-    // After the name: state (field 3) ... utime is field 14, stime 15.
-    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-    let ticks = |i: usize| rest.get(i)?.parse::<u64>().ok().map(|t| t as f64 / TICKS_PER_S);
-    Some(Thread { name, user_s: ticks(11)?, system_s: ticks(12)?, ..Thread::default() })
-}
-
-/// The number after `key` on its line of a `key: value` file.
-fn field(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok())
+    let t = procfs::parse_task_stat(stat)?;
+    Some(Thread {
+        name: t.comm.to_owned(),
+        user_s: t.utime as f64 / TICKS_PER_S,
+        system_s: t.stime as f64 / TICKS_PER_S,
+        ..Thread::default()
+    })
 }
 
 /// Every thread of `pid` (`None` once the process is gone), sorted by thread id.
@@ -152,12 +150,7 @@ impl Machine {
         let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         let pressure = std::fs::read_to_string("/proc/pressure/cpu").unwrap_or_default();
         let mut m = parse_proc_stat(&stat).unwrap_or_default();
-        m.pressure_s = pressure
-            .lines()
-            .find(|l| l.starts_with("some"))
-            .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")))
-            .and_then(|t| t.parse::<f64>().ok())
-            .map_or(0.0, |us| us / 1e6);
+        m.pressure_s = procfs::parse_cpu_pressure_us(&pressure).map_or(0.0, |us| us as f64 / 1e6);
         m
     }
 
@@ -182,21 +175,15 @@ impl Machine {
 
 /// The aggregate `cpu` line of `/proc/stat`: user nice system idle iowait irq softirq steal.
 pub fn parse_proc_stat(text: &str) -> Option<Machine> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse::<u64>().map(|t| t as f64 / TICKS_PER_S))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    let t = procfs::parse_cpu_ticks(text)?;
+    let s = |ticks: u64| ticks as f64 / TICKS_PER_S;
     Some(Machine {
-        user_s: at(0) + at(1),
-        system_s: at(2),
-        idle_s: at(3) + at(4),
-        irq_s: at(5),
-        softirq_s: at(6),
-        steal_s: at(7),
+        user_s: s(t.user) + s(t.nice),
+        system_s: s(t.system),
+        idle_s: s(t.idle) + s(t.iowait),
+        irq_s: s(t.irq),
+        softirq_s: s(t.softirq),
+        steal_s: s(t.steal),
         ..Machine::default()
     })
 }

@@ -33,6 +33,10 @@ use std::time::Duration;
 use rustix::fd::OwnedFd;
 use serde::Serialize;
 use tcptail_emu::Nanos;
+use tcptail_netns::procfs::parse_schedstat;
+
+/// A thread's run and wait times (`schedstat`), parsed in [`tcptail_netns::procfs`].
+pub(crate) use tcptail_netns::procfs::SchedTimes;
 
 /// The loop samples the thread's schedstat at most this often.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_micros(250);
@@ -40,23 +44,6 @@ pub(crate) const SAMPLE_EVERY: Duration = Duration::from_micros(250);
 /// Samples kept: [`SAMPLE_EVERY`] x this (at least 1 s while the loop is busy) is the longest
 /// lateness attributed over its own span; longer lateness uses the oldest sample kept.
 pub(crate) const SAMPLES_KEPT: usize = 4096;
-
-/// A thread's time on a CPU and runnable but waiting for one, in nanoseconds since it started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct SchedTimes {
-    pub(crate) run_ns: u64,
-    pub(crate) wait_ns: u64,
-}
-
-/// Parses `/proc/.../schedstat`: `run_ns wait_ns timeslices`.
-pub(crate) fn parse_schedstat(text: &[u8]) -> Option<SchedTimes> {
-    let text = std::str::from_utf8(text).ok()?;
-    let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
-    let (Some(Ok(run_ns)), Some(Ok(wait_ns))) = (fields.next(), fields.next()) else {
-        return None;
-    };
-    Some(SchedTimes { run_ns, wait_ns })
-}
 
 /// The calling thread's scheduling times: its CPU time from `CLOCK_THREAD_CPUTIME_ID` (exact:
 /// `schedstat`'s own run time is only brought up to date at a tick or a context switch, 4 ms
@@ -291,19 +278,6 @@ mod tests {
 
     fn times(run_ms: u64, wait_ms: u64) -> SchedTimes {
         SchedTimes { run_ns: run_ms * MS, wait_ns: wait_ms * MS }
-    }
-
-    #[test]
-    fn parses_schedstat_and_rejects_garbage() {
-        assert_eq!(
-            parse_schedstat(b"97830677 458213380 49\n"),
-            Some(SchedTimes { run_ns: 97_830_677, wait_ns: 458_213_380 })
-        );
-        assert_eq!(parse_schedstat(b"12 34"), Some(SchedTimes { run_ns: 12, wait_ns: 34 }));
-        assert_eq!(parse_schedstat(b"12\n"), None);
-        assert_eq!(parse_schedstat(b"x 1 2"), None);
-        assert_eq!(parse_schedstat(b""), None);
-        assert_eq!(parse_schedstat(&[0xff, 0xfe]), None);
     }
 
     #[test]
