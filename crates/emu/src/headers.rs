@@ -50,49 +50,36 @@ macro_rules! opaque {
 
 opaque!((), u32, u64, usize);
 
-fn bytes_mark_ce(bytes: &mut [u8]) -> bool {
-    match IpPacket::new(bytes) {
-        Ok(mut ip) if ip.ecn().is_capable() => {
-            if ip.ecn() != Ecn::Ce {
-                ip.set_ecn(Ecn::Ce);
+/// Raw IP packets, the IP header at the start of the buffer (bytes after the packet are
+/// ignored).
+macro_rules! ip_packet {
+    ($($t:ty),*) => {$(
+        impl Headers for $t {
+            fn ecn(&self) -> Option<Ecn> {
+                IpPacket::new(&self[..]).ok().map(|ip| ip.ecn())
             }
-            true
+            fn mark_ce(&mut self) -> bool {
+                match IpPacket::new(&mut self[..]) {
+                    Ok(mut ip) if ip.ecn().is_capable() => {
+                        if ip.ecn() != Ecn::Ce {
+                            ip.set_ecn(Ecn::Ce);
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            fn flow_key(&self) -> Option<FlowKey> {
+                IpPacket::new(&self[..]).ok()?.flow_key()
+            }
+            fn tcp_flags(&self) -> Option<TcpFlags> {
+                IpPacket::new(&self[..]).ok()?.tcp_flags()
+            }
         }
-        _ => false,
-    }
+    )*};
 }
 
-/// An IP packet at the start of the buffer (bytes after the packet are ignored).
-impl Headers for Vec<u8> {
-    fn ecn(&self) -> Option<Ecn> {
-        IpPacket::new(&self[..]).ok().map(|ip| ip.ecn())
-    }
-    fn mark_ce(&mut self) -> bool {
-        bytes_mark_ce(self)
-    }
-    fn flow_key(&self) -> Option<FlowKey> {
-        IpPacket::new(&self[..]).ok()?.flow_key()
-    }
-    fn tcp_flags(&self) -> Option<TcpFlags> {
-        IpPacket::new(&self[..]).ok()?.tcp_flags()
-    }
-}
-
-/// An IP packet at the start of the buffer (bytes after the packet are ignored).
-impl Headers for Box<[u8]> {
-    fn ecn(&self) -> Option<Ecn> {
-        IpPacket::new(&self[..]).ok().map(|ip| ip.ecn())
-    }
-    fn mark_ce(&mut self) -> bool {
-        bytes_mark_ce(self)
-    }
-    fn flow_key(&self) -> Option<FlowKey> {
-        IpPacket::new(&self[..]).ok()?.flow_key()
-    }
-    fn tcp_flags(&self) -> Option<TcpFlags> {
-        IpPacket::new(&self[..]).ok()?.tcp_flags()
-    }
-}
+ip_packet!(Vec<u8>, Box<[u8]>);
 
 /// A segment's own codepoint; marking rewrites only this segment when it is written out.
 impl Headers for Segment {
