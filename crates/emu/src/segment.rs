@@ -326,4 +326,6 @@ pub fn coalesce<S: AsRef<[u8]>>(segments: &[S]) -> Result<Vec<u8>, SegmentError>
 }
 
 #[cfg(test)]
+pub(crate) mod test_packets;
+#[cfg(test)]
 mod tests;

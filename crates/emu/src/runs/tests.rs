@@ -8,29 +8,12 @@ use tcptail_units::{BitRate, ByteSize};
 use super::*;
 use crate::direction::Admission;
 use crate::packet::Packet;
-use crate::segment::VirtioNetHdr;
 use crate::spec::{DirectionSpec, QueueLimit, QueueSpec};
 use crate::trace::DeliveryTrace;
 
 /// A TCP/IPv4 GSO packet of `segments` segments of 1460 payload bytes (1500 on the wire).
 fn gso_packet(segments: u16) -> Arc<GsoPacket> {
-    let payload = usize::from(segments) * 1460;
-    let total = 40 + payload;
-    let hdr = VirtioNetHdr {
-        flags: VirtioNetHdr::F_NEEDS_CSUM,
-        gso_type: if segments > 1 { VirtioNetHdr::GSO_TCPV4 } else { 0 },
-        hdr_len: 40,
-        gso_size: if segments > 1 { 1460 } else { 0 },
-        csum_start: 20,
-        csum_offset: 16,
-    };
-    let mut frame = hdr.encode().to_vec();
-    frame.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 1, 0x40, 0, 64, 6]);
-    frame.extend_from_slice(&[0, 0, 10, 77, 0, 1, 10, 77, 0, 2]);
-    frame.extend_from_slice(&[0x9c, 0x40, 0x14, 0x51, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18]);
-    frame.extend_from_slice(&[1, 0, 0, 0, 0, 0]);
-    frame.resize(VNET_HDR_LEN + total, 0xab);
-    Arc::new(GsoPacket::from_vec(frame, true).expect("a valid GSO packet"))
+    crate::segment::test_packets::tcp_v4(segments, 1460, 0, 40000)
 }
 
 fn direction(rate: Rate, delay_us: u64, limit: QueueLimit) -> Direction<Segment> {
