@@ -555,6 +555,16 @@ fn rounds(a: &[f64], b: &[f64]) -> Vec<VariantResult> {
     vec![variant("a", a), variant("b", b)]
 }
 
+/// `[[verdict]]` rules in file order, at lines 10, 20, 30 ..., each with the reason
+/// `{a.x} vs {b.x}`.
+fn ladder(rules: &[(Verdict, Option<&str>)]) -> Vec<Rule> {
+    let rule = |i: usize, verdict, when| {
+        let s = RuleSpec { verdict, line: 10 * (i + 1), ..spec(when, "{a.x} vs {b.x}") };
+        Rule::compile(&s, VARIANTS).unwrap()
+    };
+    rules.iter().enumerate().map(|(i, &(verdict, when))| rule(i, verdict, when)).collect()
+}
+
 fn decided(text: &str, values: &[VariantResult]) -> Result<Tri, Vec<Ref>> {
     let rule = Rule::compile(&spec(Some(text), "r"), VARIANTS).unwrap();
     rule.holds(&values)
@@ -628,18 +638,11 @@ fn undecided_follows_kleene_and_makes_the_verdict_inconclusive() {
     assert_eq!(decided("a.x > 2 * b.x or 1 < 2", &two), Ok(Tri::Yes));
     assert_eq!(decided("a.x > 2 * b.x and 1 < 2", &two), Ok(Tri::Undecided));
     assert_eq!(decided("not a.x > 2 * b.x", &two), Ok(Tri::Undecided));
-    let rules: Vec<Rule> = [
+    let rules = ladder(&[
         (Verdict::Reproduced, Some("a.x > 2 * b.x")),
         (Verdict::Partly, Some("a.x > b.x")),
         (Verdict::NotReproduced, None),
-    ]
-    .into_iter()
-    .enumerate()
-    .map(|(i, (verdict, when))| {
-        let s = RuleSpec { verdict, line: 10 * (i + 1), ..spec(when, "{a.x} vs {b.x}") };
-        Rule::compile(&s, VARIANTS).unwrap()
-    })
-    .collect();
+    ]);
     let d = decide(&rules, &two);
     assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
     assert_eq!(
@@ -690,18 +693,11 @@ fn undecided_follows_kleene_and_makes_the_verdict_inconclusive() {
 /// (this changed: such data used to give `not-reproduced`).
 #[test]
 fn a_lean_against_the_claim_is_inconclusive_not_a_refutation() {
-    let rules: Vec<Rule> = [
+    let rules = ladder(&[
         (Verdict::Reproduced, Some("a.x >= 1.5 * b.x")),
         (Verdict::Partly, Some("a.x > b.x")),
         (Verdict::NotReproduced, None),
-    ]
-    .into_iter()
-    .enumerate()
-    .map(|(i, (verdict, when))| {
-        let s = RuleSpec { verdict, line: 10 * (i + 1), ..spec(when, "{a.x} vs {b.x}") };
-        Rule::compile(&s, VARIANTS).unwrap()
-    })
-    .collect();
+    ]);
     // Wide, overlapping rounds with a's median below b's (a rank test p = 0.5 or so).
     let noisy = rounds(&[6.0, 10.0, 25.0], &[5.0, 12.0, 20.0]);
     let d = decide(&rules, &noisy);
@@ -710,18 +706,11 @@ fn a_lean_against_the_claim_is_inconclusive_not_a_refutation() {
     assert!(d.reason.contains("the medians lean against it; needs about"), "{}", d.reason);
     // A `reproduced` rule that is false without a test (a variant this mode did not run) does
     // not exclude the seed's effect: an undecided `partly` below it stays inconclusive.
-    let rules: Vec<Rule> = [
+    let rules = ladder(&[
         (Verdict::Reproduced, Some("has(c.x) and c.x > 2 * b.x")),
         (Verdict::Partly, Some("a.x > b.x")),
         (Verdict::NotReproduced, None),
-    ]
-    .into_iter()
-    .enumerate()
-    .map(|(i, (verdict, when))| {
-        let s = RuleSpec { verdict, line: 10 * (i + 1), ..spec(when, "{a.x} vs {b.x}") };
-        Rule::compile(&s, VARIANTS).unwrap()
-    })
-    .collect();
+    ]);
     let d = decide(&rules, &noisy);
     assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
     assert!(d.reason.contains("the rule at line 20 (partly when"), "{}", d.reason);
