@@ -87,10 +87,7 @@ fn connection_threads() -> BTreeSet<u32> {
 /// utime + stime of one thread, in clock ticks (10 ms).
 fn cpu_ticks(tid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-    // Fields after the parenthesised name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    tcptail_netns::procfs::parse_task_stat(&stat).expect("a task's stat line").cpu_ticks()
 }
 
 /// Connects with `hello`, makes a round trip, then measures the CPU time the connection's

@@ -221,8 +221,7 @@ fn start_server_with(port: u16, extra: &[&str]) -> ServerProcess {
 /// utime + stime of a process, in clock ticks (10 ms).
 fn process_cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    tcptail_netns::procfs::parse_task_stat(&stat).expect("a task's stat line").cpu_ticks()
 }
 
 #[test]

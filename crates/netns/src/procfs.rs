@@ -18,6 +18,8 @@ pub const USER_HZ: u64 = 100;
 pub struct TaskStat<'a> {
     /// The task's name (`comm`, field 2, without its parentheses).
     pub comm: &'a str,
+    /// Its state (field 3): `R` running, `S` sleeping, `Z` zombie, ...
+    pub state: char,
     /// User CPU time in [`USER_HZ`] ticks (field 14); for `/proc/<pid>/stat`, every thread's,
     /// exited ones included.
     pub utime: u64,
@@ -39,10 +41,12 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat<'_>> {
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?;
     // After the name: state is field 3, so utime (field 14) is the 12th and stime the 13th.
-    let mut rest = text.get(close + 1..)?.split_whitespace().skip(11);
+    let mut rest = text.get(close + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let mut rest = rest.skip(10);
     let utime = rest.next()?.parse().ok()?;
     let stime = rest.next()?.parse().ok()?;
-    Some(TaskStat { comm, utime, stime })
+    Some(TaskStat { comm, state, utime, stime })
 }
 
 /// A task's time on a CPU and runnable but waiting for one, in nanoseconds since it started
@@ -144,7 +148,7 @@ mod tests {
     fn task_stat_names_may_hold_spaces_and_parentheses() {
         let line = "27954 (a b) c)) R 27951 27951 15937 0 -1 4194304 99 0 0 0 250 75 0 0 20 0 1 0";
         let t = parse_task_stat(line).unwrap();
-        assert_eq!(t.comm, "a b) c)");
+        assert_eq!((t.comm, t.state), ("a b) c)", 'R'));
         assert_eq!((t.utime, t.stime), (250, 75));
         assert!(parse_task_stat("12 (x) R 1 2").is_none());
     }
@@ -163,6 +167,9 @@ mod tests {
         let t = parse_task_stat(&text).expect("own stat");
         let comm = std::fs::read_to_string("/proc/self/comm").expect("/proc/self/comm");
         assert_eq!(t.comm, comm.trim_end_matches('\n'));
+        let thread = std::fs::read_to_string("/proc/thread-self/stat").expect("thread-self");
+        let t = parse_task_stat(&thread).expect("own thread's stat");
+        assert_eq!(t.state, 'R', "the thread reading its own stat is running");
     }
 
     #[test]
@@ -241,15 +248,16 @@ mod tests {
         fn well_formed_task_stat_parses_exactly(
             pid in 1u32..4_194_304,
             comm in comm(),
+            state in proptest::sample::select(vec!['R', 'S', 'D', 'Z', 'T', 't', 'X', 'I']),
             before in proptest::collection::vec(0u64..1 << 40, 10),
             utime in any::<u64>(),
             stime in any::<u64>(),
             after in proptest::collection::vec(0u64..1 << 40, 0..40),
         ) {
             let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
-            let line = format!("{pid} ({comm}) S {} {utime} {stime} {}\n", join(&before), join(&after));
+            let line = format!("{pid} ({comm}) {state} {} {utime} {stime} {}\n", join(&before), join(&after));
             let t = parse_task_stat(&line).unwrap();
-            prop_assert_eq!(t, TaskStat { comm: &comm, utime, stime });
+            prop_assert_eq!(t, TaskStat { comm: &comm, state, utime, stime });
             prop_assert_eq!(t.cpu_ticks(), utime.saturating_add(stime));
         }
 

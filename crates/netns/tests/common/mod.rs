@@ -28,9 +28,7 @@ pub fn require_root() {
 pub fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => {
-            stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        }
+        Ok(stat) => tcptail_netns::procfs::parse_task_stat(&stat).is_some_and(|t| t.state == 'Z'),
     }
 }
 
