@@ -4,6 +4,12 @@
 //! a recording's connections, prints one connection's timeline (`--conn`, `--around`), the
 //! closed connections' summaries (`--closed`), or exports either as CSV.
 //!
+//! With `--source auto` (the default) the recorder polls only the connections it tracks
+//! (`tcptail_diag::bpf::tracked`: socket storage, new connections from the
+//! `inet_sock_set_state` tracepoint, changes found in the kernel) where the host allows it
+//! and the request is for established connections; otherwise, said in one line, and with
+//! `--source bpf|sock-diag`, each poll walks the socket table.
+//!
 //! Closes are summarised from the kernel's destroy notifications when the recorder may join
 //! their group (CAP_NET_ADMIN), else from the polls (see `tcptail_diag::record::recorder`).
 //!
@@ -22,10 +28,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use tcptail_diag::DumpRequest;
+use tcptail_diag::bpf::BpfError;
+use tcptail_diag::bpf::tracked::TrackedDumper;
 use tcptail_diag::closed::{ClosedSummary, DestroyListener};
 use tcptail_diag::record::fields::{FIELDS, VOLATILE_MASK};
 use tcptail_diag::record::file::rotated_files;
 use tcptail_diag::record::{Event, Recorder, RecorderOptions, Replay, Tracked, WriterOptions};
+use tcptail_diag::source::{SocketSource, SourceChoice};
 use tcptail_units::{ByteSize, HumanDuration};
 
 use crate::select::Selection;
@@ -145,7 +155,7 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
         bail!("--max-size {} is too small for a file (at least 4KiB)", args.max_size);
     }
     let req = args.select.request()?;
-    let mut dumper = args.select.dumper("tcptail record")?;
+    let mut poller = Poller::open(&args.select, &req)?;
     let options = RecorderOptions {
         interval,
         full_every: args.full_every.0,
@@ -177,21 +187,21 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     );
     let started = Instant::now();
     let until = |d: HumanDuration| started.elapsed() >= d.0;
-    let run = rec.run(
-        &mut dumper,
-        &req,
-        || stop.load(Ordering::SeqCst) || args.duration.is_some_and(until),
-        |e| {
-            if !warned {
-                warned = true;
-                eprintln!(
-                    "tcptail record: warning: a dump failed ({}); that poll is \
-                     skipped (the count is printed at the end)",
-                    crate::chain_line(e)
-                );
-            }
-        },
-    )?;
+    let stop = || stop.load(Ordering::SeqCst) || args.duration.is_some_and(until);
+    let dump_failed = |e: &tcptail_diag::DiagError| {
+        if !warned {
+            warned = true;
+            eprintln!(
+                "tcptail record: warning: a dump failed ({}); that poll is \
+                 skipped (the count is printed at the end)",
+                crate::chain_line(e)
+            );
+        }
+    };
+    let run = match &mut poller {
+        Poller::Tracked(t) => rec.run_tracked(t, stop, dump_failed)?,
+        Poller::Table(d) => rec.run(d, &req, stop, dump_failed)?,
+    };
     let live = rec.live();
     let bytes = rec.file_bytes();
     let stats = rec.finish()?;
@@ -214,6 +224,34 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
         run.cpu_percent(),
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the recorder polls.
+enum Poller {
+    /// Only the tracked connections.
+    Tracked(Box<TrackedDumper>),
+    /// A dump of the socket table.
+    Table(SocketSource),
+}
+
+impl Poller {
+    /// The tracked poll for `--source auto` where it can run, else the chosen dump source.
+    fn open(select: &Selection, req: &DumpRequest) -> Result<Poller> {
+        if select.source == SourceChoice::Auto {
+            match TrackedDumper::new(req, select.netns.as_deref()) {
+                Ok(t) => return Ok(Poller::Tracked(Box::new(t))),
+                Err(e @ BpfError::Netns { .. }) => {
+                    return Err(e).context("cannot open the tracked-sockets poll");
+                }
+                Err(e) => eprintln!(
+                    "tcptail record: each poll walks the socket table: the tracked-sockets poll \
+                     is unavailable ({})",
+                    crate::chain_line(&e)
+                ),
+            }
+        }
+        Ok(Poller::Table(select.dumper("tcptail record")?))
+    }
 }
 
 /// The recording files of `args`, each with its rotated predecessors when asked, oldest first

@@ -36,6 +36,7 @@ pub mod fields;
 pub mod program;
 pub mod record;
 pub mod select;
+pub mod tracked;
 
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;

@@ -170,6 +170,12 @@ impl Btf {
             .ok_or_else(|| BtfError::Missing { kind: "func", name: name.to_owned() })
     }
 
+    /// The BTF id of the typedef `name` (a `tp_btf` program attaches to `btf_trace_<event>`).
+    pub fn typedef_id(&self, name: &str) -> Result<u32, BtfError> {
+        self.find(KIND_TYPEDEF, name)
+            .ok_or_else(|| BtfError::Missing { kind: "typedef", name: name.to_owned() })
+    }
+
     /// The BTF id of `struct name`.
     pub fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
         self.find(KIND_STRUCT, name)

@@ -59,26 +59,26 @@ impl Layout {
         a.store(Size::DW, R10, -16, R0);
         a.load(Size::B, R2, R7, self.state_off as i16);
         a.store(Size::DW, R10, -8, R2);
-        a.load(Size::DW, R1, R6, 0);
-        a.load(Size::DW, R1, R1, 0);
-        a.mov(R2, R10);
-        a.add_imm(R2, -16);
-        a.mov_imm(R3, 16);
-        a.call(HELPER_SEQ_WRITE);
+        emit_seq_write(&mut a, -16, 16);
         a.bind(out);
         a.mov_imm(R0, 0);
         a.exit();
         a.finish()
     }
 
-    /// The program for the sockets `sel` selects.
+    /// The `iter/tcp` program for the sockets `sel` selects.
+    pub fn program(&self, sel: &Selection) -> Option<Vec<u64>> {
+        self.program_for(sel, Target::Tcp)
+    }
+
+    /// The program for the sockets `sel` selects, run by `target`'s iterator.
     ///
     /// The record is written once per socket, every byte of it: no blanket zeroing, only the
     /// bytes no field covers on the path taken (alignment gaps; the `tcp_sock` area of a
     /// TIME_WAIT or request socket; the IPv6 addresses of an IPv4 socket; the name of a socket
     /// without congestion control). Addresses and the name are copied 8 bytes at a time, and
     /// the monotonic clock is read only when `rto_stamp` needs it.
-    pub fn program(&self, sel: &Selection) -> Option<Vec<u64>> {
+    pub fn program_for(&self, sel: &Selection, target: Target) -> Option<Vec<u64>> {
         let rec = -(self.record_len as i32);
         let at = |off: usize| (rec + off as i32) as i16;
         let mut a = Asm::default();
@@ -89,7 +89,17 @@ impl Layout {
         }
         let out = a.label();
         a.mov(R6, R1);
-        a.load(Size::DW, R7, R6, 8); // ctx->sk_common
+        match target {
+            Target::Tcp => a.load(Size::DW, R7, R6, 8), // ctx->sk_common
+            Target::Tracked(_) => {
+                if sel.brief || sel.filter.is_some() {
+                    return None;
+                }
+                a.load(Size::DW, R2, R6, 24); // ctx->value
+                a.jump_if(Cond::Eq, R2, 0, out);
+                a.load(Size::DW, R7, R6, 16) // ctx->sk
+            }
+        }
         a.jump_if(Cond::Eq, R7, 0, out);
         // Family and port/address filter before any other work (they read sock_common only);
         // the record's first bytes are their scratch space. With brief records the filter
@@ -141,7 +151,10 @@ impl Layout {
         a.store(Size::DW, R10, at(header::COOKIE), R0);
         a.call(HELPER_JIFFIES64);
         a.store(Size::DW, R10, at(header::JIFFIES), R0);
-        a.load(Size::W, R2, R6, 16); // ctx->uid
+        match target {
+            Target::Tcp => a.load(Size::W, R2, R6, 16), // ctx->uid
+            Target::Tracked(t) => a.load(Size::W, R2, R7, t.sk_uid as i16), // sk->sk_uid
+        }
         a.store(Size::W, R10, at(header::UID), R2);
         // Only the fields the request's attributes need are read: the others' slots, like
         // the value bytes no field covers, hold zeros whatever the path.
@@ -257,7 +270,11 @@ impl Layout {
         a.store_imm(Size::DW, R10, at(header::INODE), 0);
         let common = covered_by(&|l| l.base == Common);
         zero_uncovered(&mut a, rec, &common, header::END, &gaps);
-        emit_write(&mut a, rec, no_ca, header::CA_NAME, write, self.record_len);
+        emit_no_ca(&mut a, rec, no_ca, header::CA_NAME, write);
+        match target {
+            Target::Tcp => emit_seq_write(&mut a, rec, self.record_len),
+            Target::Tracked(t) => self.emit_tracked_write(&mut a, rec, t.all, out)?,
+        }
         if brief_filter.is_some() {
             a.jump(out);
             a.bind(brief);
@@ -311,23 +328,91 @@ impl Layout {
         a.bind(not_full);
         let none = vec![false; self.brief_len];
         zero_uncovered(a, rec, &none, brief::END, &none);
-        emit_write(a, rec, no_ca, brief::CA_NAME, write, self.brief_len);
+        emit_no_ca(a, rec, no_ca, brief::CA_NAME, write);
+        emit_seq_write(a, rec, self.brief_len);
+    }
+
+    /// The tracked poll's end ([`Target::Tracked`]): the record on the stack at `rec` is
+    /// compared word by word with the socket's stored copy (`ctx->value`), leaving out the
+    /// two clock words. Unless `all`, a socket whose words all match and whose values do not
+    /// grow with the clock (no chrono running: busy, rwnd- and sndbuf-limited times; no RTO
+    /// episode timed) gets a 32-byte [`super::tracked::ALIVE`] record; otherwise the record
+    /// is stored and written whole. The stored copy only grows stale by the clock words, so a
+    /// field that changed is always written.
+    fn emit_tracked_write(&self, a: &mut Asm, rec: i32, all: bool, out: Label) -> Option<()> {
+        let at = |off: usize| (rec + off as i32) as i16;
+        let changed = a.label();
+        a.load(Size::DW, R9, R6, 24); // ctx->value
+        a.jump_if(Cond::Eq, R9, 0, out);
+        let clocks = [header::JIFFIES, header::KTIME_NS];
+        if !all {
+            for w in (0..self.record_len).step_by(8).filter(|w| !clocks.contains(w)) {
+                a.load(Size::DW, R2, R10, at(w));
+                a.load(Size::DW, R3, R9, w as i16);
+                a.jump_if_reg(Cond::Ne, R2, R3, changed);
+            }
+            for slot in [K::ChronoType, K::RtoStamp].into_iter().filter_map(|k| self.slot(k)) {
+                a.load(Size::of(slot.size.into())?, R2, R10, at(usize::from(slot.offset)));
+                if slot.shift > 0 {
+                    a.rsh_imm(R2, i32::from(slot.shift));
+                }
+                if slot.bits > 0 && slot.bits < 31 {
+                    a.and_imm(R2, (1 << slot.bits) - 1);
+                }
+                a.jump_if(Cond::Ne, R2, 0, changed);
+            }
+            a.store_imm(Size::B, R10, at(header::KIND), i32::from(super::tracked::ALIVE));
+            emit_seq_write(a, rec, super::tracked::ALIVE_LEN);
+            a.jump(out);
+        }
+        a.bind(changed);
+        for w in (0..self.record_len).step_by(8) {
+            a.load(Size::DW, R2, R10, at(w));
+            a.store(Size::DW, R9, w as i16, R2);
+        }
+        emit_seq_write(a, rec, self.record_len);
+        Some(())
     }
 }
 
-/// The end both record kinds share: at `no_ca` the congestion control's name (16 bytes at
-/// `ca_name`) is zeroed, and at `write` the `len` bytes of the record at `rec` on the stack go
-/// to the iterator's seq_file.
-fn emit_write(a: &mut Asm, rec: i32, no_ca: Label, ca_name: usize, write: Label, len: usize) {
+/// Which BPF iterator runs a record program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// `iter/tcp` (`struct bpf_iter__tcp`): every socket of a namespace, each written.
+    Tcp,
+    /// `iter/bpf_sk_storage_map` (`struct bpf_iter__bpf_sk_storage_map`) over the tracked
+    /// sockets' storage, which holds each socket's last written record: only what changed is
+    /// written in full ([`super::tracked`]).
+    Tracked(Tracked),
+}
+
+/// The tracked poll's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracked {
+    /// `sock.sk_uid`'s offset (the storage iterator's context has no uid).
+    pub sk_uid: u32,
+    /// Write every socket in full (a resynchronising or full-snapshot poll).
+    pub all: bool,
+}
+
+/// At `no_ca` the congestion control's name (16 bytes at `ca_name` of the record at `rec`)
+/// is zeroed; `write` is bound after it.
+fn emit_no_ca(a: &mut Asm, rec: i32, no_ca: Label, ca_name: usize, write: Label) {
     let at = |off: usize| (rec + off as i32) as i16;
     a.bind(no_ca);
     a.store_imm(Size::DW, R10, at(ca_name), 0);
     a.store_imm(Size::DW, R10, at(ca_name + 8), 0);
     a.bind(write);
+}
+
+/// Writes the `len` bytes at `stack_off` (from `r10`) to the iterator's seq_file
+/// (`bpf_seq_write(ctx->meta->seq, ...)`); `r6` holds the iterator's context. Clobbers
+/// `r0`-`r5`.
+pub fn emit_seq_write(a: &mut Asm, stack_off: i32, len: usize) {
     a.load(Size::DW, R1, R6, 0); // ctx->meta
     a.load(Size::DW, R1, R1, 0); // meta->seq
     a.mov(R2, R10);
-    a.add_imm(R2, rec);
+    a.add_imm(R2, stack_off);
     a.mov_imm(R3, len as i32);
     a.call(HELPER_SEQ_WRITE);
 }

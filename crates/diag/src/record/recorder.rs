@@ -15,6 +15,15 @@
 //! last poll that saw it, when it entered TIME_WAIT or left the dump. A stopping recorder polls
 //! once more, waits up to a second for the notifications of the closes it knows of, and
 //! summarises any still missing from their last poll, so no close is lost at the end.
+//!
+//! [`Recorder::poll_tracked`] polls through [`TrackedDumper`] instead: only the tracked
+//! connections are visited, and only the changed ones arrive as sockets (the others as their
+//! cookie), compared with the table exactly as dumped ones are, so the file is the same. The
+//! poll where the full-snapshot period comes round (or the file rotated, or the table met a
+//! cookie it does not know) asks for every socket. A storage walk can miss an entry while
+//! connections come and go around it (the kernel resumes a bucket by position), so a
+//! connection is gone only when two walks in a row missed it; a close is summarised from its
+//! destroy notification as soon as it comes, whatever the walks saw.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -26,6 +35,7 @@ use tcptail_sock::tcp_info::TcpInfo;
 use super::codec::{ClosedRecord, put_change, put_closed, put_full, put_gone, put_tick};
 use super::fields::{Identity, RawRow, Values, field_index};
 use super::file::{Header, RecordError, RecordWriter, WriterOptions};
+use crate::bpf::tracked::{Polled, TrackedDumper};
 use crate::closed::{CloseSeen, DestroyListener};
 use crate::filter::Filter;
 use crate::source::Dump;
@@ -116,6 +126,8 @@ struct Entry {
     max_rtt_us: u32,
     /// Its close was summarised (by the poll that saw it enter TIME_WAIT).
     summarised: bool,
+    /// A tracked walk missed it once ([`Table::forgive_one_miss`]).
+    missed: bool,
 }
 
 impl Entry {
@@ -205,6 +217,7 @@ impl Table {
                     e.seen = poll;
                     self.seen += 1;
                 }
+                e.missed = false;
                 e.max_rtt_us = e.max_rtt_us.max(rtt_us(s));
                 // Without destroy notifications, the close of the side that closed first is
                 // its entering TIME_WAIT (its full socket, with the tcp_info, is gone then).
@@ -251,10 +264,43 @@ impl Table {
                     max_rtt_us: rtt_us(s),
                     // A socket first seen in TIME_WAIT closed before the recorder knew it.
                     summarised: u32::from(s.state) == TIME_WAIT,
+                    missed: false,
                 };
                 put_full(out, &e.id, &e.row.values());
                 self.stats.full += 1;
                 self.entries.insert(cookie, e);
+                self.seen += 1;
+            }
+        }
+    }
+
+    /// Marks a connection a tracked poll found unchanged as seen; false when the table does
+    /// not know it (a poll that failed after the kernel stored its record).
+    fn still(&mut self, cookie: u64) -> bool {
+        self.stats.sockets += 1;
+        let Some(e) = self.entries.get_mut(&cookie) else {
+            return false;
+        };
+        if e.seen != self.poll {
+            e.seen = self.poll;
+            self.seen += 1;
+        }
+        e.missed = false;
+        true
+    }
+
+    /// Keeps as seen every connection this poll missed that the previous one saw: a tracked
+    /// walk can skip an entry when others are freed beside it, so a connection is gone only
+    /// when two walks in a row missed it.
+    fn forgive_one_miss(&mut self) {
+        if self.seen == self.entries.len() {
+            return;
+        }
+        let poll = self.poll;
+        for e in self.entries.values_mut() {
+            if e.seen != poll && !e.missed && e.seen + 1 == poll {
+                e.missed = true;
+                e.seen = poll;
                 self.seen += 1;
             }
         }
@@ -441,6 +487,8 @@ pub struct Recorder {
     last_tick_ns: u64,
     last_full_ns: u64,
     last_block_ns: u64,
+    /// The next tracked poll writes every socket ([`Recorder::poll_tracked`]).
+    resync: bool,
 }
 
 fn header(options: &RecorderOptions, mono_ns: u64) -> Header {
@@ -468,6 +516,7 @@ impl Recorder {
             last_tick_ns: now,
             last_full_ns: now,
             last_block_ns: now,
+            resync: true,
         })
     }
 
@@ -510,6 +559,29 @@ impl Recorder {
         let stats = dumper.dump_with(req, false, &mut |s| table.observe(s, out))?;
         self.drain_closes()?;
         self.end(now, !stats.interrupted)
+    }
+
+    /// One poll of the tracked connections ([`TrackedDumper`]): what changed is recorded as
+    /// [`Recorder::poll`] records it from a dump.
+    pub fn poll_tracked(&mut self, tracked: &mut TrackedDumper) -> Result<(), RecordError> {
+        let now = sys::monotonic_ns();
+        let cycle = (self.table.generation, self.table.epoch);
+        self.begin(now)?;
+        // The first poll, a full-snapshot or rotation poll, or one after a failure.
+        let all = std::mem::replace(&mut self.resync, true)
+            || cycle != (self.table.generation, self.table.epoch);
+        let (table, out) = (&mut self.table, &mut self.writer.records);
+        let mut unknown = false;
+        tracked
+            .poll(all, |p| match p {
+                Polled::Socket(s) => table.observe(s, out),
+                Polled::Unchanged(cookie) => unknown |= !table.still(cookie),
+            })
+            .map_err(crate::DiagError::from)?;
+        self.resync = unknown;
+        self.drain_closes()?;
+        self.table.forgive_one_miss();
+        self.end(now, true)
     }
 
     /// Summarises the closes whose destroy notifications are queued now.
@@ -590,6 +662,25 @@ impl Recorder {
         &mut self,
         dumper: &mut impl Dump,
         req: &DumpRequest,
+        stop: impl FnMut() -> bool,
+        dump_failed: impl FnMut(&crate::DiagError),
+    ) -> Result<RunStats, RecordError> {
+        self.run_polls(|rec| rec.poll(dumper, req), stop, dump_failed)
+    }
+
+    /// [`Recorder::run`] with [`Recorder::poll_tracked`]'s polls.
+    pub fn run_tracked(
+        &mut self,
+        tracked: &mut TrackedDumper,
+        stop: impl FnMut() -> bool,
+        dump_failed: impl FnMut(&crate::DiagError),
+    ) -> Result<RunStats, RecordError> {
+        self.run_polls(|rec| rec.poll_tracked(tracked), stop, dump_failed)
+    }
+
+    fn run_polls(
+        &mut self,
+        mut poll_once: impl FnMut(&mut Recorder) -> Result<(), RecordError>,
         mut stop: impl FnMut() -> bool,
         mut dump_failed: impl FnMut(&crate::DiagError),
     ) -> Result<RunStats, RecordError> {
@@ -598,7 +689,7 @@ impl Recorder {
         let cpu_before = sys::process_cpu_time();
         let mut run = RunStats::default();
         let mut next = started;
-        let mut poll = |rec: &mut Recorder, run: &mut RunStats| match rec.poll(dumper, req) {
+        let mut poll = |rec: &mut Recorder, run: &mut RunStats| match poll_once(rec) {
             Ok(()) => Ok(()),
             Err(RecordError::Dump(e)) => {
                 run.dump_errors += 1;
