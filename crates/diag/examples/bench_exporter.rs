@@ -59,6 +59,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tcptail_diag::bpf::IterDumper;
+use tcptail_diag::bpf::tracked::TrackedDumper;
 use tcptail_diag::filter::{Filter, Side};
 use tcptail_diag::metrics::{self, Format, Scrape, State};
 use tcptail_diag::record::{Recorder, RecorderOptions, RecorderStats, RunStats};
@@ -305,17 +306,27 @@ fn record(
     req: &DumpRequest,
     interval: Duration,
     mut dumper: impl Dump,
+    tracked: Option<TrackedDumper>,
 ) -> (RunStats, RecorderStats, (usize, usize), u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rec");
     let options = RecorderOptions { interval, ..RecorderOptions::default() };
     let mut rec = Recorder::create(&path, options).expect("create the recording");
     // The first poll writes every connection's full record: measure the steady state after it.
-    rec.poll(&mut dumper, req).expect("first poll");
-    let end = Instant::now() + RECORD_FOR;
-    let run = rec
-        .run(&mut dumper, req, || Instant::now() >= end, |e| panic!("dump failed: {e}"))
-        .expect("record");
+    let stop = |end: Instant| move || Instant::now() >= end;
+    let run = match tracked {
+        Some(mut t) => {
+            rec.poll_tracked(&mut t).expect("first poll");
+            let end = Instant::now() + RECORD_FOR;
+            rec.run_tracked(&mut t, stop(end), |e| panic!("poll failed: {e}"))
+        }
+        None => {
+            rec.poll(&mut dumper, req).expect("first poll");
+            let end = Instant::now() + RECORD_FOR;
+            rec.run(&mut dumper, req, stop(end), |e| panic!("dump failed: {e}"))
+        }
+    }
+    .expect("record");
     let live = (rec.live(), rec.table_bytes());
     let stats = rec.finish().expect("finish the recording");
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -728,7 +739,8 @@ fn main() {
             ..DumpRequest::default()
         };
         let every_socket = DumpRequest { states: wire::ESTABLISHED, ..DumpRequest::default() };
-        let sources: &[&str] = if iter.is_some() { &["sock-diag", "bpf"] } else { &["sock-diag"] };
+        let sources: &[&str] =
+            if iter.is_some() { &["sock-diag", "bpf", "tracked"] } else { &["sock-diag"] };
         for interval in [Duration::from_millis(100), Duration::from_millis(10)] {
             for (what, req, source) in [("one end", &server_ends), ("both ends", &every_socket)]
                 .into_iter()
@@ -748,7 +760,10 @@ fn main() {
                     })
                     .collect();
                 let floor_ms = median(&floor) * 1e3;
-                if interval == Duration::from_millis(100) && what == "one end" && source != "bpf" {
+                if interval == Duration::from_millis(100)
+                    && what == "one end"
+                    && source == "sock-diag"
+                {
                     let split = kernel_split(&raw, &mut buf, &mut seq, req.states, code.as_deref());
                     let per_100ms = |t: f64| t / 0.1 * 100.0;
                     let headers = per_100ms(split[1].1);
@@ -776,7 +791,7 @@ fn main() {
                             (times(&t.bare, &mut buf), times(&t.counters, &mut buf));
                         println!(
                             "  a poll of tracked sockets only (socket-storage iterator; the floor \
-                             of a design tcptail record does not use yet), one end ({n} sockets): \
+                             of tcptail record's tracked poll, without its user space), one end ({n} sockets): \
                              walk {:.2} ms = {:.1} % of a core at 100 ms, with ten counters \
                              compared in BPF {:.2} ms = {:.1} %",
                             bare * 1e3,
@@ -803,9 +818,12 @@ fn main() {
                 }
                 let (run, stats, live, bytes) = if source == "bpf" {
                     let d = IterDumper::new().expect("bpf iterator");
-                    record(req, interval, SocketSource::Bpf(Box::new(d)))
+                    record(req, interval, SocketSource::Bpf(Box::new(d)), None)
+                } else if source == "tracked" {
+                    let t = TrackedDumper::new(req, None).expect("the tracked-sockets poll");
+                    record(req, interval, Dumper::new().expect("sock_diag"), Some(t))
                 } else {
-                    record(req, interval, Dumper::new().expect("sock_diag"))
+                    record(req, interval, Dumper::new().expect("sock_diag"), None)
                 };
                 let per_poll_ms = run.cpu.as_secs_f64() * 1e3 / stats.polls.max(1) as f64;
                 let ss_percent = ss_ms / (interval.as_secs_f64() * 1e3) * 100.0;
