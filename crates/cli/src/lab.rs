@@ -26,6 +26,7 @@ use tcptail_lab::path::{
     EmulatorKind, LabError, LabRun, LabSpec, PathFlags, ReadyArg, Side, exec_command, running_labs,
     select_lab,
 };
+use tcptail_lab::placement::{CpuChoice, PlacementRequest};
 use tcptail_netns::{Cleanup, Group, Processes, Scope, clean_stale, ensure_root, signal};
 use tcptail_units::{BitRate, HumanDuration};
 
@@ -202,6 +203,18 @@ pub struct PathArgs {
     /// one releaser) [default: single]; recorded in lab-report.json (see below).
     #[arg(long, value_name = "LAYOUT", help_heading = "Emulator")]
     threads: Option<Threads>,
+    /// Pin the built-in emulator's thread(s) to this CPU (a number, or last: the
+    /// highest-numbered usable one); checked against the online CPUs, refused on a one-CPU
+    /// machine; recorded in lab-report.json (placement).
+    #[arg(long, value_name = "N|last", help_heading = "Emulator")]
+    emulator_cpu: Option<CpuChoice>,
+    /// With --emulator-cpu: steer both namespaces' receive processing (RPS on the TUN devices)
+    /// to the other CPUs, so the emulator's TUN writes do not run the receiving TCP stack.
+    #[arg(long, help_heading = "Emulator")]
+    steer: bool,
+    /// With --emulator-cpu: run the server command and COMMAND on the other CPUs only.
+    #[arg(long, help_heading = "Emulator")]
+    endpoints_apart: bool,
     /// Flag the run when the emulator's p99 release lateness exceeds this [default: 500us].
     #[arg(long, value_name = "DURATION", help_heading = "Emulator")]
     lateness_bound: Option<HumanDuration>,
@@ -261,6 +274,11 @@ impl PathArgs {
             events: self.events,
             emulator: self.emulator,
             threads: self.threads,
+            placement: PlacementRequest {
+                emulator_cpu: self.emulator_cpu,
+                steer: self.steer,
+                endpoints_apart: self.endpoints_apart,
+            },
             out: self.out,
             force: self.force,
             lateness_bound: d(self.lateness_bound),

@@ -3,8 +3,18 @@
 //! | `path =` | what is built | keys |
 //! |---|---|---|
 //! | `"veth"` (default) | client ─veth─ server, no shaping: a datacenter path | `sysctl` |
-//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (an ECN-hostile middlebox, both directions: `"syn"` drops ECN-setup SYNs, `"data"` or `true` every ECT/CE packet, `"all"` both), `event`, `threads`, `sysctl` |
+//! | `"emulated"` | client ─TUN┄built-in emulator┄TUN─ server | `rate` (required), `rtt`, `loss`, `reorder` (`1%,gap=3ms`), `buffer` (default `1bdp`), `queue` (`fifo`, `codel[,ecn]`, `fq_codel[,ecn]`), `ecn_blackhole` (an ECN-hostile middlebox, both directions: `"syn"` drops ECN-setup SYNs, `"data"` or `true` every ECT/CE packet, `"all"` both), `event`, `threads`, `emulator_cpu`, `steer`, `endpoints_apart`, `sysctl` |
 //! | `"tbf"` | client ─veth─ router ─veth─ server, kernel `tbf` on the router's egress towards the server, never on the sender | `rate` (required), `buffer` (bytes, default 1 ms at `rate`, at least 64 KB), `sysctl` |
+//!
+//! `emulator_cpu` (emulated paths only; a CPU number or `"last"`), `steer` and
+//! `endpoints_apart` (both `true`/`false`, both need `emulator_cpu`) place the round's work on
+//! the machine's CPUs as `tcptail lab path --emulator-cpu N|last --steer --endpoints-apart`
+//! does ([`tcptail_lab::placement`]): the emulator's thread(s) pinned to that CPU, both
+//! namespaces' receive processing steered to the other CPUs, and the round's own endpoints
+//! (the workload's sender and receiver threads, started while the round runs) kept off the
+//! emulator's CPU. The CPU is checked against the machine when a round builds its path (a
+//! one-CPU machine, or an offline CPU, fails the round with the reason), and each round records
+//! the placement it ran with (`rounds[].placement` in `results.json`).
 //!
 //! `threads` (emulated paths only) lays the built-in emulator out over threads, as `tcptail lab
 //! path --threads` does: `"single"` (the default), `"per-direction"`, `"split"` or
@@ -36,6 +46,7 @@ use tcptail_emu::{
 };
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport, Threads};
 use tcptail_lab::path::LabError;
+use tcptail_lab::placement::{CpuChoice, PlacementRequest};
 pub use tcptail_lab::{LivePath, PathShape};
 use tcptail_report::Lateness;
 use tcptail_units::{Bdp, BitRate};
@@ -58,6 +69,9 @@ pub struct PathPlan {
     /// The built-in emulator's thread layout (emulated paths only; default
     /// [`Threads::Single`]).
     pub threads: Threads,
+    /// Where the emulator, the receive processing and the endpoints run (emulated paths
+    /// only; default: the scheduler's choice), resolved against the machine per round.
+    pub placement: PlacementRequest,
 }
 
 impl PathPlan {
@@ -75,8 +89,8 @@ impl PathPlan {
         Ok(path)
     }
 
-    /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue`, `event`, `threads` and
-    /// `sysctl`.
+    /// Reads `path`, `rate`, `rtt`, `loss`, `buffer`, `queue`, `event`, `threads`,
+    /// `emulator_cpu`, `steer`, `endpoints_apart` and `sysctl`.
     pub fn from_params(params: &Params) -> Result<PathPlan, ParamError> {
         let kind =
             params.choice("path", &["veth", "emulated", "tbf"])?.unwrap_or_else(|| "veth".into());
@@ -170,6 +184,7 @@ impl PathPlan {
             ));
         }
         let threads = threads.unwrap_or(EmulatorOptions::default().threads);
+        let placement = placement(params, &kind)?;
         let events = events(params)?;
         if let PathShape::Emulated(spec) = &kind {
             for dir in [&spec.up, &spec.down] {
@@ -181,7 +196,7 @@ impl PathPlan {
                 })?;
             }
         }
-        Ok(PathPlan { kind, sysctls, events, threads })
+        Ok(PathPlan { kind, sysctls, events, threads, placement })
     }
 
     /// Base round-trip time of the path (zero for veth and tbf).
@@ -205,11 +220,26 @@ impl PathPlan {
     pub fn describe(&self) -> String {
         let base = match &self.kind {
             PathShape::Veth => "veth pair (no shaping)".to_owned(),
-            PathShape::Emulated(p) if self.threads == EmulatorOptions::default().threads => {
-                format!("emulated path: {}", p.up)
-            }
             PathShape::Emulated(p) => {
-                format!("emulated path: {} (emulator threads: {})", p.up, self.threads)
+                let mut how = Vec::new();
+                if self.threads != EmulatorOptions::default().threads {
+                    how.push(format!("emulator threads: {}", self.threads));
+                }
+                let asked = &self.placement;
+                if let Some(cpu) = asked.emulator_cpu {
+                    how.push(format!("emulator on CPU {cpu}"));
+                }
+                if asked.steer {
+                    how.push("receive processing steered off it".to_owned());
+                }
+                if asked.endpoints_apart {
+                    how.push("endpoints off it".to_owned());
+                }
+                if how.is_empty() {
+                    format!("emulated path: {}", p.up)
+                } else {
+                    format!("emulated path: {} ({})", p.up, how.join(", "))
+                }
             }
             PathShape::Netem(p) => format!("netem path: {}", p.up),
             PathShape::Tbf { rate, buffer_bytes } => {
@@ -240,7 +270,7 @@ impl PathPlan {
             return Err(RunError::Interrupted);
         }
         let live = self.build(ctx.seed)?;
-        let outcome = measure(&live);
+        let outcome = placed(&live, ctx).and_then(|_confined| measure(&live));
         let stopped = live.stop();
         if let Some(report) = &stopped.emulator
             && !self.events.is_empty()
@@ -263,7 +293,7 @@ impl PathPlan {
             return Err(RunError::Interrupted);
         }
         let live = self.build(ctx.seed)?;
-        let outcome = measure(&live);
+        let outcome = placed(&live, ctx).and_then(|_confined| measure(&live));
         let report = live.stop().emulator;
         Ok((outcome?, report.as_ref().map(lateness), report))
     }
@@ -271,6 +301,16 @@ impl PathPlan {
     /// Builds the path for one round; `seed` drives the emulator's loss draws.
     pub fn build(&self, seed: u64) -> Result<LivePath, RunError> {
         tcptail_netns::ensure_root()?;
+        let placement = self.placement.resolve().map_err(|e| {
+            RunError::failed(
+                "place the emulator",
+                format!(
+                    "{}: {}",
+                    e.option(),
+                    e.to_string().replace("--emulator-cpu", "emulator_cpu")
+                ),
+            )
+        })?;
         let options = EmulatorOptions {
             seed,
             threads: self.threads,
@@ -283,6 +323,7 @@ impl PathPlan {
             .roles("xc", "xr", "xs")
             .emulator(options)
             .sysctls(self.sysctls.clone())
+            .placement(placement)
             .start()
             .map_err(|e| match e {
                 LabError::Netns(e) => RunError::Netns(*e),
@@ -292,6 +333,56 @@ impl PathPlan {
                 e => RunError::failed("build the path", e),
             })
     }
+}
+
+/// The `emulator_cpu`, `steer` and `endpoints_apart` keys, checked for what they need (an
+/// emulated path, an emulator CPU); the machine's CPUs are checked when a round builds its
+/// path.
+fn placement(params: &Params, kind: &PathShape) -> Result<PlacementRequest, ParamError> {
+    let request = PlacementRequest {
+        emulator_cpu: params
+            .parsed("emulator_cpu", |s| s.parse::<CpuChoice>().map_err(|e| e.to_string()))?,
+        steer: params.bool("steer")?.unwrap_or(false),
+        endpoints_apart: params.bool("endpoints_apart")?.unwrap_or(false),
+    };
+    let first_set = if request.emulator_cpu.is_some() {
+        "emulator_cpu"
+    } else if request.steer {
+        "steer"
+    } else {
+        "endpoints_apart"
+    };
+    if !request.is_empty() && !matches!(kind, PathShape::Emulated(_)) {
+        return Err(ParamError::new(
+            first_set,
+            "places the built-in emulator's threads: it needs path = \"emulated\"",
+        ));
+    }
+    if request.emulator_cpu.is_none() && !request.is_empty() {
+        return Err(ParamError::new(
+            first_set,
+            "needs emulator_cpu = N or \"last\": it moves work to the CPUs other than the \
+             emulator's",
+        ));
+    }
+    Ok(request)
+}
+
+/// Confines the round's thread (so the endpoints it starts) to the placement's endpoint CPUs
+/// and records the placement for the round's record; the confinement ends when the returned
+/// guard drops.
+fn placed(
+    live: &LivePath,
+    ctx: &RoundContext<'_>,
+) -> Result<Option<tcptail_lab::placement::ThreadConfinement>, RunError> {
+    let Some(placement) = live.placement() else {
+        return Ok(None);
+    };
+    *ctx.placement.lock().unwrap_or_else(|p| p.into_inner()) = Some(placement.describe());
+    placement
+        .confine_current_thread()
+        .map(Some)
+        .map_err(|e| RunError::io("keep the endpoints off the emulator's CPU", e))
 }
 
 /// The `event` key: strings (`"5s:blackhole"`) or tables (`{ at = "5s", change = "blackhole" }`).
@@ -472,6 +563,7 @@ mod tests {
             stop_requested: &|| false,
             progress: &|_| {},
             path_events: &log,
+            placement: &std::sync::Mutex::default(),
         };
         let ((), lateness) = plan
             .round(&ctx, |_| {

@@ -71,6 +71,10 @@ pub struct RoundContext<'a> {
     /// When the path events of the round's emulated path(s) took effect: filled by
     /// [`crate::path::PathPlan::round`], read by the runner into `results.json`.
     pub path_events: &'a std::sync::Mutex<Vec<tcptail_report::PathEventRecord>>,
+    /// Where the round's emulator, receive processing and endpoints ran, when the variant
+    /// placed them (`emulator_cpu`): filled by [`crate::path::PathPlan::round`], read by the
+    /// runner into `results.json`.
+    pub placement: &'a std::sync::Mutex<Option<String>>,
 }
 
 /// A round that could not complete.

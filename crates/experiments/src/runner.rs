@@ -338,6 +338,7 @@ fn run_experiment(
                 .join(format!("{}-r{round}", variant.spec.name));
             observer.step_started(&variant.spec.name, round, prepared.rounds);
             let path_events = std::sync::Mutex::default();
+            let placement = std::sync::Mutex::default();
             let outcome = std::fs::create_dir_all(&scratch)
                 .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
                 .and_then(|()| {
@@ -348,6 +349,7 @@ fn run_experiment(
                         stop_requested,
                         progress: &|f| observer.step_progress(f),
                         path_events: &path_events,
+                        placement: &placement,
                     };
                     run_isolated(variant.plan.as_ref(), &ctx)
                 })
@@ -380,6 +382,7 @@ fn run_experiment(
             }
             if let Some(record) = r.records.get_mut(recorded) {
                 record.path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
+                record.placement = placement.into_inner().unwrap_or_else(|p| p.into_inner());
             }
         }
         completed_rounds = round + 1;
@@ -534,6 +537,7 @@ fn run_joint_round(
     let scratch = options.out.join("rounds").join(&experiment.name).join(format!("joint-r{round}"));
     observer.step_started(JOINT_STEP, round, prepared.rounds);
     let path_events = std::sync::Mutex::default();
+    let placement = std::sync::Mutex::default();
     let outcome = std::fs::create_dir_all(&scratch)
         .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
         .and_then(|()| {
@@ -544,6 +548,7 @@ fn run_joint_round(
                 stop_requested,
                 progress: &|f| observer.step_progress(f),
                 path_events: &path_events,
+                placement: &placement,
             };
             isolated(|| joint.run(&ctx))
         })
@@ -559,12 +564,14 @@ fn run_joint_round(
     let _ = std::fs::remove_dir(&scratch);
     observer.step_finished(JOINT_STEP, round, outcome.as_ref().err());
     let path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
+    let placement: Option<String> = placement.into_inner().unwrap_or_else(|p| p.into_inner());
     let before: Vec<usize> = rounds.iter().map(|r| r.records.len()).collect();
     let interrupted = file_joint_round(prepared, round, rounds, outcome);
     // Every variant ran on the one path: each round record lists its events.
     for (r, n) in rounds.iter_mut().zip(before) {
         if let Some(record) = r.records.get_mut(n) {
             record.path_events = path_events.clone();
+            record.placement = placement.clone();
         }
     }
     interrupted
@@ -670,7 +677,13 @@ fn not_measurable_only(variants: &[VariantResult], missing: &[String]) -> Option
 }
 
 fn faithful(round: usize) -> RoundRecord {
-    RoundRecord { index: round + 1, faithful: true, excluded_reason: None, path_events: Vec::new() }
+    RoundRecord {
+        index: round + 1,
+        faithful: true,
+        excluded_reason: None,
+        path_events: Vec::new(),
+        placement: None,
+    }
 }
 
 fn excluded(round: usize, why: String) -> RoundRecord {
@@ -679,6 +692,7 @@ fn excluded(round: usize, why: String) -> RoundRecord {
         faithful: false,
         excluded_reason: Some(why),
         path_events: Vec::new(),
+        placement: None,
     }
 }
 

@@ -670,6 +670,12 @@ fn device_drops(
 }
 
 impl EmulatorHandle {
+    /// The kernel thread ids of the emulator's threads (`/proc/self/task/TID`), while they
+    /// run: where they are allowed to run and how they are scheduled can be read there.
+    pub fn thread_ids(&self) -> Vec<i32> {
+        self.tunings.iter().map(|t| t.tid).collect()
+    }
+
     /// Stops the thread(s), waits for them and returns what they measured. Takes one loop
     /// iteration (microseconds) plus writing the logs and the report file.
     ///

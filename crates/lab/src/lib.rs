@@ -10,6 +10,8 @@
 //!   (lab path, lab run's rounds, the send-queue experiment, tune --verify-with): topology,
 //!   TCP buffers for the BDP, emulator or qdisc, handles for each end, the emulator's
 //!   self-measurement at stop, teardown on drop.
+//! - [`placement`]: where the path's work runs: the emulator pinned to a CPU, the
+//!   namespaces' receive processing and the endpoints steered to the others.
 //! - [`netem`]: the same path on kernel qdiscs behind a forwarding hop, where the host has
 //!   netem.
 
@@ -20,5 +22,6 @@ pub mod emulator;
 pub mod live;
 pub mod netem;
 pub mod path;
+pub mod placement;
 
 pub use live::{LivePath, LivePathBuilder, PathShape, StoppedPath};

@@ -34,6 +34,7 @@ use tcptail_units::BitRate;
 
 use crate::emulator::{Emulator, EmulatorHandle, EmulatorOptions, EmulatorReport};
 use crate::path::{LabError, TcpBuffers, tcp_buffers};
+use crate::placement::Placement;
 
 /// What carries the path between the two namespaces.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +73,7 @@ pub struct LivePathBuilder {
     roles: [String; 3],
     emulator: EmulatorOptions,
     sysctls: BTreeMap<String, String>,
+    placement: Option<Placement>,
 }
 
 impl LivePathBuilder {
@@ -90,6 +92,17 @@ impl LivePathBuilder {
         self
     }
 
+    /// Where the built-in emulator and the path's endpoints run ([`crate::placement`]):
+    /// the emulator's thread(s) pinned to [`Placement::emulator_cpu`], both TUN devices'
+    /// receive processing steered to [`Placement::receive_cpus`] (inside the lab's
+    /// namespaces, read back), and [`LivePath::client_command`] /
+    /// [`LivePath::server_command`] confined to [`Placement::endpoint_cpus`]. Only the
+    /// built-in emulator has threads to place: other shapes refuse it at start.
+    pub fn placement(mut self, placement: Option<Placement>) -> Self {
+        self.placement = placement;
+        self
+    }
+
     /// `net.` sysctls written in the client and server namespaces after the TCP buffers.
     pub fn sysctls<K: Into<String>, V: Into<String>>(
         mut self,
@@ -103,6 +116,12 @@ impl LivePathBuilder {
     /// created is removed before this returns.
     pub fn start(self) -> Result<LivePath, LabError> {
         tcptail_netns::ensure_root()?;
+        if self.placement.is_some() && !matches!(self.shape, PathShape::Emulated(_)) {
+            return Err(LabError::flag(
+                "--emulator-cpu",
+                "only the built-in emulator has threads to place",
+            ));
+        }
         let cleanup = Cleanup::new();
         let [client, router, server] = &self.roles;
         let builder = match &self.shape {
@@ -117,6 +136,7 @@ impl LivePathBuilder {
             shape: self.shape,
             tcp_buffers: None,
             qdiscs: Vec::new(),
+            placement: self.placement,
             cleanup,
         };
         interrupted()?;
@@ -172,6 +192,7 @@ pub struct LivePath {
     shape: PathShape,
     tcp_buffers: Option<TcpBuffers>,
     qdiscs: Vec<String>,
+    placement: Option<Placement>,
     cleanup: Cleanup,
 }
 
@@ -193,6 +214,7 @@ impl LivePath {
             roles: ["path-client", "path-router", "path-server"].map(str::to_owned),
             emulator: EmulatorOptions::default(),
             sysctls: BTreeMap::new(),
+            placement: None,
         }
     }
 
@@ -221,14 +243,31 @@ impl LivePath {
         &self.shape
     }
 
-    /// `program` prepared to run in the client namespace, with the lab's address variables.
+    /// `program` prepared to run in the client namespace, with the lab's address variables
+    /// (on the placement's endpoint CPUs, if it names any).
     pub fn client_command(&self, program: impl AsRef<OsStr>) -> Command {
-        self.topo.client_command(program)
+        let mut cmd = self.topo.client_command(program);
+        self.confine(&mut cmd);
+        cmd
     }
 
-    /// `program` prepared to run in the server namespace, with the lab's address variables.
+    /// `program` prepared to run in the server namespace, with the lab's address variables
+    /// (on the placement's endpoint CPUs, if it names any).
     pub fn server_command(&self, program: impl AsRef<OsStr>) -> Command {
-        self.topo.server_command(program)
+        let mut cmd = self.topo.server_command(program);
+        self.confine(&mut cmd);
+        cmd
+    }
+
+    /// Where the emulator and the endpoints run, as applied ([`LivePathBuilder::placement`]).
+    pub fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
+    }
+
+    fn confine(&self, cmd: &mut Command) {
+        if let Some(p) = &self.placement {
+            tcptail_netns::sys::run_on_cpus(cmd, &p.endpoint_cpus);
+        }
     }
 
     /// The path's child processes: spawn commands here so teardown stops them first.
@@ -244,6 +283,13 @@ impl LivePath {
     /// The `tc` command lines that shaped the path (netem).
     pub fn qdiscs(&self) -> &[String] {
         &self.qdiscs
+    }
+
+    /// The kernel thread ids of the built-in emulator's running threads (empty without one,
+    /// or once stopped); see [`EmulatorHandle::thread_ids`].
+    pub fn emulator_thread_ids(&self) -> Vec<i32> {
+        let handle = self.emulator.as_ref().and_then(|e| e.handle.as_ref());
+        handle.map(EmulatorHandle::thread_ids).unwrap_or_default()
     }
 
     /// Stops the built-in emulator now and returns its self-measurement; `None` without one
@@ -279,6 +325,19 @@ impl LivePath {
             PathShape::Veth => Ok(()),
             PathShape::Emulated(spec) => {
                 let tun = self.topo.take_tun().ok_or(LabError::NoTunPair)?;
+                let mut options = options;
+                if let Some(p) = &self.placement {
+                    options.cpu = Some(p.emulator_cpu);
+                    if !p.receive_cpus.is_empty() {
+                        // Written inside the lab's namespaces: the setting goes with them.
+                        self.topo
+                            .client()
+                            .set_receive_cpus(tun.client.ifname(), &p.receive_cpus)?;
+                        self.topo
+                            .server()
+                            .set_receive_cpus(tun.server.ifname(), &p.receive_cpus)?;
+                    }
+                }
                 let handle =
                     Emulator::start(tun, spec.clone(), options).map_err(LabError::Emulator)?;
                 let stopper = handle.stopper();

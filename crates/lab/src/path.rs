@@ -110,6 +110,7 @@ pub struct LabSpec {
     pub(crate) events: Vec<tcptail_emu::PathEvent>,
     pub(crate) emulator: EmulatorKind,
     pub(crate) threads: crate::emulator::Threads,
+    pub(crate) placement: Option<crate::placement::Placement>,
     pub(crate) out_dir: Option<PathBuf>,
     pub(crate) force: bool,
     pub(crate) lateness_bound: Duration,
@@ -130,6 +131,12 @@ impl LabSpec {
     /// The built-in emulator's thread layout (`--threads`).
     pub fn threads(&self) -> crate::emulator::Threads {
         self.threads
+    }
+    /// Where the built-in emulator and the endpoints run, checked against this machine's
+    /// CPUs (`--emulator-cpu`, `--steer`, `--endpoints-apart`); `None`: the scheduler's
+    /// choice.
+    pub fn placement(&self) -> Option<&crate::placement::Placement> {
+        self.placement.as_ref()
     }
     /// The directory the user chose for `lab-report.json`, the emulator's logs and the
     /// server's output (`--out`); `None`: a new private directory ([`LabRun::out_dir`]).

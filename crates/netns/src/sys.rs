@@ -15,6 +15,8 @@
 //!   or without an RT budget) instead of failing.
 //! - [`die_with_parent`]: `prctl(PR_SET_PDEATHSIG, SIGKILL)` in a child between `fork` and
 //!   `exec`, so a lab's commands do not outlive a lab that was SIGKILLed.
+//! - [`run_on_cpus`]: `sched_setaffinity` in a child between `fork` and `exec`, so a lab's
+//!   commands (and every thread they start) run only on the CPUs a placement gave them.
 //! - [`install_signal_pipe`]: async-signal-safe handlers that write the signal number to a
 //!   self-pipe, read by [`crate::signal`]'s watcher thread.
 //!
@@ -270,6 +272,30 @@ pub fn is_fifo() -> io::Result<bool> {
         return Err(io::Error::last_os_error());
     }
     Ok(policy == libc::SCHED_FIFO)
+}
+
+/// Makes `cmd`'s child run only on `cpus` (`sched_setaffinity` between `fork` and `exec`,
+/// inherited by everything it starts). Whether the CPUs exist and are allowed is the caller's
+/// check; a set the kernel refuses fails the spawn with its error (`EINVAL`). An empty
+/// `cpus` leaves the command alone.
+pub fn run_on_cpus(cmd: &mut std::process::Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    if cpus.is_empty() {
+        return;
+    }
+    // Built before the fork: the child must not allocate.
+    let mut set = rustix::thread::CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu);
+    }
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: it makes one raw syscall (sched_setaffinity) through rustix on a set
+    // built before the fork, takes no lock and allocates nothing on success.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::thread::sched_setaffinity(None, &set).map_err(io::Error::from)
+        });
+    }
 }
 
 /// Write end of the self-pipe, read by the signal handler. -1 until installed.

@@ -373,6 +373,11 @@ pub struct RoundRecord {
     /// effect; empty without events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path_events: Vec<PathEventRecord>,
+    /// Where the round's emulator, receive processing and endpoints ran, when its variant
+    /// placed them (`emulator on CPU 1, receive processing on CPU 0, endpoints on CPU 0`);
+    /// absent: wherever the scheduler put them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 /// A scheduled path event of one round and when it took effect on the emulator's clock.

@@ -281,3 +281,62 @@ fn the_emulator_thread_layout_is_a_path_key_checked_with_its_file_and_line() {
     assert_eq!(e.key.as_deref(), Some("threads"), "{e}");
     assert!(e.problem.contains("needs path = \"emulated\""), "{e}");
 }
+
+#[test]
+fn emulator_placement_is_a_path_key_checked_with_its_file_and_line() {
+    use tcptail_lab::placement::{CpuChoice, PlacementRequest};
+    let emulated =
+        GOOD.replace("path = \"veth\"", "path = \"emulated\"\nrate = \"10mbit\"\nrtt = \"20ms\"");
+    let plan_of = |text: &str, variant: usize| {
+        let exp = Experiment::parse(text, "x.toml").unwrap();
+        let v = &exp.variants[variant];
+        let engine = crate::workload::by_name(&exp.workload).expect("known workload");
+        crate::workload::plan(engine, &exp.params_for(v, RunMode::Full))
+            .map(|_| crate::path::PathPlan::from_params(&exp.params_for(v, RunMode::Full)).unwrap())
+            .map_err(|p| exp.param_error(v, RunMode::Full, &p.key, &p.problem))
+    };
+    assert!(plan_of(&emulated, 0).unwrap().placement.is_empty(), "the default: nothing placed");
+    let with = |keys: &str| emulated.replace("nodelay = true", &format!("nodelay = true\n{keys}"));
+    let pinned = with("emulator_cpu = \"last\"\nsteer = true\nendpoints_apart = true");
+    assert_eq!(
+        plan_of(&pinned, 1).unwrap().placement,
+        PlacementRequest {
+            emulator_cpu: Some(CpuChoice::Last),
+            steer: true,
+            endpoints_apart: true
+        }
+    );
+    assert!(plan_of(&pinned, 0).unwrap().placement.is_empty(), "only where it is set");
+    let described = plan_of(&pinned, 1).unwrap().describe();
+    assert!(
+        described.ends_with(
+            "(emulator on CPU last, receive processing steered off it, endpoints off it)"
+        ),
+        "{described}"
+    );
+    let numbered = plan_of(&with("emulator_cpu = 1"), 1).unwrap().placement;
+    assert_eq!((numbered.emulator_cpu, numbered.steer), (Some(CpuChoice::Index(1)), false));
+
+    // Each refusal names the key and its line.
+    for (keys, key, problem) in [
+        ("emulator_cpu = \"first\"", "emulator_cpu", "'first' is not a CPU number"),
+        ("emulator_cpu = -1", "emulator_cpu", "'-1' is not a CPU number"),
+        ("emulator_cpu = true", "emulator_cpu", "expected a string"),
+        ("steer = \"yes\"", "steer", "expected true or false"),
+        ("steer = true", "steer", "needs emulator_cpu"),
+        ("endpoints_apart = true", "endpoints_apart", "needs emulator_cpu"),
+    ] {
+        let bad = with(keys);
+        let e = plan_of(&bad, 1).unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_deref()),
+            ("x.toml", Some(line_of(&bad, keys)), Some(key)),
+            "{e}"
+        );
+        assert!(e.problem.contains(problem), "{keys}: {e}");
+    }
+    let veth = GOOD.replace("nodelay = true", "nodelay = true\nemulator_cpu = 1\nsteer = true");
+    let e = plan_of(&veth, 1).unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("emulator_cpu"), "{e}");
+    assert!(e.problem.contains("needs path = \"emulated\""), "{e}");
+}

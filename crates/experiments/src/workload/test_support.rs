@@ -42,6 +42,7 @@ fn run_reporting(
         stop_requested: &|| false,
         progress,
         path_events: &Mutex::default(),
+        placement: &Mutex::default(),
     };
     plan.run(&ctx)
 }

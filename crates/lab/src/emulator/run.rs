@@ -146,6 +146,8 @@ pub(crate) struct Tunings {
     pub(crate) sched_fifo: TuningStatus,
     pub(crate) timer_slack: TuningStatus,
     pub(crate) cpu_affinity: TuningStatus,
+    /// The thread's kernel id (for `/proc/self/task/TID`).
+    pub(crate) tid: i32,
 }
 
 /// What a thread hands back when it ends.
@@ -196,7 +198,8 @@ pub(crate) fn tune_current_thread(options: &EmulatorOptions) -> Tunings {
             }
         }
     };
-    Tunings { sched_fifo, timer_slack, cpu_affinity }
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    Tunings { sched_fifo, timer_slack, cpu_affinity, tid }
 }
 
 /// The event loop of one thread; see the [module docs](self).

@@ -96,3 +96,86 @@ fn roles_are_checked_before_anything_is_built() {
     let err = LivePath::builder(PathShape::Veth).roles("bad role", "r", "s").start().unwrap_err();
     assert!(err.to_string().contains("bad role"), "{err}");
 }
+
+/// `Cpus_allowed_list` of a task's status file.
+fn allowed_cpus(status: &str) -> Vec<usize> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"));
+    crate::placement::parse_cpu_list(line.expect("Cpus_allowed_list")).expect("a CPU list")
+}
+
+#[test]
+fn a_placed_path_pins_the_emulator_steers_receive_confines_commands_and_goes_away() {
+    use crate::placement::{CpuChoice, PlacementRequest};
+    let request = PlacementRequest {
+        emulator_cpu: Some(CpuChoice::Last),
+        steer: true,
+        endpoints_apart: true,
+    };
+    let placement = request
+        .resolve()
+        .expect("this test needs a machine with at least two usable CPUs")
+        .expect("a placement was asked");
+    let cpu = placement.emulator_cpu;
+    let others: Vec<usize> = placement.usable_cpus.iter().copied().filter(|&c| c != cpu).collect();
+    assert_eq!((&placement.receive_cpus, &placement.endpoint_cpus), (&others, &others));
+    let live = LivePath::builder(PathShape::Emulated(emulated(100, 4)))
+        .roles("lqc", "lqr", "lqs")
+        .placement(Some(placement.clone()))
+        .start()
+        .expect("start a placed emulated path (root?)");
+    assert_eq!(live.placement(), Some(&placement));
+    let names = [live.client().name().to_owned(), live.server().name().to_owned()];
+
+    // Every emulator thread may run on the named CPU only.
+    let tids = live.emulator_thread_ids();
+    assert!(!tids.is_empty());
+    for tid in &tids {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+            .expect("the emulator thread's status");
+        assert_eq!(allowed_cpus(&status), vec![cpu], "thread {tid}");
+    }
+    // Both TUN devices steer their receive processing to the other CPUs, read back inside
+    // the namespaces.
+    let mask = others.iter().fold(0u64, |m, c| m | 1 << c);
+    for ns in [live.client(), live.server()] {
+        let out = ns
+            .exec("sh", ["-c", "cat /sys/class/net/tcptail-tun/queues/rx-*/rps_cpus"])
+            .expect("read rps_cpus");
+        let masks: Vec<u64> = out
+            .lines()
+            .map(|l| u64::from_str_radix(&l.trim().replace(',', ""), 16).expect("a hex mask"))
+            .collect();
+        assert!(!masks.is_empty() && masks.iter().all(|&m| m == mask), "{}: {out}", ns.name());
+    }
+    // The lab's commands run on the other CPUs, and still reach each other.
+    for mut cmd in [live.client_command("cat"), live.server_command("cat")] {
+        let out = cmd.arg("/proc/self/status").output().expect("run cat in the namespace");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(allowed_cpus(&String::from_utf8_lossy(&out.stdout)), others);
+    }
+    // A thread of this process confined as an experiment's endpoints are, and given back.
+    std::thread::spawn(move || {
+        let mine = || std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        let before = allowed_cpus(&mine());
+        {
+            let _confined = placement.confine_current_thread().expect("confine");
+            assert_eq!(allowed_cpus(&mine()), others);
+        }
+        assert_eq!(allowed_cpus(&mine()), before);
+    })
+    .join()
+    .expect("the confined thread");
+    assert!(connects(&live));
+
+    let stopped = live.stop();
+    stopped.teardown.expect("teardown");
+    let report = stopped.emulator.expect("the emulator's self-measurement");
+    assert!(report.cpu_affinity.is_applied(), "{:?}", report.cpu_affinity);
+    assert!(names.iter().all(|n| !exists(n)), "{names:?} removed");
+    for tid in tids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(),
+            "emulator thread {tid} ended"
+        );
+    }
+}

@@ -24,6 +24,7 @@ use tcptail_units::{Bdp, BitRate};
 use super::values::{EmulatorKind, ReadyArg};
 use super::{ANY_LISTENER_TIMEOUT, LabError, LabSpec, Readiness, ServerSpec};
 use crate::emulator::{EmulatorOptions, Threads};
+use crate::placement::PlacementRequest;
 
 /// The flags of `tcptail lab path`, typed but not yet checked against each other; see the
 /// [`crate::path`] docs. `-up`/`-down` fields override the both-directions field.
@@ -65,6 +66,9 @@ pub struct PathFlags {
     pub emulator: EmulatorKind,
     /// The built-in emulator's thread layout (default [`Threads::Single`]).
     pub threads: Option<Threads>,
+    /// Where the built-in emulator and the endpoints run (`--emulator-cpu`, `--steer`,
+    /// `--endpoints-apart`; see [`crate::placement`]).
+    pub placement: PlacementRequest,
     pub out: Option<PathBuf>,
     pub force: bool,
     pub lateness_bound: Option<Duration>,
@@ -143,7 +147,9 @@ impl PathFlags {
                 ),
             ));
         }
+        let placement = self.check_placement()?;
         Ok(LabSpec {
+            placement,
             path,
             events: self.events.clone(),
             emulator: self.emulator,
@@ -157,6 +163,36 @@ impl PathFlags {
             client,
             server,
         })
+    }
+
+    /// Checks the placement against this machine's CPUs (reads them, changes nothing).
+    fn check_placement(&self) -> Result<Option<crate::placement::Placement>, LabError> {
+        if self.placement.is_empty() {
+            return Ok(None);
+        }
+        let flag_of = |option: &str| match option {
+            "steer" => "--steer",
+            "endpoints_apart" => "--endpoints-apart",
+            _ => "--emulator-cpu",
+        };
+        if self.emulator != EmulatorKind::Builtin {
+            let option = if self.placement.emulator_cpu.is_some() {
+                "emulator_cpu"
+            } else if self.placement.steer {
+                "steer"
+            } else {
+                "endpoints_apart"
+            };
+            return Err(LabError::flag(
+                flag_of(option),
+                format!(
+                    "only the built-in emulator has threads to place; drop it or use \
+                     --emulator builtin (not {})",
+                    self.emulator
+                ),
+            ));
+        }
+        self.placement.resolve().map_err(|e| LabError::flag(flag_of(e.option()), e.to_string()))
     }
 
     fn check_server(&self) -> Result<Option<ServerSpec>, LabError> {

@@ -105,6 +105,10 @@ pub struct LabReport {
     /// The built-in emulator's thread layout (`single`, `per-direction`, `split`,
     /// `pipeline`); `None` for netem or a plain veth.
     pub threads: Option<crate::emulator::Threads>,
+    /// Where the emulator, the receive processing and the commands ran
+    /// ([`crate::placement::Placement`]); absent: wherever the scheduler put them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::placement::Placement>,
     /// Seed of the emulator's loss and jitter draws.
     pub seed: u64,
     /// Wall-clock start, ms since the Unix epoch.

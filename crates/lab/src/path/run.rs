@@ -134,6 +134,7 @@ impl LabRun {
             tcptail_version: env!("CARGO_PKG_VERSION"),
             emulator: spec.emulator,
             threads: builtin.then_some(spec.threads),
+            placement: spec.placement.clone(),
             seed: spec.seed,
             started_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -171,6 +172,7 @@ impl LabRun {
         let live = LivePath::builder(shape)
             .roles(CLIENT_ROLE, ROUTER_ROLE, SERVER_ROLE)
             .emulator(options)
+            .placement(spec.placement.clone())
             .start()?;
         let mut run = LabRun {
             spec: spec.clone(),
@@ -221,10 +223,13 @@ impl LabRun {
             }
             _ => format!("the built-in emulator (threads: {})", self.spec.threads),
         };
-        let path = match &self.spec.path {
+        let mut path = match &self.spec.path {
             Some(p) => format!("; up: {}; down: {}", p.up, p.down),
             None => String::new(),
         };
+        if let Some(p) = &self.spec.placement {
+            path.push_str(&format!("; {}", p.describe()));
+        }
         format!(
             "lab: client {} ({CLIENT_ADDR}) <-> server {} ({SERVER_ADDR}) via {via}{path}; \
              report: {}",

@@ -372,3 +372,25 @@ fn the_thread_layout_defaults_to_one_thread_and_needs_the_builtin_emulator() {
     let none = PathFlags { emulator: EmulatorKind::None, rate: None, rtt: None, ..split };
     assert!(err(&none).contains("use --emulator builtin (not none)"));
 }
+
+#[test]
+fn placement_flags_are_checked_before_anything_is_made() {
+    use crate::placement::{CpuChoice, PlacementRequest};
+    let placed = |emulator_cpu, steer, endpoints_apart| PathFlags {
+        placement: PlacementRequest { emulator_cpu, steer, endpoints_apart },
+        ..flags("1gbit", "10ms")
+    };
+    let e = err(&placed(None, true, false));
+    assert!(e.starts_with("--steer: needs --emulator-cpu"), "{e}");
+    let e = err(&placed(None, false, true));
+    assert!(e.starts_with("--endpoints-apart: needs --emulator-cpu"), "{e}");
+    // No machine has CPU 100000 online.
+    let e = err(&placed(Some(CpuChoice::Index(100_000)), true, false));
+    assert!(e.starts_with("--emulator-cpu: "), "{e}");
+    assert!(e.contains("CPU 100000 is not usable") || e.contains("one usable CPU"), "{e}");
+    let netem =
+        PathFlags { emulator: EmulatorKind::Netem, ..placed(Some(CpuChoice::Last), true, false) };
+    let e = err(&netem);
+    assert!(e.starts_with("--emulator-cpu: only the built-in emulator"), "{e}");
+    assert!(flags("1gbit", "10ms").check().unwrap().placement().is_none(), "nothing asked");
+}

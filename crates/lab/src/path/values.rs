@@ -15,6 +15,12 @@ use tcptail_units::parse_duration;
 #[error("{0}")]
 pub struct ArgError(String);
 
+impl ArgError {
+    pub(crate) fn new(msg: impl Into<String>) -> ArgError {
+        ArgError(msg.into())
+    }
+}
+
 fn arg_err(msg: impl Into<String>) -> ArgError {
     ArgError(msg.into())
 }

@@ -76,6 +76,7 @@ fn variant(name: &str, scale: f64, seed: u64, notes: Vec<String>) -> VariantResu
                 faithful: true,
                 excluded_reason: None,
                 path_events: Vec::new(),
+                placement: None,
             })
             .collect(),
     }
@@ -179,6 +180,7 @@ pub fn sample() -> Results {
             at_s: 5.0,
             applied_s: Some(5.000_04),
         }],
+        placement: None,
     });
     cc.conditions = vec![
         SeedCondition {
@@ -287,6 +289,7 @@ pub fn sample() -> Results {
             faithful: false,
             excluded_reason: Some("round 3: the workload failed: bench client timed out".into()),
             path_events: Vec::new(),
+            placement: None,
         };
     }
 

@@ -122,6 +122,7 @@ fn a_blackhole_is_detected_within_the_bounds() {
         stop_requested: &|| false,
         progress: &|_| {},
         path_events: &std::sync::Mutex::default(),
+        placement: &std::sync::Mutex::default(),
     };
     let out = joint.run(&ctx).expect("a real round needs root, namespaces and TUN");
     assert_eq!(out.len(), 3);
