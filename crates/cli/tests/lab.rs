@@ -85,6 +85,16 @@ fn bad_specs_fail_before_anything_is_created() {
             vec!["--emulator", "none", "--threads", "split"],
             vec!["--threads", "only the built-in emulator has threads", "not none"],
         ),
+        (vec!["--rate", "1mbit", "--emulator-cpu", "first"], vec!["--emulator-cpu", "'first'"]),
+        (vec!["--rate", "1mbit", "--steer"], vec!["--steer", "needs --emulator-cpu N|last"]),
+        (
+            vec!["--rate", "1mbit", "--emulator-cpu", "100000"],
+            vec!["--emulator-cpu", "CPU 100000 is not usable here: no such CPU"],
+        ),
+        (
+            vec!["--emulator", "none", "--emulator-cpu", "last"],
+            vec!["--emulator-cpu", "only the built-in emulator has threads to place"],
+        ),
     ];
     for (flags, expected) in cases {
         let out = dir.path().join("out");
