@@ -1,7 +1,8 @@
 //! The io_uring engine end to end on 127.0.0.1: every pairing of engines at both ends, long
 //! frames that need several sends and receives, spinning, a server that stops answering
 //! (the unanswered requests are counted, not dropped: closed loop, pipelined, open loop with
-//! its intended send times), attribution, connect-per-request, and a hostile client. Where
+//! its intended send times), a server closing one of a ring's connections mid-batch,
+//! attribution, connect-per-request, and a hostile client. Where
 //! the kernel has no io_uring the tests say so (SKIPPED on stderr) and pass.
 
 use std::io::{Read, Write};
@@ -290,6 +291,100 @@ fn connect_per_request_on_io_uring_times_each_connect() {
         assert_eq!(raw.connect.len(), 300, "one connect per transaction, timed apart");
         running.stop();
     }
+}
+
+#[test]
+fn a_peer_closing_mid_batch_ends_the_run_naming_its_connection() {
+    if !uring_available("a_peer_closing_mid_batch_ends_the_run_naming_its_connection") {
+        return;
+    }
+    // Eight connections on one ring; the server answers them in lockstep rounds, writing the
+    // round's answers back to back, and in round 30 it closes connection 3 where its answer was
+    // due, between the answers to the three before it and the four after it: the client's
+    // wait typically reaps answers and the end-of-file together, and whatever it reaps first,
+    // the run ends with the close, named.
+    let (addr, lockstep) = lockstep_server(8, 3, 30);
+    let mut config = bench(addr, URING, 8, 1_000_000);
+    config.warmup = StopAfter::Count(8);
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || tx.send(client::run_raw(&config, &RunControl::new())).unwrap());
+    // Not a speed bound: a client that missed the end-of-file would wait here for ever.
+    let result = rx.recv_timeout(Duration::from_secs(60)).expect("the run ends");
+    match result {
+        Err(e) => {
+            let message = e.to_string();
+            assert!(
+                message.contains("connection 3") && message.contains("server closed"),
+                "{message}"
+            );
+        }
+        Ok(raw) => panic!("the run went on past the close: {} requests", raw.requests),
+    }
+    let answered = lockstep.join().unwrap();
+    assert_eq!(answered[3], 29, "connection 3 got 29 answers, then the close");
+    assert!(answered.iter().all(|&n| n >= 29), "every other connection was answered: {answered:?}");
+}
+
+/// A server for `connections` connections on one thread: each round it reads one request
+/// from every connection, then writes every answer, except that in round `close_round`
+/// (counted from 1, warm-up included) it closes connection `closer` in its turn instead of
+/// answering it. Serves the others until the client goes away; returns the answers each
+/// connection got.
+fn lockstep_server(
+    connections: usize,
+    closer: usize,
+    close_round: u64,
+) -> (SocketAddr, thread::JoinHandle<Vec<u64>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let mut socks: Vec<Option<(TcpStream, usize)>> = Vec::new();
+        for _ in 0..connections {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            let hello = wire::read_hello(&mut s).unwrap();
+            let welcome: Welcome = serde_json::from_value(serde_json::json!({
+                "apply": {"profile": "test", "options": []},
+                "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
+                "spin": false, "kernel": "test", "version": "test"
+            }))
+            .unwrap();
+            wire::write_welcome(&mut s, &welcome).unwrap();
+            socks.push(Some((s, hello.request_len as usize)));
+        }
+        let mut answered = vec![0u64; connections];
+        for round in 1.. {
+            let mut heads = Vec::with_capacity(connections);
+            for sock in &mut socks {
+                let Some((s, len)) = sock else {
+                    heads.push(None);
+                    continue;
+                };
+                let mut frame = vec![0u8; *len];
+                if s.read_exact(&mut frame).is_err() {
+                    // The client went away (the run ended): done.
+                    return answered;
+                }
+                heads.push(Some(Header::decode(frame[..24].try_into().unwrap()).unwrap()));
+            }
+            for (i, head) in heads.into_iter().enumerate() {
+                let Some(h) = head else { continue };
+                if i == closer && round == close_round {
+                    socks[i] = None;
+                    continue;
+                }
+                let (s, _) = socks[i].as_mut().unwrap();
+                let mut resp = vec![0u8; h.reply_len as usize];
+                wire::encode_response(&mut resp, h.seq);
+                if s.write_all(&resp).is_err() {
+                    return answered;
+                }
+                answered[i] += 1;
+            }
+        }
+        answered
+    });
+    (addr, server)
 }
 
 /// A server that answers the first `answered` requests (warm-up included), then reads
