@@ -882,10 +882,10 @@ mod tracked {
     use tcptail_bpf::asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, R8, R9, R10, Size};
     use tcptail_bpf::{Map, ProgLoad};
     use tcptail_diag::bpf::btf::Btf;
+    use tcptail_diag::bpf::program::emit_seq_write;
 
     const GET_SOCKET_COOKIE: i32 = 46;
     const SK_STORAGE_GET: i32 = 107;
-    const SEQ_WRITE: i32 = 127;
     const SKC_TO_TCP_SOCK: i32 = 137;
     /// The counters compared (`tcp_sock` members).
     const COUNTERS: [&str; 10] = [
@@ -991,12 +991,7 @@ mod tracked {
                 }
                 a.store(Size::DW, R10, -8, R3);
             }
-            a.load(Size::DW, R1, R6, 0); // ctx->meta
-            a.load(Size::DW, R1, R1, 0); // meta->seq
-            a.mov(R2, R10);
-            a.add_imm(R2, -16);
-            a.mov_imm(R3, 16);
-            a.call(SEQ_WRITE);
+            emit_seq_write(&mut a, -16, 16);
             a.bind(out);
             a.mov_imm(R0, 0);
             a.exit();
