@@ -181,8 +181,9 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     }
     let mut warned = false;
     eprintln!(
-        "tcptail record: polling every {} into {} (Ctrl-C stops)",
+        "tcptail record: polling every {} ({}) into {} (Ctrl-C stops)",
         args.interval,
+        poller.describe(),
         out.display()
     );
     let started = Instant::now();
@@ -251,6 +252,14 @@ impl Poller {
             }
         }
         Ok(Poller::Table(select.dumper("tcptail record")?))
+    }
+
+    /// What each poll reads, for the first line.
+    fn describe(&self) -> String {
+        match self {
+            Poller::Tracked(_) => "tracked connections".into(),
+            Poller::Table(d) => format!("the socket table, source {}", d.name()),
+        }
     }
 }
 

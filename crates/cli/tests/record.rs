@@ -100,6 +100,9 @@ fn records_a_transfer_and_shows_its_timeline_and_csv() {
     assert_eq!(reader.join().unwrap(), 2_000_000);
     assert!(done.status.success(), "{}", done.stderr);
     assert!(done.stderr.contains("polls in"), "{}", done.stderr);
+    // The default source polls only the tracked connections: what follows (show, top
+    // --replay) reads a recording that path made.
+    assert!(done.stderr.contains("(tracked connections)"), "{}", done.stderr);
 
     let f = file.to_str().unwrap();
     let list = tcptail(&["record", "show", f]);
