@@ -157,6 +157,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         seed: args.seed,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         environment: tcptail_experiments::environment::probe(),
+        tcp_memory: tcptail_netns::tcp_memory::read_host,
     };
     let steps: usize = prepared.iter().map(Prepared::steps).sum();
     let planned: Duration = prepared.iter().map(Prepared::estimate).sum();

@@ -5,7 +5,9 @@
 //!
 //! Faithful rounds: a round counts only when its path and workload were what the experiment
 //! meant. A round whose emulator ran later than the experiment's `lateness_tolerance` (p99),
-//! or whose workload failed, is excluded from the medians, intervals and verdict, and listed
+//! during which the host's TCP memory was under pressure (`tcp_mem` is one for all
+//! namespaces: the kernel then holds every socket's buffers down, see
+//! [`tcptail_netns::tcp_memory`]), or whose workload failed, is excluded from the medians, intervals and verdict, and listed
 //! in the variant's `rounds` with the reason; the verdict rules see fewer rounds, so too few
 //! faithful rounds make the verdict inconclusive rather than decided on what remains. So does
 //! a rule that misses only a percentile too few samples supported (a loaded machine completes
@@ -21,6 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tcptail_netns::tcp_memory::{Summary as TcpMemorySummary, Watch as TcpMemoryWatch};
 use tcptail_report::{
     Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RoundRecord,
     RunInfo, Series, SeriesKind, VariantResult, Verdict,
@@ -168,6 +171,9 @@ pub struct RunOptions {
     pub command: String,
     /// The machine (see [`crate::environment::probe`]); the run adds the emulator's lateness.
     pub environment: Environment,
+    /// Reads the host's TCP memory and pressure state, sampled through every round
+    /// ([`tcptail_netns::tcp_memory::read_host`]; a test scripts it).
+    pub tcp_memory: tcptail_netns::tcp_memory::Sampler,
 }
 
 /// What a run reports while it goes (progress bars, log lines).
@@ -339,6 +345,7 @@ fn run_experiment(
             observer.step_started(&variant.spec.name, round, prepared.rounds);
             let path_events = std::sync::Mutex::default();
             let placement = std::sync::Mutex::default();
+            let memory = TcpMemoryWatch::start(options.tcp_memory, TCP_MEMORY_INTERVAL);
             let outcome = std::fs::create_dir_all(&scratch)
                 .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
                 .and_then(|()| {
@@ -354,13 +361,14 @@ fn run_experiment(
                     run_isolated(variant.plan.as_ref(), &ctx)
                 })
                 .and_then(|m| declared_metrics_present(variant.plan.as_ref(), m));
+            let memory = memory.finish();
             // An empty scratch directory says nothing; keep only those an engine wrote into.
             let _ = std::fs::remove_dir(&scratch);
             observer.step_finished(&variant.spec.name, round, outcome.as_ref().err());
             let r = &mut rounds[index];
             let recorded = r.records.len();
             match outcome {
-                Ok(m) => match unfaithful_path(&m, experiment.lateness_tolerance) {
+                Ok(mut m) => match unfaithful_round(&mut m, experiment, &memory) {
                     None => {
                         r.records.push(faithful(round));
                         r.measurements.push(m);
@@ -538,6 +546,7 @@ fn run_joint_round(
     observer.step_started(JOINT_STEP, round, prepared.rounds);
     let path_events = std::sync::Mutex::default();
     let placement = std::sync::Mutex::default();
+    let memory = TcpMemoryWatch::start(options.tcp_memory, TCP_MEMORY_INTERVAL);
     let outcome = std::fs::create_dir_all(&scratch)
         .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
         .and_then(|()| {
@@ -561,12 +570,13 @@ fn run_joint_round(
                 Err(RunError::failed("the joint round", "returned no measurement for some variant"))
             }
         });
+    let memory = memory.finish();
     let _ = std::fs::remove_dir(&scratch);
     observer.step_finished(JOINT_STEP, round, outcome.as_ref().err());
     let path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
     let placement: Option<String> = placement.into_inner().unwrap_or_else(|p| p.into_inner());
     let before: Vec<usize> = rounds.iter().map(|r| r.records.len()).collect();
-    let interrupted = file_joint_round(prepared, round, rounds, outcome);
+    let interrupted = file_joint_round(prepared, round, rounds, outcome, &memory);
     // Every variant ran on the one path: each round record lists its events.
     for (r, n) in rounds.iter_mut().zip(before) {
         if let Some(record) = r.records.get_mut(n) {
@@ -583,6 +593,7 @@ fn file_joint_round(
     round: usize,
     rounds: &mut [Rounds],
     outcome: Result<Vec<Vec<Measurement>>, RunError>,
+    memory: &TcpMemorySummary,
 ) -> bool {
     let experiment = &prepared.experiment;
     match outcome {
@@ -594,7 +605,7 @@ fn file_joint_round(
                 for (i, mut m) in replicas.into_iter().enumerate() {
                     // One path carried them all: its lateness is checked on every replica but
                     // kept once per variant (the variant's column) and counted as one path.
-                    let checked = unfaithful_path(&m, experiment.lateness_tolerance);
+                    let checked = unfaithful_round(&mut m, experiment, memory);
                     if i > 0 {
                         m.lateness = None;
                     } else if let (true, Some(l)) = (v > 0, m.lateness.as_mut()) {
@@ -694,6 +705,31 @@ fn excluded(round: usize, why: String) -> RoundRecord {
         path_events: Vec::new(),
         placement: None,
     }
+}
+
+/// How often the host's TCP memory is sampled during a round.
+const TCP_MEMORY_INTERVAL: Duration = tcptail_netns::tcp_memory::DEFAULT_INTERVAL;
+
+/// Why a completed round was not the one the experiment meant, if it was not: its path (see
+/// [`unfaithful_path`]) or the host's TCP memory under pressure while it ran. A round the
+/// memory watch could not follow says so in its notes.
+fn unfaithful_round(
+    m: &mut Measurement,
+    experiment: &Experiment,
+    memory: &TcpMemorySummary,
+) -> Option<String> {
+    if let Some(e) = &memory.error {
+        let note = format!("the host's TCP memory pressure was not watched: {e}");
+        if !m.notes.contains(&note) {
+            m.notes.push(note);
+        }
+    }
+    let reasons: Vec<String> =
+        [unfaithful_path(m, experiment.lateness_tolerance), memory.pressure_reason()]
+            .into_iter()
+            .flatten()
+            .collect();
+    (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
 /// Why a completed round's path was not the one the experiment meant, if it was not: the

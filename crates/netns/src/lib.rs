@@ -73,6 +73,7 @@ pub mod signal;
 pub mod stale;
 pub mod sys;
 pub mod sysctl;
+pub mod tcp_memory;
 pub mod topology;
 
 pub use cleanup::{Cleanup, Token};

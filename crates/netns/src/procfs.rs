@@ -1,12 +1,12 @@
 //! The one place procfs text about tasks and the machine is parsed: a task's `stat` line (its
 //! name and CPU time), its `schedstat` (time on a CPU and waiting for one), `key: value` files
-//! (`status`, `io`), the aggregate `cpu` line of `/proc/stat` and the `some` total of
-//! `/proc/pressure/cpu`.
+//! (`status`, `io`), the aggregate `cpu` line of `/proc/stat`, the `some` total of
+//! `/proc/pressure/cpu`, a protocol's memory row of `/proc/net/protocols` and `tcp_mem`.
 //!
 //! Parsers only: they take the text a caller read and return `None` when it does not have the
 //! documented shape (proc(5)), never panic. Reading the files, and deciding what an unreadable
 //! one means, stays with the caller (`bench::context`, the lab emulator's lateness attribution,
-//! the `emulator_bench` example).
+//! the `emulator_bench` example, [`crate::tcp_memory`]).
 
 /// `USER_HZ`: the unit of the CPU times in a task's `stat` and in `/proc/stat` (100 on every
 /// Linux ABI, whatever the kernel's own `HZ`).
@@ -138,6 +138,45 @@ pub fn parse_cpu_pressure_us(text: &str) -> Option<u64> {
         .ok()
 }
 
+/// A protocol's memory accounting, from its row of `/proc/net/protocols`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtocolMemory {
+    /// Pages its sockets hold (`memory`). For TCP one count for the whole host: the kernel's
+    /// `tcp_memory_allocated` is not kept per network namespace.
+    pub pages: u64,
+    /// Whether the kernel has declared memory pressure for it (`press`): while it has, TCP
+    /// stops growing every socket's buffers and shrinks receive windows, in every namespace.
+    pub pressure: bool,
+}
+
+/// The `name` row (`TCP`) of `/proc/net/protocols`, its `memory` and `press` columns found by
+/// the header. `None` when the text has no such row or the protocol keeps no memory account
+/// (`-1` and `NI`).
+pub fn parse_protocol_memory(text: &str, name: &str) -> Option<ProtocolMemory> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let column = |title: &str| header.iter().position(|h| *h == title);
+    let (memory, press) = (column("memory")?, column("press")?);
+    let row: Vec<&str> = lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|r| r.first() == Some(&name))?;
+    let pages = row.get(memory)?.parse().ok()?;
+    let pressure = match *row.get(press)? {
+        "yes" => true,
+        "no" => false,
+        _ => return None,
+    };
+    Some(ProtocolMemory { pages, pressure })
+}
+
+/// `net.ipv4.tcp_mem` (`/proc/sys/net/ipv4/tcp_mem`): in pages, the level below which TCP
+/// leaves memory pressure, the level at which it enters it, and the hard limit.
+pub fn parse_tcp_mem(text: &str) -> Option<[u64; 3]> {
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    let limits = [fields.next()?.ok()?, fields.next()?.ok()?, fields.next()?.ok()?];
+    fields.next().is_none().then_some(limits)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -217,6 +256,38 @@ mod tests {
         assert_eq!(parse_cpu_pressure_us("full avg10=0.00 total=99\n"), None);
     }
 
+    #[test]
+    fn protocol_memory_by_header() {
+        let text = "protocol  size sockets  memory press maxhdr  slab module     cl co\n\
+                    PACKET    1600      0      -1   NI       0   no   kernel      n  n\n\
+                    TCPv6     2432      0  323658   no     192   yes  kernel      y  y\n\
+                    TCP       2304      9  327817  yes     192   yes  kernel      y  y\n";
+        let tcp = parse_protocol_memory(text, "TCP").unwrap();
+        assert_eq!(tcp, ProtocolMemory { pages: 327_817, pressure: true });
+        let v6 = parse_protocol_memory(text, "TCPv6").unwrap();
+        assert_eq!(v6, ProtocolMemory { pages: 323_658, pressure: false });
+        assert_eq!(parse_protocol_memory(text, "PACKET"), None, "no memory account");
+        assert_eq!(parse_protocol_memory(text, "UDP"), None);
+        assert_eq!(parse_protocol_memory("protocol size\nTCP 1\n", "TCP"), None);
+    }
+
+    #[test]
+    fn the_host_protocols_have_a_tcp_row() {
+        let text = std::fs::read_to_string("/proc/net/protocols").expect("/proc/net/protocols");
+        assert!(parse_protocol_memory(&text, "TCP").is_some(), "{text}");
+        let limits = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").expect("tcp_mem");
+        let [low, pressure, high] = parse_tcp_mem(&limits).expect("three numbers");
+        assert!(low <= pressure && pressure <= high, "{limits}");
+    }
+
+    #[test]
+    fn tcp_mem_is_three_numbers() {
+        assert_eq!(parse_tcp_mem("287898\t383867\t575796\n"), Some([287_898, 383_867, 575_796]));
+        assert_eq!(parse_tcp_mem("1 2"), None);
+        assert_eq!(parse_tcp_mem("1 2 3 4"), None);
+        assert_eq!(parse_tcp_mem("1 x 3"), None);
+    }
+
     /// A `comm` as the kernel may write it: up to 15 bytes of anything but NUL, here printable
     /// with the awkward ones (spaces, parentheses) likely.
     fn comm() -> impl Strategy<Value = String> {
@@ -226,7 +297,13 @@ mod tests {
     /// Text that starts like one of the files and goes on with their characters, so the parsers
     /// get past their first checks.
     fn near_miss() -> impl Strategy<Value = String> {
-        let start = prop_oneof![Just("cpu  "), Just("1 (a) "), Just("some total="), Just("syscr:")];
+        let start = prop_oneof![
+            Just("cpu  "),
+            Just("1 (a) "),
+            Just("some total="),
+            Just("syscr:"),
+            Just("protocol memory press\nTCP ")
+        ];
         (start, "[0-9 ()a-z=:\n-]{0,200}").prop_map(|(start, rest)| format!("{start}{rest}"))
     }
 
@@ -242,6 +319,8 @@ mod tests {
             let _ = status_field(&text, "syscr");
             let _ = parse_schedstat(text.as_bytes());
             let _ = parse_schedstat(&bytes);
+            let _ = parse_protocol_memory(&text, "TCP");
+            let _ = parse_tcp_mem(&text);
         }
 
         #[test]
@@ -275,6 +354,15 @@ mod tests {
             };
             prop_assert_eq!(t, want);
             prop_assert_eq!(t.total(), v[..8].iter().sum::<u64>());
+        }
+
+        #[test]
+        fn well_formed_protocol_rows_parse_exactly(pages in 0u64..1 << 62, pressure in any::<bool>(), sockets in any::<u32>()) {
+            let press = if pressure { "yes" } else { "no" };
+            let text = format!(
+                "protocol  size sockets  memory press maxhdr\nUDP 1 0 0 NI 0\nTCP 2304 {sockets} {pages} {press} 192\n"
+            );
+            prop_assert_eq!(parse_protocol_memory(&text, "TCP"), Some(ProtocolMemory { pages, pressure }));
         }
 
         #[test]

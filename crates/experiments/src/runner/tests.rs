@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tcptail_netns::procfs::ProtocolMemory;
+
 use super::*;
 
 const FILE: &str = r#"
@@ -127,7 +129,13 @@ fn options(dir: &Path) -> RunOptions {
         seed: 7,
         command: "test".into(),
         environment: Environment::default(),
+        tcp_memory: calm_tcp_memory,
     }
+}
+
+/// The host's TCP memory as a test scripts it: never under pressure.
+fn calm_tcp_memory() -> Result<ProtocolMemory, String> {
+    Ok(ProtocolMemory { pages: 1_000, pressure: false })
 }
 
 #[test]
@@ -503,6 +511,35 @@ fn a_variant_without_a_faithful_round_makes_the_verdict_inconclusive() {
     assert_eq!(e.variants[0].excluded_rounds().count(), 3);
     assert_eq!(e.verdict, Verdict::Inconclusive, "{}", e.verdict_reason);
     assert!(e.verdict_reason.contains("every round of a was excluded"), "{}", e.verdict_reason);
+}
+
+/// A round during which the host's TCP memory was under pressure ran with every socket's
+/// buffers held down by the kernel: it is excluded with the pressure and the peak in its reason,
+/// and a run that could not watch the memory says so in the variants' notes.
+#[test]
+fn rounds_under_host_tcp_memory_pressure_are_excluded() {
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options(dir.path());
+    options.tcp_memory = || Ok(ProtocolMemory { pages: 400_000, pressure: true });
+    let results =
+        run(&[prepared([10.0, 1.0, 1.0], None, &log)], &options, &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    for v in &e.variants {
+        assert_eq!(v.excluded_rounds().count(), 3, "{:?}", v.rounds);
+        let why = v.rounds[0].excluded_reason.as_deref().unwrap();
+        assert!(why.contains("the host's TCP memory was under pressure in "), "{why}");
+        assert!(why.contains("peak 400000 pages"), "{why}");
+    }
+    assert_eq!(e.verdict, Verdict::Inconclusive, "{}", e.verdict_reason);
+
+    options.tcp_memory = || Err("no /proc here".into());
+    let results =
+        run(&[prepared([10.0, 1.0, 1.0], None, &log)], &options, &Silent, &|| false).unwrap();
+    let e = &results.experiments[0];
+    assert_eq!(e.verdict, Verdict::Reproduced, "not watched is not excluded");
+    let note = "the host's TCP memory pressure was not watched: no /proc here";
+    assert!(e.variants[0].notes.iter().any(|n| n == note), "{:?}", e.variants[0].notes);
 }
 
 /// A percentile a round's sample count cannot support is not measurable: the round counts,
