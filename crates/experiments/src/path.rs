@@ -272,6 +272,9 @@ impl PathPlan {
         let live = self.build(ctx.seed)?;
         let outcome = placed(&live, ctx).and_then(|_confined| measure(&live));
         let stopped = live.stop();
+        if let Some(report) = &stopped.emulator {
+            pinning_outcome(report, ctx);
+        }
         if let Some(report) = &stopped.emulator
             && !self.events.is_empty()
         {
@@ -295,6 +298,9 @@ impl PathPlan {
         let live = self.build(ctx.seed)?;
         let outcome = placed(&live, ctx).and_then(|_confined| measure(&live));
         let report = live.stop().emulator;
+        if let Some(report) = &report {
+            pinning_outcome(report, ctx);
+        }
         Ok((outcome?, report.as_ref().map(lateness), report))
     }
 
@@ -383,6 +389,17 @@ fn placed(
         .confine_current_thread()
         .map(Some)
         .map_err(|e| RunError::io("keep the endpoints off the emulator's CPU", e))
+}
+
+/// Adds to the round's recorded placement when the emulator could not pin its thread(s) (the
+/// runtime degrades rather than fails): the round then ran unpinned, and its record says so.
+fn pinning_outcome(report: &EmulatorReport, ctx: &RoundContext<'_>) {
+    let mut placement = ctx.placement.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(text) = placement.as_mut()
+        && !report.cpu_affinity.is_applied()
+    {
+        text.push_str(&format!(" (the emulator's pinning: {})", report.cpu_affinity));
+    }
 }
 
 /// The `event` key: strings (`"5s:blackhole"`) or tables (`{ at = "5s", change = "blackhole" }`).
