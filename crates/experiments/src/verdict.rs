@@ -119,6 +119,12 @@ pub trait Values {
     fn interval(&self, _variant: &str, _metric: &str) -> Option<([f64; 2], f64)> {
         None
     }
+
+    /// Whether `variant` ran in this mode at all; a reason then says "not run in this mode"
+    /// for its values instead of `n/a` (which means it ran without giving one).
+    fn ran(&self, _variant: &str) -> bool {
+        true
+    }
 }
 
 impl Values for &[VariantResult] {
@@ -139,6 +145,10 @@ impl Values for &[VariantResult] {
         let m = self.iter().find(|v| v.name == variant)?.metrics.get(metric)?;
         Some((m.ci?, m.confidence?))
     }
+
+    fn ran(&self, variant: &str) -> bool {
+        self.iter().any(|v| v.name == variant)
+    }
 }
 
 impl Values for Vec<VariantResult> {
@@ -152,6 +162,10 @@ impl Values for Vec<VariantResult> {
 
     fn interval(&self, variant: &str, metric: &str) -> Option<([f64; 2], f64)> {
         self.as_slice().interval(variant, metric)
+    }
+
+    fn ran(&self, variant: &str) -> bool {
+        self.as_slice().ran(variant)
     }
 }
 
@@ -320,12 +334,18 @@ fn outcome<E>(held: Result<bool, E>) -> Outcome {
     }
 }
 
-/// A template with its placeholders filled (`n/a` where a value is missing).
+/// What a template says for a variant the mode did not run (the full mode's cases in a
+/// quick run).
+pub const NOT_RUN: &str = "(not run in this mode)";
+
+/// A template with its placeholders filled (`n/a` where a value is missing, [`NOT_RUN`]
+/// where its variant did not run in this mode).
 fn fill(pieces: &[Piece], values: &dyn Values) -> String {
     pieces
         .iter()
         .map(|p| match p {
             Piece::Text(t) => t.clone(),
+            Piece::Ref(r) if !values.ran(&r.variant) => NOT_RUN.to_string(),
             Piece::Ref(r) => lookup(values, r).map_or_else(|| "n/a".to_string(), format_value),
             Piece::Expr(n) => n.eval(values).map_or_else(|_| "n/a".to_string(), format_value),
         })

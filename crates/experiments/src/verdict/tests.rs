@@ -296,7 +296,11 @@ fn templates() {
     let fill =
         |text: &str| Rule::compile(&spec(None, text), VARIANTS).map(|rule| rule.reason(&values()));
     assert_eq!(fill("b {b.x} in [{b.x.min}, {b.x.max}]").unwrap(), "b 10 in [8, 12]");
-    assert_eq!(fill("{gone.x}, {c.nan} and { a.y }").unwrap(), "n/a, n/a and 2");
+    // `gone` is a variant of the file that this mode did not run; `c` ran without a value.
+    assert_eq!(
+        fill("{gone.x}, {c.nan}, {c.none} and { a.y }").unwrap(),
+        "(not run in this mode), n/a, n/a and 2"
+    );
     assert_eq!(fill("{{literal}} {{{a.x}}} µs").unwrap(), "{literal} {1} µs");
     assert_eq!(fill("").unwrap(), "");
     let err = |text: &str| fill(text).unwrap_err().message;
@@ -380,7 +384,7 @@ fn decide_in_order_with_unknown_stopping() {
     let d = decide(&rules(&[Some("a.x > 5"), Some("a.x < 5"), None]), &v);
     assert_eq!(d.verdict, Verdict::Partly);
     assert_eq!(d.rule, "when: a.x < 5");
-    assert_eq!(d.reason, "1 n/a");
+    assert_eq!(d.reason, "1 (not run in this mode)");
     assert_eq!(d.missing, ["gone.x"]);
     let d = decide(&rules(&[Some("a.x > 5"), Some("a.x > 6"), None]), &v);
     assert_eq!((d.verdict, d.rule.as_str()), (Verdict::NotReproduced, "otherwise"));
