@@ -2,8 +2,8 @@
 //! closed by the client first, by the server first, by a reset, and one opened and closed
 //! between two polls; from the kernel's destroy notifications, and from the polls alone.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use tcptail_diag::closed::{CloseSeen, ClosedSummary, DestroyListener};
@@ -11,23 +11,8 @@ use tcptail_diag::record::{Event, Recorder, RecorderOptions, Replay};
 use tcptail_diag::{DumpRequest, Dumper, wire};
 use tcptail_netns::{Cleanup, Netns};
 
-struct Pair {
-    client: TcpStream,
-    server: TcpStream,
-}
-
-fn pair(listener: &TcpListener) -> Pair {
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    Pair { client, server }
-}
-
-/// Sends `n` bytes client -> server and reads them.
-fn transfer(p: &mut Pair, n: usize) {
-    p.client.write_all(&vec![7u8; n]).unwrap();
-    let mut got = vec![0u8; n];
-    p.server.read_exact(&mut got).unwrap();
-}
+mod common;
+use common::{Pair, pair, transfer};
 
 /// Runs the scenario in a fresh namespace; the summaries the recording holds and the client
 /// addresses of the four connections (client first, server first, reset, between polls).

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,22 +18,8 @@ use tcptail_diag::record::{Event, Recorder, RecorderOptions, Replay, Values};
 use tcptail_diag::{DumpRequest, Dumper, wire};
 use tcptail_netns::{Cleanup, Netns};
 
-struct Pair {
-    client: TcpStream,
-    server: TcpStream,
-}
-
-fn pair(listener: &TcpListener) -> Pair {
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    Pair { client, server }
-}
-
-fn transfer(p: &mut Pair, n: usize) {
-    p.client.write_all(&vec![7u8; n]).unwrap();
-    let mut got = vec![0u8; n];
-    p.server.read_exact(&mut got).unwrap();
-}
+mod common;
+use common::{Pair, pair, transfer};
 
 /// Fields whose value grows with the clock while a chrono or an RTO episode runs: the two
 /// recorders poll microseconds apart, so a jiffy may fall between them.

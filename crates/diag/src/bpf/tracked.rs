@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use tcptail_bpf::Map;
 use tcptail_sock::tcp_info::TcpInfo;
 
-use super::asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, Size};
+use super::asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, Reg, Size};
 use super::btf::Btf;
 use super::convert::Hz;
 use super::program::{Target, Tracked};
@@ -272,11 +272,7 @@ fn track_on_set_state(
     a.rsh_imm(R3, 32);
     a.jump_if_reg(Cond::Ne, R2, R3, out);
     select::emit_selection(&mut a, &layout.filter_offsets, sel, -8, out);
-    a.load_map_fd(R1, storage.raw_fd());
-    a.mov(R2, R7);
-    a.mov_imm(R3, 0);
-    a.mov_imm(R4, F_CREATE);
-    a.call(HELPER_SK_STORAGE_GET);
+    emit_track(&mut a, storage, R7);
     a.bind(out);
     a.mov_imm(R0, 0);
     a.exit();
@@ -297,15 +293,21 @@ fn track_on_walk(layout: &Layout, sel: &Selection, storage: &Map) -> Option<Vec<
     a.mov(R1, R7);
     a.call(HELPER_SKC_TO_TCP_SOCK);
     a.jump_if(Cond::Eq, R0, 0, out);
-    a.mov(R2, R0);
-    a.load_map_fd(R1, storage.raw_fd());
-    a.mov_imm(R3, 0);
-    a.mov_imm(R4, F_CREATE);
-    a.call(HELPER_SK_STORAGE_GET);
+    emit_track(&mut a, storage, R0);
     a.bind(out);
     a.mov_imm(R0, 0);
     a.exit();
     a.finish()
+}
+
+/// `bpf_sk_storage_get(storage, sk, NULL, F_CREATE)`: the socket in register `sk` gets its
+/// entry (the one way a socket becomes tracked, from the walk at start or a state change).
+fn emit_track(a: &mut Asm, storage: &Map, sk: Reg) {
+    a.mov(R2, sk);
+    a.load_map_fd(R1, storage.raw_fd());
+    a.mov_imm(R3, 0);
+    a.mov_imm(R4, F_CREATE);
+    a.call(HELPER_SK_STORAGE_GET);
 }
 
 #[cfg(test)]
