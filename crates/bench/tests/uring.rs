@@ -342,14 +342,7 @@ fn lockstep_server(
         for _ in 0..connections {
             let (mut s, _) = listener.accept().unwrap();
             s.set_nodelay(true).unwrap();
-            let hello = wire::read_hello(&mut s).unwrap();
-            let welcome: Welcome = serde_json::from_value(serde_json::json!({
-                "apply": {"profile": "test", "options": []},
-                "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
-                "spin": false, "kernel": "test", "version": "test"
-            }))
-            .unwrap();
-            wire::write_welcome(&mut s, &welcome).unwrap();
+            let hello = handshake(&mut s);
             socks.push(Some((s, hello.request_len as usize)));
         }
         let mut answered = vec![0u64; connections];
@@ -387,6 +380,19 @@ fn lockstep_server(
     (addr, server)
 }
 
+/// The server's side of the handshake with a test welcome; returns the client's hello.
+fn handshake(s: &mut TcpStream) -> wire::HelloConfig {
+    let hello = wire::read_hello(s).unwrap();
+    let welcome: Welcome = serde_json::from_value(serde_json::json!({
+        "apply": {"profile": "test", "options": []},
+        "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
+        "spin": false, "kernel": "test", "version": "test"
+    }))
+    .unwrap();
+    wire::write_welcome(s, &welcome).unwrap();
+    hello
+}
+
 /// A server that answers the first `answered` requests (warm-up included), then reads
 /// without answering; returns its address and thread.
 fn falls_silent_after(answered: u64) -> (SocketAddr, thread::JoinHandle<()>) {
@@ -394,14 +400,7 @@ fn falls_silent_after(answered: u64) -> (SocketAddr, thread::JoinHandle<()>) {
     let addr = listener.local_addr().unwrap();
     let silent = thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        let hello = wire::read_hello(&mut s).unwrap();
-        let welcome: Welcome = serde_json::from_value(serde_json::json!({
-            "apply": {"profile": "test", "options": []},
-            "congestion": null, "server_cpu": null, "requested_cpu": null, "pinned": null,
-            "spin": false, "kernel": "test", "version": "test"
-        }))
-        .unwrap();
-        wire::write_welcome(&mut s, &welcome).unwrap();
+        let hello = handshake(&mut s);
         let mut frame = vec![0u8; hello.request_len as usize];
         let mut done = 0;
         while s.read_exact(&mut frame).is_ok() {

@@ -243,19 +243,21 @@ fn every_builtin_states_its_conditions_and_decidability() {
     }
 }
 
+/// The path plan of `text`'s `variant` in full mode, or the error its file would report.
+fn plan_of(text: &str, variant: usize) -> Result<crate::path::PathPlan, SpecError> {
+    let exp = Experiment::parse(text, "x.toml").unwrap();
+    let v = &exp.variants[variant];
+    let engine = crate::workload::by_name(&exp.workload).expect("known workload");
+    crate::workload::plan(engine, &exp.params_for(v, RunMode::Full))
+        .map(|_| crate::path::PathPlan::from_params(&exp.params_for(v, RunMode::Full)).unwrap())
+        .map_err(|p| exp.param_error(v, RunMode::Full, &p.key, &p.problem))
+}
+
 #[test]
 fn the_emulator_thread_layout_is_a_path_key_checked_with_its_file_and_line() {
     use tcptail_lab::emulator::Threads;
     let emulated =
         GOOD.replace("path = \"veth\"", "path = \"emulated\"\nrate = \"10mbit\"\nrtt = \"20ms\"");
-    let plan_of = |text: &str, variant: usize| {
-        let exp = Experiment::parse(text, "x.toml").unwrap();
-        let v = &exp.variants[variant];
-        let engine = crate::workload::by_name(&exp.workload).expect("known workload");
-        crate::workload::plan(engine, &exp.params_for(v, RunMode::Full))
-            .map(|_| crate::path::PathPlan::from_params(&exp.params_for(v, RunMode::Full)).unwrap())
-            .map_err(|p| exp.param_error(v, RunMode::Full, &p.key, &p.problem))
-    };
     assert_eq!(plan_of(&emulated, 0).unwrap().threads, Threads::Single, "the default");
     let split = emulated.replace("nodelay = true", "nodelay = true\nthreads = \"split\"");
     assert_eq!(plan_of(&split, 1).unwrap().threads, Threads::Split);
@@ -287,14 +289,6 @@ fn emulator_placement_is_a_path_key_checked_with_its_file_and_line() {
     use tcptail_lab::placement::{CpuChoice, PlacementRequest};
     let emulated =
         GOOD.replace("path = \"veth\"", "path = \"emulated\"\nrate = \"10mbit\"\nrtt = \"20ms\"");
-    let plan_of = |text: &str, variant: usize| {
-        let exp = Experiment::parse(text, "x.toml").unwrap();
-        let v = &exp.variants[variant];
-        let engine = crate::workload::by_name(&exp.workload).expect("known workload");
-        crate::workload::plan(engine, &exp.params_for(v, RunMode::Full))
-            .map(|_| crate::path::PathPlan::from_params(&exp.params_for(v, RunMode::Full)).unwrap())
-            .map_err(|p| exp.param_error(v, RunMode::Full, &p.key, &p.problem))
-    };
     assert!(plan_of(&emulated, 0).unwrap().placement.is_empty(), "the default: nothing placed");
     let with = |keys: &str| emulated.replace("nodelay = true", &format!("nodelay = true\n{keys}"));
     let pinned = with("emulator_cpu = \"last\"\nsteer = true\nendpoints_apart = true");
