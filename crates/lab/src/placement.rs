@@ -151,10 +151,7 @@ impl Placement {
         if self.endpoint_cpus.is_empty() {
             return Ok(ThreadConfinement { previous: None });
         }
-        let mut set = rustix::thread::CpuSet::new();
-        for &cpu in &self.endpoint_cpus {
-            set.set(cpu);
-        }
+        let set = tcptail_netns::sys::cpu_set(&self.endpoint_cpus);
         rustix::thread::sched_setaffinity(None, &set).map_err(std::io::Error::from)?;
         Ok(ThreadConfinement { previous: Some(previous) })
     }

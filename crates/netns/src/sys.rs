@@ -274,6 +274,15 @@ pub fn is_fifo() -> io::Result<bool> {
     Ok(policy == libc::SCHED_FIFO)
 }
 
+/// The affinity set of `cpus` (for `sched_setaffinity`).
+pub fn cpu_set(cpus: &[usize]) -> rustix::thread::CpuSet {
+    let mut set = rustix::thread::CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu);
+    }
+    set
+}
+
 /// Makes `cmd`'s child run only on `cpus` (`sched_setaffinity` between `fork` and `exec`,
 /// inherited by everything it starts). Whether the CPUs exist and are allowed is the caller's
 /// check; a set the kernel refuses fails the spawn with its error (`EINVAL`). An empty
@@ -284,10 +293,7 @@ pub fn run_on_cpus(cmd: &mut std::process::Command, cpus: &[usize]) {
         return;
     }
     // Built before the fork: the child must not allocate.
-    let mut set = rustix::thread::CpuSet::new();
-    for &cpu in cpus {
-        set.set(cpu);
-    }
+    let set = cpu_set(cpus);
     // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
     // calls are allowed: it makes one raw syscall (sched_setaffinity) through rustix on a set
     // built before the fork, takes no lock and allocates nothing on success.
