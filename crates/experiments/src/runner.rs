@@ -5,10 +5,10 @@
 //!
 //! Faithful rounds: a round counts only when its path and workload were what the experiment
 //! meant. A round whose emulator ran later than the experiment's `lateness_tolerance` (p99),
-//! during which the host's TCP memory was under pressure (`tcp_mem` is one for all
-//! namespaces: the kernel then holds every socket's buffers down, see
-//! [`tcptail_netns::tcp_memory`]), or whose workload failed, is excluded from the medians, intervals and verdict, and listed
-//! in the variant's `rounds` with the reason; the verdict rules see fewer rounds, so too few
+//! during which the host's TCP memory reached `tcp_mem`'s low level or pressure (`tcp_mem` is
+//! one for all namespaces: the kernel then keeps every socket's buffers from growing, see
+//! [`tcptail_netns::tcp_memory`]), or whose workload failed, is excluded from the medians,
+//! intervals and verdict, and listed in the variant's `rounds` with the reason; the verdict rules see fewer rounds, so too few
 //! faithful rounds make the verdict inconclusive rather than decided on what remains. So does
 //! a rule that misses only a percentile too few samples supported (a loaded machine completes
 //! fewer requests per round): that is a lack of data, not a host that cannot run the test.
@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tcptail_netns::tcp_memory::{Summary as TcpMemorySummary, Watch as TcpMemoryWatch};
+use tcptail_netns::tcp_memory::{
+    DEFAULT_INTERVAL as TCP_MEMORY_INTERVAL, Summary as TcpMemorySummary, Watch as TcpMemoryWatch,
+};
 use tcptail_report::{
     Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RoundRecord,
     RunInfo, Series, SeriesKind, VariantResult, Verdict,
@@ -707,11 +709,9 @@ fn excluded(round: usize, why: String) -> RoundRecord {
     }
 }
 
-/// How often the host's TCP memory is sampled during a round.
-const TCP_MEMORY_INTERVAL: Duration = tcptail_netns::tcp_memory::DEFAULT_INTERVAL;
-
 /// Why a completed round was not the one the experiment meant, if it was not: its path (see
-/// [`unfaithful_path`]) or the host's TCP memory under pressure while it ran. A round the
+/// [`unfaithful_path`]) or the host's TCP memory at `tcp_mem`'s low level or under pressure
+/// while it ran ([`TcpMemorySummary::pressure_reason`]). A round the
 /// memory watch could not follow says so in its notes.
 fn unfaithful_round(
     m: &mut Measurement,

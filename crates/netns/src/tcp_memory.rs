@@ -111,11 +111,12 @@ impl Summary {
     }
 }
 
-/// A running watch: samples until [`Watch::finish`] (or drop, which discards the result).
+/// A running watch: samples until [`Watch::finish`]. Dropped unfinished, its thread sees the
+/// stop channel close, takes one last sample and ends on its own.
 pub struct Watch {
     stop: mpsc::Sender<()>,
-    /// The sampling thread, or why it could not start; `None` once joined.
-    thread: Option<Result<JoinHandle<Summary>, String>>,
+    /// The sampling thread, or why it could not start.
+    thread: Result<JoinHandle<Summary>, String>,
 }
 
 impl Watch {
@@ -134,30 +135,20 @@ impl Watch {
             summary
         });
         let thread = thread.map_err(|e| format!("start the TCP memory watcher's thread: {e}"));
-        Watch { stop, thread: Some(thread) }
+        Watch { stop, thread }
     }
 
     /// Stops sampling and returns what was seen.
-    pub fn finish(mut self) -> Summary {
+    pub fn finish(self) -> Summary {
         let _ = self.stop.send(());
-        let error = match self.thread.take() {
-            Some(Ok(thread)) => match thread.join() {
+        let error = match self.thread {
+            Ok(thread) => match thread.join() {
                 Ok(summary) => return summary,
                 Err(_) => "the TCP memory watcher panicked".to_owned(),
             },
-            Some(Err(e)) => e,
-            None => "the TCP memory watch was already finished".to_owned(),
+            Err(e) => e,
         };
         Summary { error: Some(error), ..Summary::default() }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(Ok(thread)) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
