@@ -131,6 +131,16 @@ struct Entry {
 }
 
 impl Entry {
+    /// Marks the entry seen by poll `poll`, adding it to `seen` (the entries that poll has
+    /// seen so far) the first time: each entry is counted once per poll, which lets the sweep
+    /// skip its walk when every entry was seen.
+    fn mark_seen(&mut self, poll: u64, seen: &mut usize) {
+        if self.seen != poll {
+            self.seen = poll;
+            *seen += 1;
+        }
+    }
+
     fn closed(&self, values: Values, seen: CloseSeen, now: u64) -> ClosedRecord {
         ClosedRecord {
             id: self.id.clone(),
@@ -213,10 +223,7 @@ impl Table {
         let cookie = s.id.cookie;
         match self.entries.get_mut(&cookie) {
             Some(e) => {
-                if e.seen != poll {
-                    e.seen = poll;
-                    self.seen += 1;
-                }
+                e.mark_seen(poll, &mut self.seen);
                 e.missed = false;
                 e.max_rtt_us = e.max_rtt_us.max(rtt_us(s));
                 // Without destroy notifications, the close of the side that closed first is
@@ -281,10 +288,7 @@ impl Table {
         let Some(e) = self.entries.get_mut(&cookie) else {
             return false;
         };
-        if e.seen != self.poll {
-            e.seen = self.poll;
-            self.seen += 1;
-        }
+        e.mark_seen(self.poll, &mut self.seen);
         e.missed = false;
         true
     }
@@ -300,8 +304,7 @@ impl Table {
         for e in self.entries.values_mut() {
             if e.seen != poll && !e.missed && e.seen + 1 == poll {
                 e.missed = true;
-                e.seen = poll;
-                self.seen += 1;
+                e.mark_seen(poll, &mut self.seen);
             }
         }
     }
