@@ -46,7 +46,7 @@ use tcptail_emu::{
 };
 use tcptail_lab::emulator::{EmulatorOptions, EmulatorReport, Threads};
 use tcptail_lab::path::LabError;
-use tcptail_lab::placement::{CpuChoice, PlacementRequest};
+use tcptail_lab::placement::{CpuChoice, PlacementRequest, Spelling};
 pub use tcptail_lab::{LivePath, PathShape};
 use tcptail_report::Lateness;
 use tcptail_units::{Bdp, BitRate};
@@ -310,11 +310,7 @@ impl PathPlan {
         let placement = self.placement.resolve().map_err(|e| {
             RunError::failed(
                 "place the emulator",
-                format!(
-                    "{}: {}",
-                    e.option(),
-                    e.to_string().replace("--emulator-cpu", "emulator_cpu")
-                ),
+                format!("{}: {}", e.option().key(), e.spelled(Spelling::Key)),
             )
         })?;
         let options = EmulatorOptions {
@@ -351,26 +347,18 @@ fn placement(params: &Params, kind: &PathShape) -> Result<PlacementRequest, Para
         steer: params.bool("steer")?.unwrap_or(false),
         endpoints_apart: params.bool("endpoints_apart")?.unwrap_or(false),
     };
-    let first_set = if request.emulator_cpu.is_some() {
-        "emulator_cpu"
-    } else if request.steer {
-        "steer"
-    } else {
-        "endpoints_apart"
+    let Some(first_set) = request.first_asked() else {
+        return Ok(request);
     };
-    if !request.is_empty() && !matches!(kind, PathShape::Emulated(_)) {
+    if !matches!(kind, PathShape::Emulated(_)) {
         return Err(ParamError::new(
-            first_set,
+            first_set.key(),
             "places the built-in emulator's threads: it needs path = \"emulated\"",
         ));
     }
-    if request.emulator_cpu.is_none() && !request.is_empty() {
-        return Err(ParamError::new(
-            first_set,
-            "needs emulator_cpu = N or \"last\": it moves work to the CPUs other than the \
-             emulator's",
-        ));
-    }
+    request
+        .check()
+        .map_err(|e| ParamError::new(e.option().key(), e.spelled(Spelling::Key).to_string()))?;
     Ok(request)
 }
 

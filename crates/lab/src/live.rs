@@ -118,7 +118,7 @@ impl LivePathBuilder {
         tcptail_netns::ensure_root()?;
         if self.placement.is_some() && !matches!(self.shape, PathShape::Emulated(_)) {
             return Err(LabError::flag(
-                "--emulator-cpu",
+                crate::placement::PlacementOption::EmulatorCpu.flag(),
                 "only the built-in emulator has threads to place",
             ));
         }

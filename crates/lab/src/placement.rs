@@ -64,20 +64,62 @@ pub struct PlacementRequest {
     pub endpoints_apart: bool,
 }
 
-/// Why a [`PlacementRequest`] cannot be met on this machine. The texts name the option as
-/// `lab path` spells it; front ends with other names (experiment keys) map [`Self::option`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// One of the placement options, whatever a front end calls it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementOption {
+    /// [`PlacementRequest::emulator_cpu`].
+    EmulatorCpu,
+    /// [`PlacementRequest::steer`].
+    Steer,
+    /// [`PlacementRequest::endpoints_apart`].
+    EndpointsApart,
+}
+
+/// How a front end names the placement options: `tcptail lab path`'s flags, or experiment
+/// files' keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spelling {
+    /// `--emulator-cpu`, `--steer`, `--endpoints-apart`.
+    Flag,
+    /// `emulator_cpu`, `steer`, `endpoints_apart`.
+    Key,
+}
+
+impl PlacementOption {
+    /// The option as `lab path` spells it: `--emulator-cpu`, `--steer`, `--endpoints-apart`.
+    pub fn flag(self) -> &'static str {
+        self.spelled(Spelling::Flag)
+    }
+
+    /// The option as experiment files spell it: `emulator_cpu`, `steer`, `endpoints_apart`.
+    pub fn key(self) -> &'static str {
+        self.spelled(Spelling::Key)
+    }
+
+    /// The option as `spelling` spells it.
+    pub fn spelled(self, spelling: Spelling) -> &'static str {
+        match (self, spelling) {
+            (PlacementOption::EmulatorCpu, Spelling::Flag) => "--emulator-cpu",
+            (PlacementOption::EmulatorCpu, Spelling::Key) => "emulator_cpu",
+            (PlacementOption::Steer, Spelling::Flag) => "--steer",
+            (PlacementOption::Steer, Spelling::Key) => "steer",
+            (PlacementOption::EndpointsApart, Spelling::Flag) => "--endpoints-apart",
+            (PlacementOption::EndpointsApart, Spelling::Key) => "endpoints_apart",
+        }
+    }
+}
+
+/// Why a [`PlacementRequest`] cannot be met on this machine. It names the option at fault
+/// ([`Self::option`]); its text names options as `lab path` spells them, and
+/// [`Self::spelled`] as another front end does (experiment keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlacementError {
     /// `--steer` or `--endpoints-apart` without an emulator CPU to keep things apart from.
-    #[error("needs --emulator-cpu N|last: it moves work to the CPUs other than the emulator's")]
     NeedsEmulatorCpu {
-        /// `steer` or `endpoints_apart`.
-        option: &'static str,
+        /// [`PlacementOption::Steer`] or [`PlacementOption::EndpointsApart`].
+        option: PlacementOption,
     },
     /// The CPU does not exist, is offline, or is outside this process's allowed set.
-    #[error(
-        "CPU {cpu} is not usable here: {why}; usable CPUs: {usable} (pick one of them, or last)"
-    )]
     Unusable {
         /// The CPU asked for.
         cpu: usize,
@@ -87,25 +129,66 @@ pub enum PlacementError {
         usable: String,
     },
     /// One usable CPU: pinning the emulator would leave none for the endpoints.
-    #[error(
-        "this machine has one usable CPU ({usable}): pinning the emulator would leave no CPU \
-         for the endpoints and the receive processing; drop --emulator-cpu"
-    )]
     OneCpu {
         /// The usable CPU.
         usable: String,
     },
     /// The machine's CPUs could not be read.
-    #[error("reading this machine's CPUs: {0}")]
     Read(String),
 }
 
 impl PlacementError {
-    /// The option at fault: `emulator_cpu`, `steer` or `endpoints_apart`.
-    pub fn option(&self) -> &'static str {
+    /// The option at fault: the emulator's CPU, or the option that needs one.
+    pub fn option(&self) -> PlacementOption {
         match self {
-            PlacementError::NeedsEmulatorCpu { option } => option,
-            _ => "emulator_cpu",
+            PlacementError::NeedsEmulatorCpu { option } => *option,
+            _ => PlacementOption::EmulatorCpu,
+        }
+    }
+
+    /// The problem in words, naming options as `spelling` does (`Display` is
+    /// [`Spelling::Flag`]'s).
+    pub fn spelled(&self, spelling: Spelling) -> impl fmt::Display + '_ {
+        SpelledError { error: self, spelling }
+    }
+}
+
+impl fmt::Display for PlacementError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.spelled(Spelling::Flag).fmt(f)
+    }
+}
+
+impl std::error::Error for PlacementError {}
+
+/// [`PlacementError::spelled`].
+struct SpelledError<'a> {
+    error: &'a PlacementError,
+    spelling: Spelling,
+}
+
+impl fmt::Display for SpelledError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let emulator_cpu = PlacementOption::EmulatorCpu.spelled(self.spelling);
+        match self.error {
+            PlacementError::NeedsEmulatorCpu { .. } => {
+                let asked = match self.spelling {
+                    Spelling::Flag => "--emulator-cpu N|last",
+                    Spelling::Key => "emulator_cpu = N or \"last\"",
+                };
+                write!(f, "needs {asked}: it moves work to the CPUs other than the emulator's")
+            }
+            PlacementError::Unusable { cpu, why, usable } => write!(
+                f,
+                "CPU {cpu} is not usable here: {why}; usable CPUs: {usable} (pick one of them, or \
+                 last)"
+            ),
+            PlacementError::OneCpu { usable } => write!(
+                f,
+                "this machine has one usable CPU ({usable}): pinning the emulator would leave no \
+                 CPU for the endpoints and the receive processing; drop {emulator_cpu}"
+            ),
+            PlacementError::Read(e) => write!(f, "reading this machine's CPUs: {e}"),
         }
     }
 }
@@ -180,6 +263,31 @@ impl PlacementRequest {
         *self == PlacementRequest::default()
     }
 
+    /// The first option asked for, in the order `emulator_cpu`, `steer`, `endpoints_apart`
+    /// (the one an error about the whole request names); `None` when nothing was asked.
+    pub fn first_asked(&self) -> Option<PlacementOption> {
+        if self.emulator_cpu.is_some() {
+            Some(PlacementOption::EmulatorCpu)
+        } else if self.steer {
+            Some(PlacementOption::Steer)
+        } else if self.endpoints_apart {
+            Some(PlacementOption::EndpointsApart)
+        } else {
+            None
+        }
+    }
+
+    /// Checks what the options need of each other (steering and keeping the endpoints apart
+    /// need an emulator CPU), without reading the machine.
+    pub fn check(&self) -> Result<(), PlacementError> {
+        match self.first_asked() {
+            Some(option) if self.emulator_cpu.is_none() => {
+                Err(PlacementError::NeedsEmulatorCpu { option })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Checks the request against the CPUs usable here (online and in this process's CPU
     /// set) and names them; `None` when nothing was asked.
     pub fn resolve(&self) -> Result<Option<Placement>, PlacementError> {
@@ -214,12 +322,9 @@ impl PlacementRequest {
         allowed: &[usize],
         possible: Option<&[usize]>,
     ) -> Result<Option<Placement>, PlacementError> {
+        self.check()?;
         let Some(choice) = self.emulator_cpu else {
-            if self.is_empty() {
-                return Ok(None);
-            }
-            let option = if self.steer { "steer" } else { "endpoints_apart" };
-            return Err(PlacementError::NeedsEmulatorCpu { option });
+            return Ok(None);
         };
         let usable: Vec<usize> = online.iter().copied().filter(|c| allowed.contains(c)).collect();
         if usable.len() < 2 {
@@ -330,10 +435,10 @@ mod tests {
     fn refusals_name_the_problem() {
         let two = [0, 1];
         let e = req(None, true, false).resolve_on(&two, &two, None).unwrap_err();
-        assert_eq!(e.option(), "steer");
+        assert_eq!(e.option().key(), "steer");
         assert!(e.to_string().contains("--emulator-cpu"), "{e}");
         let e = req(None, false, true).resolve_on(&two, &two, None).unwrap_err();
-        assert_eq!(e.option(), "endpoints_apart");
+        assert_eq!(e.option().key(), "endpoints_apart");
         let at = |cpu| req(Some(CpuChoice::Index(cpu)), true, false);
         let e = at(7).resolve_on(&two, &two, Some(&two)).unwrap_err().to_string();
         assert!(e.contains("CPU 7") && e.contains("no such CPU") && e.contains("0-1"), "{e}");
@@ -346,6 +451,33 @@ mod tests {
         assert!(e.to_string().contains("one usable CPU (0)"), "{e}");
         let e = req(Some(CpuChoice::Last), false, false).resolve_on(&[0, 1], &[1], None);
         assert!(matches!(e, Err(PlacementError::OneCpu { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn refusals_name_the_option_as_each_front_end_spells_it() {
+        let two = [0, 1];
+        let e = req(None, false, true).resolve_on(&two, &two, None).unwrap_err();
+        assert_eq!(e.option(), PlacementOption::EndpointsApart);
+        assert_eq!((e.option().flag(), e.option().key()), ("--endpoints-apart", "endpoints_apart"));
+        assert_eq!(
+            e.to_string(),
+            "needs --emulator-cpu N|last: it moves work to the CPUs other than the emulator's"
+        );
+        assert_eq!(
+            e.spelled(Spelling::Key).to_string(),
+            "needs emulator_cpu = N or \"last\": it moves work to the CPUs other than the \
+             emulator's"
+        );
+        let e = req(Some(CpuChoice::Index(0)), false, false).resolve_on(&[0], &[0], None);
+        let e = e.unwrap_err();
+        assert_eq!(e.option(), PlacementOption::EmulatorCpu);
+        assert!(e.to_string().ends_with("; drop --emulator-cpu"), "{e}");
+        let keyed = e.spelled(Spelling::Key).to_string();
+        assert!(keyed.ends_with("; drop emulator_cpu"), "{keyed}");
+        assert_eq!(keyed.replace("emulator_cpu", "--emulator-cpu"), e.to_string());
+        assert_eq!(req(None, false, false).first_asked(), None);
+        assert_eq!(req(None, true, true).first_asked(), Some(PlacementOption::Steer));
+        assert!(req(Some(CpuChoice::Last), true, true).check().is_ok());
     }
 
     #[test]

@@ -167,24 +167,12 @@ impl PathFlags {
 
     /// Checks the placement against this machine's CPUs (reads them, changes nothing).
     fn check_placement(&self) -> Result<Option<crate::placement::Placement>, LabError> {
-        if self.placement.is_empty() {
+        let Some(first) = self.placement.first_asked() else {
             return Ok(None);
-        }
-        let flag_of = |option: &str| match option {
-            "steer" => "--steer",
-            "endpoints_apart" => "--endpoints-apart",
-            _ => "--emulator-cpu",
         };
         if self.emulator != EmulatorKind::Builtin {
-            let option = if self.placement.emulator_cpu.is_some() {
-                "emulator_cpu"
-            } else if self.placement.steer {
-                "steer"
-            } else {
-                "endpoints_apart"
-            };
             return Err(LabError::flag(
-                flag_of(option),
+                first.flag(),
                 format!(
                     "only the built-in emulator has threads to place; drop it or use \
                      --emulator builtin (not {})",
@@ -192,7 +180,7 @@ impl PathFlags {
                 ),
             ));
         }
-        self.placement.resolve().map_err(|e| LabError::flag(flag_of(e.option()), e.to_string()))
+        self.placement.resolve().map_err(|e| LabError::flag(e.option().flag(), e.to_string()))
     }
 
     fn check_server(&self) -> Result<Option<ServerSpec>, LabError> {
