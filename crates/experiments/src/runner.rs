@@ -21,14 +21,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tcptail_netns::tcp_memory::{
     DEFAULT_INTERVAL as TCP_MEMORY_INTERVAL, Summary as TcpMemorySummary, Watch as TcpMemoryWatch,
 };
 use tcptail_report::{
-    Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, Results, RoundRecord,
-    RunInfo, Series, SeriesKind, VariantResult, Verdict,
+    Environment, ExperimentResult, LATENESS_METRIC, Lateness, Metric, PathEventRecord, Results,
+    RoundRecord, RunInfo, Series, SeriesKind, VariantResult, Verdict,
 };
 
 use crate::round::{Measurement, RoundContext, RunError};
@@ -339,38 +340,21 @@ fn run_experiment(
                 observer.step_finished(&variant.spec.name, round, None);
                 continue;
             }
-            let scratch = options
-                .out
-                .join("rounds")
-                .join(&experiment.name)
-                .join(format!("{}-r{round}", variant.spec.name));
-            observer.step_started(&variant.spec.name, round, prepared.rounds);
-            let path_events = std::sync::Mutex::default();
-            let placement = std::sync::Mutex::default();
-            let memory = TcpMemoryWatch::start(options.tcp_memory, TCP_MEMORY_INTERVAL);
-            let outcome = std::fs::create_dir_all(&scratch)
-                .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
-                .and_then(|()| {
-                    let ctx = RoundContext {
-                        round,
-                        seed: round_seed(options.seed, &experiment.name, &variant.spec.name, round),
-                        scratch: &scratch,
-                        stop_requested,
-                        progress: &|f| observer.step_progress(f),
-                        path_events: &path_events,
-                        placement: &placement,
-                    };
-                    run_isolated(variant.plan.as_ref(), &ctx)
-                })
-                .and_then(|m| declared_metrics_present(variant.plan.as_ref(), m));
-            let memory = memory.finish();
-            // An empty scratch directory says nothing; keep only those an engine wrote into.
-            let _ = std::fs::remove_dir(&scratch);
-            observer.step_finished(&variant.spec.name, round, outcome.as_ref().err());
+            let plan = variant.plan.as_ref();
+            let step = Step { name: &variant.spec.name, dir: &variant.spec.name, round };
+            let (outcome, observed) = run_step(
+                prepared,
+                &step,
+                options,
+                observer,
+                stop_requested,
+                |ctx| plan.run(ctx),
+                |m| declared_metrics_present(plan, m),
+            );
             let r = &mut rounds[index];
             let recorded = r.records.len();
             match outcome {
-                Ok(mut m) => match unfaithful_round(&mut m, experiment, &memory) {
+                Ok(mut m) => match observed.unfaithful_round(&mut m, experiment) {
                     None => {
                         r.records.push(faithful(round));
                         r.measurements.push(m);
@@ -391,8 +375,7 @@ fn run_experiment(
                 }
             }
             if let Some(record) = r.records.get_mut(recorded) {
-                record.path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
-                record.placement = placement.into_inner().unwrap_or_else(|p| p.into_inner());
+                observed.annotate(record);
             }
         }
         completed_rounds = round + 1;
@@ -543,47 +526,29 @@ fn run_joint_round(
     observer: &dyn Observer,
     stop_requested: &(dyn Fn() -> bool + Sync),
 ) -> bool {
-    let experiment = &prepared.experiment;
-    let scratch = options.out.join("rounds").join(&experiment.name).join(format!("joint-r{round}"));
-    observer.step_started(JOINT_STEP, round, prepared.rounds);
-    let path_events = std::sync::Mutex::default();
-    let placement = std::sync::Mutex::default();
-    let memory = TcpMemoryWatch::start(options.tcp_memory, TCP_MEMORY_INTERVAL);
-    let outcome = std::fs::create_dir_all(&scratch)
-        .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
-        .and_then(|()| {
-            let ctx = RoundContext {
-                round,
-                seed: round_seed(options.seed, &experiment.name, JOINT_STEP, round),
-                scratch: &scratch,
-                stop_requested,
-                progress: &|f| observer.step_progress(f),
-                path_events: &path_events,
-                placement: &placement,
-            };
-            isolated(|| joint.run(&ctx))
-        })
-        .and_then(|per_variant| {
-            if per_variant.len() == prepared.variants.len()
-                && per_variant.iter().all(|m| !m.is_empty())
-            {
+    let step = Step { name: JOINT_STEP, dir: "joint", round };
+    let variants = prepared.variants.len();
+    let (outcome, observed) = run_step(
+        prepared,
+        &step,
+        options,
+        observer,
+        stop_requested,
+        |ctx| joint.run(ctx),
+        |per_variant: Vec<Vec<Measurement>>| {
+            if per_variant.len() == variants && per_variant.iter().all(|m| !m.is_empty()) {
                 Ok(per_variant)
             } else {
                 Err(RunError::failed("the joint round", "returned no measurement for some variant"))
             }
-        });
-    let memory = memory.finish();
-    let _ = std::fs::remove_dir(&scratch);
-    observer.step_finished(JOINT_STEP, round, outcome.as_ref().err());
-    let path_events = path_events.into_inner().unwrap_or_else(|p| p.into_inner());
-    let placement: Option<String> = placement.into_inner().unwrap_or_else(|p| p.into_inner());
+        },
+    );
     let before: Vec<usize> = rounds.iter().map(|r| r.records.len()).collect();
-    let interrupted = file_joint_round(prepared, round, rounds, outcome, &memory);
+    let interrupted = file_joint_round(prepared, round, rounds, outcome, &observed);
     // Every variant ran on the one path: each round record lists its events.
     for (r, n) in rounds.iter_mut().zip(before) {
         if let Some(record) = r.records.get_mut(n) {
-            record.path_events = path_events.clone();
-            record.placement = placement.clone();
+            observed.annotate(record);
         }
     }
     interrupted
@@ -595,7 +560,7 @@ fn file_joint_round(
     round: usize,
     rounds: &mut [Rounds],
     outcome: Result<Vec<Vec<Measurement>>, RunError>,
-    memory: &TcpMemorySummary,
+    observed: &Observed,
 ) -> bool {
     let experiment = &prepared.experiment;
     match outcome {
@@ -607,7 +572,7 @@ fn file_joint_round(
                 for (i, mut m) in replicas.into_iter().enumerate() {
                     // One path carried them all: its lateness is checked on every replica but
                     // kept once per variant (the variant's column) and counted as one path.
-                    let checked = unfaithful_round(&mut m, experiment, memory);
+                    let checked = observed.unfaithful_round(&mut m, experiment);
                     if i > 0 {
                         m.lateness = None;
                     } else if let (true, Some(l)) = (v > 0, m.lateness.as_mut()) {
@@ -709,29 +674,6 @@ fn excluded(round: usize, why: String) -> RoundRecord {
     }
 }
 
-/// Why a completed round was not the one the experiment meant, if it was not: its path (see
-/// [`unfaithful_path`]) or the host's TCP memory at `tcp_mem`'s low level or under pressure
-/// while it ran ([`TcpMemorySummary::pressure_reason`]). A round the
-/// memory watch could not follow says so in its notes.
-fn unfaithful_round(
-    m: &mut Measurement,
-    experiment: &Experiment,
-    memory: &TcpMemorySummary,
-) -> Option<String> {
-    if let Some(e) = &memory.error {
-        let note = format!("the host's TCP memory pressure was not watched: {e}");
-        if !m.notes.contains(&note) {
-            m.notes.push(note);
-        }
-    }
-    let reasons: Vec<String> =
-        [unfaithful_path(m, experiment.lateness_tolerance), memory.pressure_reason()]
-            .into_iter()
-            .flatten()
-            .collect();
-    (!reasons.is_empty()).then(|| reasons.join("; "))
-}
-
 /// Why a completed round's path was not the one the experiment meant, if it was not: the
 /// emulator released packets later than the experiment tolerates (p99).
 fn unfaithful_path(m: &Measurement, tolerance: std::time::Duration) -> Option<String> {
@@ -761,14 +703,141 @@ fn declared_metrics_present(
     if missing.is_empty() { Ok(m) } else { Err(RunError::MissingMetrics(missing)) }
 }
 
-/// Runs one variant-round on a thread of its own: engines pin the calling thread to CPUs and
-/// change its scheduling, and none of that may leak into the next variant's round. A panic
-/// becomes that round's error instead of ending the run.
-fn run_isolated(plan: &dyn VariantPlan, ctx: &RoundContext<'_>) -> Result<Measurement, RunError> {
-    isolated(|| plan.run(ctx))
+/// One step of a run: a variant's round, or a joint round (every variant at once).
+struct Step<'a> {
+    /// What progress lines call it, and what its seed derives from: the variant's name, or
+    /// [`JOINT_STEP`].
+    name: &'a str,
+    /// Its scratch directory's name, before `-r{round}`.
+    dir: &'a str,
+    /// 0-based round number.
+    round: usize,
 }
 
-/// Runs `round` on a thread of its own (see [`run_isolated`]).
+/// Runs one step with its observers and its scratch directory: reports its start, starts the
+/// observers ([`RoundObservers`]), creates the scratch directory, runs `run` on a thread of
+/// its own ([`isolated`]) and `accept` on its result, finishes the observers, removes the
+/// scratch directory if nothing was written into it, and reports its end. Filing the
+/// outcome is the caller's.
+fn run_step<T: Send>(
+    prepared: &Prepared,
+    step: &Step<'_>,
+    options: &RunOptions,
+    observer: &dyn Observer,
+    stop_requested: &(dyn Fn() -> bool + Sync),
+    run: impl FnOnce(&RoundContext<'_>) -> Result<T, RunError> + Send,
+    accept: impl FnOnce(T) -> Result<T, RunError>,
+) -> (Result<T, RunError>, Observed) {
+    let (experiment, round) = (&prepared.experiment.name, step.round);
+    let scratch =
+        options.out.join("rounds").join(experiment).join(format!("{}-r{round}", step.dir));
+    observer.step_started(step.name, round, prepared.rounds);
+    let observers = RoundObservers::start(options);
+    let progress = |f: f64| observer.step_progress(f);
+    let outcome = std::fs::create_dir_all(&scratch)
+        .map_err(|e| RunError::io(format!("create {}", scratch.display()), e))
+        .and_then(|()| {
+            let seed = round_seed(options.seed, experiment, step.name, round);
+            let ctx = observers.context(round, seed, &scratch, stop_requested, &progress);
+            isolated(|| run(&ctx))
+        })
+        .and_then(accept);
+    let observed = observers.finish();
+    // An empty scratch directory says nothing; keep only those an engine wrote into.
+    let _ = std::fs::remove_dir(&scratch);
+    observer.step_finished(step.name, round, outcome.as_ref().err());
+    (outcome, observed)
+}
+
+/// What the runner watches through every round besides its workload, started before the
+/// round's path is built and finished after it is removed: the path events and placement the
+/// round's path records through its [`RoundContext`], and the host's TCP memory
+/// ([`tcptail_netns::tcp_memory`]), sampled throughout. A new per-round observer goes here
+/// (and into [`Observed`]), once for variant and joint rounds alike.
+struct RoundObservers {
+    path_events: Mutex<Vec<PathEventRecord>>,
+    placement: Mutex<Option<String>>,
+    memory: TcpMemoryWatch,
+}
+
+impl RoundObservers {
+    /// Starts watching (the TCP memory watch takes its first sample now).
+    fn start(options: &RunOptions) -> RoundObservers {
+        RoundObservers {
+            path_events: Mutex::default(),
+            placement: Mutex::default(),
+            memory: TcpMemoryWatch::start(options.tcp_memory, TCP_MEMORY_INTERVAL),
+        }
+    }
+
+    /// The round's view of the run, with these observers in it.
+    fn context<'a>(
+        &'a self,
+        round: usize,
+        seed: u64,
+        scratch: &'a Path,
+        stop_requested: &'a (dyn Fn() -> bool + Sync),
+        progress: &'a (dyn Fn(f64) + Sync),
+    ) -> RoundContext<'a> {
+        RoundContext {
+            round,
+            seed,
+            scratch,
+            stop_requested,
+            progress,
+            path_events: &self.path_events,
+            placement: &self.placement,
+        }
+    }
+
+    /// Stops watching and returns what was seen.
+    fn finish(self) -> Observed {
+        Observed {
+            path_events: self.path_events.into_inner().unwrap_or_else(|p| p.into_inner()),
+            placement: self.placement.into_inner().unwrap_or_else(|p| p.into_inner()),
+            memory: self.memory.finish(),
+        }
+    }
+}
+
+/// What a round's [`RoundObservers`] saw.
+struct Observed {
+    path_events: Vec<PathEventRecord>,
+    placement: Option<String>,
+    memory: TcpMemorySummary,
+}
+
+impl Observed {
+    /// Why a completed round was not the one the experiment meant, if it was not: its path
+    /// (see [`unfaithful_path`]) or the host's TCP memory at `tcp_mem`'s low level or under
+    /// pressure while it ran ([`TcpMemorySummary::pressure_reason`]). A round the memory watch
+    /// could not follow says so in its notes.
+    fn unfaithful_round(&self, m: &mut Measurement, experiment: &Experiment) -> Option<String> {
+        if let Some(e) = &self.memory.error {
+            let note = format!("the host's TCP memory pressure was not watched: {e}");
+            if !m.notes.contains(&note) {
+                m.notes.push(note);
+            }
+        }
+        let reasons: Vec<String> =
+            [unfaithful_path(m, experiment.lateness_tolerance), self.memory.pressure_reason()]
+                .into_iter()
+                .flatten()
+                .collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
+    /// Writes what the round's path recorded (its path events, its placement) into a record of
+    /// the round.
+    fn annotate(&self, record: &mut RoundRecord) {
+        record.path_events = self.path_events.clone();
+        record.placement = self.placement.clone();
+    }
+}
+
+/// Runs `round` on a thread of its own: engines pin the calling thread to CPUs and change its
+/// scheduling, and none of that may leak into the next variant's round. A panic becomes that
+/// round's error instead of ending the run.
 fn isolated<T: Send>(round: impl FnOnce() -> Result<T, RunError> + Send) -> Result<T, RunError> {
     std::thread::scope(|scope| {
         let round = std::thread::Builder::new()
