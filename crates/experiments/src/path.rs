@@ -260,28 +260,15 @@ impl PathPlan {
 
     /// One round on this path: unless a stop was asked for, builds the path, runs `measure`
     /// on it, and removes it whatever `measure` returned, giving back the result with the
-    /// emulator's lateness (for emulated paths).
+    /// emulator's lateness (for emulated paths). When the path's events took effect goes to
+    /// the round's record ([`RoundContext::path_events`]).
     pub fn round<T>(
         &self,
         ctx: &RoundContext<'_>,
         measure: impl FnOnce(&LivePath) -> Result<T, RunError>,
     ) -> Result<(T, Option<Lateness>), RunError> {
-        if (ctx.stop_requested)() {
-            return Err(RunError::Interrupted);
-        }
-        let live = self.build(ctx.seed)?;
-        let outcome = placed(&live, ctx).and_then(|_confined| measure(&live));
-        let stopped = live.stop();
-        if let Some(report) = &stopped.emulator {
-            pinning_outcome(report, ctx);
-        }
-        if let Some(report) = &stopped.emulator
-            && !self.events.is_empty()
-        {
-            let mut log = ctx.path_events.lock().unwrap_or_else(|p| p.into_inner());
-            log.extend(report.applied_events(&self.events));
-        }
-        Ok((outcome?, stopped.emulator.as_ref().map(lateness)))
+        let (measured, lateness, _) = self.round_with_report(ctx, measure)?;
+        Ok((measured, lateness))
     }
 
     /// Like [`PathPlan::round`], also giving back the emulator's whole self-measurement (its
@@ -300,6 +287,10 @@ impl PathPlan {
         let report = live.stop().emulator;
         if let Some(report) = &report {
             pinning_outcome(report, ctx);
+            if !self.events.is_empty() {
+                let mut log = ctx.path_events.lock().unwrap_or_else(|p| p.into_inner());
+                log.extend(report.applied_events(&self.events));
+            }
         }
         Ok((outcome?, report.as_ref().map(lateness), report))
     }
