@@ -645,8 +645,8 @@ impl Recorder {
             self.table.sweep(&mut self.writer.records);
         } else {
             // The dump may have missed sockets: keep them all as seen.
-            let poll = self.table.poll;
-            self.table.entries.values_mut().for_each(|e| e.seen = poll);
+            let t = &mut self.table;
+            t.entries.values_mut().for_each(|e| e.mark_seen(t.poll, &mut t.seen));
             self.table.stats.interrupted += 1;
         }
         let due =
@@ -737,3 +737,6 @@ impl Recorder {
         Ok(stats)
     }
 }
+
+#[cfg(test)]
+mod tests;
