@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Serialize;
+use tcptail_sock::tcp_info::TcpState;
 
 use crate::dump::DiagError;
 use crate::record::{Identity, Values};
@@ -289,7 +290,7 @@ impl CloseWatcher {
             let known = &mut self.known;
             self.dumper.dump(&self.req, |s| {
                 // Listeners and TIME_WAIT mini-sockets are not connections to time.
-                if s.id.dport == 0 || s.state == 6 {
+                if s.id.dport == 0 || TcpState::from_raw(s.state) == TcpState::TimeWait {
                     return;
                 }
                 let k = known.entry(s.id.cookie).or_insert(Known {

@@ -55,6 +55,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tcptail_diag::{DumpRequest, Dumper, wire};
 use tcptail_netns::addr::CLIENT_ADDR;
 use tcptail_report::Series;
+use tcptail_sock::tcp_info::TcpState;
 
 use crate::params::{ParamError, Params};
 use crate::path::{LivePath, PathPlan};
@@ -70,8 +71,6 @@ const MESSAGE: usize = 64;
 const RECOVERY_STEP: Duration = Duration::from_millis(50);
 /// Linux's TIME_WAIT length (`TCP_TIMEWAIT_LEN`, fixed at compile time).
 pub const TIME_WAIT_S: f64 = 60.0;
-/// `TCP_TIME_WAIT` in the kernel's state numbering.
-const TCP_TIME_WAIT: u8 = 6;
 /// How long a session's `connect` may take: TCP's initial SYN timeout, so a storm attempt
 /// whose SYN is lost fails (`ETIMEDOUT`) rather than waiting out the retransmissions.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -666,7 +665,7 @@ fn sample_until(
                 if (ports.0..=ports.1).contains(&s.id.sport) {
                     sample.in_range += 1;
                 }
-                if s.state == TCP_TIME_WAIT {
+                if TcpState::from_raw(s.state) == TcpState::TimeWait {
                     sample.time_wait += 1;
                     tw_left.push(f64::from(s.expires_ms) / 1e3);
                 }
