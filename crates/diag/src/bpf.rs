@@ -37,6 +37,7 @@ pub mod program;
 pub mod record;
 pub mod select;
 pub mod tracked;
+pub mod witness;
 
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;

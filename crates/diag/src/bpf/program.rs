@@ -35,7 +35,7 @@ const HELPER_GET_SOCKET_COOKIE: i32 = 46;
 const HELPER_KTIME_GET_NS: i32 = 5;
 const HELPER_JIFFIES64: i32 = 118;
 const HELPER_SEQ_WRITE: i32 = 127;
-const HELPER_SKC_TO_TCP_SOCK: i32 = 137;
+pub(super) const HELPER_SKC_TO_TCP_SOCK: i32 = 137;
 const HELPER_SKC_TO_TCP_TIMEWAIT_SOCK: i32 = 138;
 const TCP_TIME_WAIT: i32 = 6;
 
@@ -91,13 +91,16 @@ impl Layout {
         a.mov(R6, R1);
         match target {
             Target::Tcp => a.load(Size::DW, R7, R6, 8), // ctx->sk_common
-            Target::Tracked(_) => {
+            Target::Tracked(t) => {
                 if sel.brief || sel.filter.is_some() {
                     return None;
                 }
                 a.load(Size::DW, R2, R6, 24); // ctx->value
                 a.jump_if(Cond::Eq, R2, 0, out);
-                a.load(Size::DW, R7, R6, 16) // ctx->sk
+                a.load(Size::DW, R7, R6, 16); // ctx->sk
+                a.jump_if(Cond::Eq, R7, 0, out);
+                // Most sockets end here: their witness did not move.
+                self.witness.emit_start(&mut a, self.record_len, sel.attrs, t.all, out)?;
             }
         }
         a.jump_if(Cond::Eq, R7, 0, out);
@@ -273,7 +276,7 @@ impl Layout {
         emit_no_ca(&mut a, rec, no_ca, header::CA_NAME, write);
         match target {
             Target::Tcp => emit_seq_write(&mut a, rec, self.record_len),
-            Target::Tracked(t) => self.emit_tracked_write(&mut a, rec, t.all, out)?,
+            Target::Tracked(t) => self.emit_tracked_write(&mut a, rec, sel, t.all, out)?,
         }
         if brief_filter.is_some() {
             a.jump(out);
@@ -332,18 +335,28 @@ impl Layout {
         emit_seq_write(a, rec, self.brief_len);
     }
 
-    /// The tracked poll's end ([`Target::Tracked`]): the record on the stack at `rec` is
+    /// The tracked poll's end ([`Target::Tracked`]): the witness's rebuild flag is updated
+    /// ([`super::witness::Witness::emit_end`]), then the record on the stack at `rec` is
     /// compared word by word with the socket's stored copy (`ctx->value`), leaving out the
     /// two clock words. Unless `all`, a socket whose words all match and whose values do not
     /// grow with the clock (no chrono running: busy, rwnd- and sndbuf-limited times; no RTO
     /// episode timed) gets a 32-byte [`super::tracked::ALIVE`] record; otherwise the record
     /// is stored and written whole. The stored copy only grows stale by the clock words, so a
     /// field that changed is always written.
-    fn emit_tracked_write(&self, a: &mut Asm, rec: i32, all: bool, out: Label) -> Option<()> {
+    fn emit_tracked_write(
+        &self,
+        a: &mut Asm,
+        rec: i32,
+        sel: &Selection,
+        all: bool,
+        out: Label,
+    ) -> Option<()> {
         let at = |off: usize| (rec + off as i32) as i16;
         let changed = a.label();
         a.load(Size::DW, R9, R6, 24); // ctx->value
         a.jump_if(Cond::Eq, R9, 0, out);
+        let clock_running = |a: &mut Asm, to: Label| self.emit_clock_running(a, rec, to);
+        self.witness.emit_end(a, self.record_len, sel.attrs, clock_running)?;
         let clocks = [header::JIFFIES, header::KTIME_NS];
         if !all {
             for w in (0..self.record_len).step_by(8).filter(|w| !clocks.contains(w)) {
@@ -351,16 +364,7 @@ impl Layout {
                 a.load(Size::DW, R3, R9, w as i16);
                 a.jump_if_reg(Cond::Ne, R2, R3, changed);
             }
-            for slot in [K::ChronoType, K::RtoStamp].into_iter().filter_map(|k| self.slot(k)) {
-                a.load(Size::of(slot.size.into())?, R2, R10, at(usize::from(slot.offset)));
-                if slot.shift > 0 {
-                    a.rsh_imm(R2, i32::from(slot.shift));
-                }
-                if slot.bits > 0 && slot.bits < 31 {
-                    a.and_imm(R2, (1 << slot.bits) - 1);
-                }
-                a.jump_if(Cond::Ne, R2, 0, changed);
-            }
+            self.emit_clock_running(a, rec, changed)?;
             a.store_imm(Size::B, R10, at(header::KIND), i32::from(super::tracked::ALIVE));
             emit_seq_write(a, rec, super::tracked::ALIVE_LEN);
             a.jump(out);
@@ -371,6 +375,23 @@ impl Layout {
             a.store(Size::DW, R9, w as i16, R2);
         }
         emit_seq_write(a, rec, self.record_len);
+        Some(())
+    }
+
+    /// Jumps to `to` when the record on the stack at `rec` has a clock running (a chrono,
+    /// an RTO episode timed): its values grow with time alone. Clobbers `r2`.
+    fn emit_clock_running(&self, a: &mut Asm, rec: i32, to: Label) -> Option<()> {
+        let at = |off: usize| (rec + off as i32) as i16;
+        for slot in [K::ChronoType, K::RtoStamp].into_iter().filter_map(|k| self.slot(k)) {
+            a.load(Size::of(slot.size.into())?, R2, R10, at(usize::from(slot.offset)));
+            if slot.shift > 0 {
+                a.rsh_imm(R2, i32::from(slot.shift));
+            }
+            if slot.bits > 0 && slot.bits < 31 {
+                a.and_imm(R2, (1 << slot.bits) - 1);
+            }
+            a.jump_if(Cond::Ne, R2, 0, to);
+        }
         Some(())
     }
 }
@@ -403,6 +424,25 @@ fn emit_no_ca(a: &mut Asm, rec: i32, no_ca: Label, ca_name: usize, write: Label)
     a.store_imm(Size::DW, R10, at(ca_name), 0);
     a.store_imm(Size::DW, R10, at(ca_name + 8), 0);
     a.bind(write);
+}
+
+/// Writes the [`super::tracked::ALIVE`] record of the socket in register `sk`: its cookie,
+/// zeros, the kind. Clobbers `r0`-`r5`.
+pub(super) fn emit_alive(a: &mut Asm, sk: super::asm::Reg) {
+    let len = super::tracked::ALIVE_LEN as i32;
+    a.mov(R1, sk);
+    a.call(HELPER_GET_SOCKET_COOKIE);
+    a.store(Size::DW, R10, (-len + header::COOKIE as i32) as i16, R0);
+    for off in (8..super::tracked::ALIVE_LEN).step_by(8) {
+        a.store_imm(Size::DW, R10, (-len + off as i32) as i16, 0);
+    }
+    a.store_imm(
+        Size::B,
+        R10,
+        (-len + header::KIND as i32) as i16,
+        i32::from(super::tracked::ALIVE),
+    );
+    emit_seq_write(a, -len, super::tracked::ALIVE_LEN);
 }
 
 /// Writes the `len` bytes at `stack_off` (from `r10`) to the iterator's seq_file

@@ -14,6 +14,7 @@ use super::asm::Size;
 use super::btf::{Btf, BtfError, Member};
 use super::fields::{Base, FIELDS, ICSK, K, K_COUNT, Need, path_of, root_of};
 use super::select::Offsets;
+use super::witness::Witness;
 use Need::Required;
 
 /// Where one value sits in the record and how to extract it.
@@ -157,6 +158,8 @@ pub struct Layout {
     /// The pointer walk to a socket's inode number: `sock.sk_socket`, `socket.file`,
     /// `file.f_inode`, `inode.i_ino`.
     pub(super) inode_path: [u32; 4],
+    /// What the tracked poll compares before it rebuilds a record.
+    pub witness: Witness,
 }
 
 impl Layout {
@@ -247,6 +250,7 @@ impl Layout {
             btf.member("file", "f_inode")?.byte_offset(),
             btf.member("inode", "i_ino")?.byte_offset(),
         ];
+        let witness = Witness::new(btf, &loads, &[])?;
         Ok(Layout {
             slots,
             record_len,
@@ -265,6 +269,7 @@ impl Layout {
             tw_substate,
             tw_expires,
             inode_path,
+            witness,
         })
     }
 
