@@ -112,8 +112,10 @@ impl RunStats {
 #[derive(Debug)]
 struct Entry {
     id: Identity,
-    /// The socket as last written (what a replay has rebuilt).
-    row: RawRow,
+    /// The socket as last written (what a replay has rebuilt). Boxed: a tracked poll looks
+    /// up every connection but reads this only for the changed ones, and a table of small
+    /// entries stays in the CPU's caches.
+    row: Box<RawRow>,
     /// Poll that last saw it.
     seen: u64,
     /// Full-snapshot generation of its last full record.
@@ -240,7 +242,7 @@ impl Table {
                 // connection new to this file (after a rotation) starts with a full record.
                 if e.epoch == epoch && !e.row.same_as(s) {
                     let old = e.row.values();
-                    e.row = RawRow::of(s);
+                    *e.row = RawRow::of(s);
                     let new = e.row.values();
                     put_change(out, cookie, &old, &new, new.changed(&old));
                     self.stats.changes += 1;
@@ -254,13 +256,13 @@ impl Table {
                     }
                     e.epoch = epoch;
                     e.generation = generation;
-                    e.row = RawRow::of(s);
+                    *e.row = RawRow::of(s);
                     put_full(out, &e.id, &e.row.values());
                     self.stats.full += 1;
                 }
             }
             None => {
-                let row = RawRow::of(s);
+                let row = Box::new(RawRow::of(s));
                 let e = Entry {
                     id: Identity::of(s),
                     row,
@@ -540,11 +542,12 @@ impl Recorder {
         self.table.entries.len()
     }
 
-    /// Memory the live table holds (its slots and their congestion-control names), bytes: one
+    /// Memory the live table holds (its slots, their boxed rows and congestion-control names), bytes: one
     /// entry per live connection.
     pub fn table_bytes(&self) -> usize {
         let entries = &self.table.entries;
         entries.capacity() * (size_of::<u64>() + size_of::<Entry>() + 1)
+            + entries.len() * size_of::<RawRow>()
             + entries.values().map(|e| e.id.cc.as_ref().map_or(0, String::capacity)).sum::<usize>()
     }
 
