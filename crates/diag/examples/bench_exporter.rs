@@ -45,7 +45,10 @@
 //! one core at 100 ms for one end of 10,000 connections. Beside it, the recorder's request
 //! dumped without parsing (the kernel's share), and for one end at 100 ms the same kernel split
 //! as a share of a core beside the BPF iterator's bare walk (its floor: it visits every socket
-//! whatever the filter) and the floor of a poll that visits only tracked sockets ([`tracked`]). The CPU percentage is of the wall time, so on a machine too busy to
+//! whatever the filter) and the floor of a poll that visits only tracked sockets ([`tracked`]),
+//! back to back and polled every 100 ms, beside the kernel's share of `tcptail record`'s own
+//! tracked poll (its change witness read, nothing converted). The CPU percentage is of the
+//! wall time, so on a machine too busy to
 //! run the recorder on time it understates; the CPU per poll does not.
 //!
 //! Each figure is the median over `REPEAT` repetitions; the machine's load average is printed
@@ -782,13 +785,63 @@ fn main() {
                     };
                     if iter.is_some() {
                         let (t, n) = tracked::track(SERVER_PORTS, SERVER_PORTS + 999, &mut buf);
-                        let times = |link: &std::os::fd::OwnedFd, buf: &mut Vec<u8>| {
-                            let v: Vec<f64> =
-                                (0..REPEAT).map(|_| cpu(|| tracked::drain(link, buf)).0).collect();
+                        let times = |link: &std::os::fd::OwnedFd, buf: &mut Vec<u8>, pause| {
+                            let v: Vec<f64> = (0..REPEAT)
+                                .map(|_| {
+                                    std::thread::sleep(pause);
+                                    cpu(|| tracked::drain(link, buf)).0
+                                })
+                                .collect();
                             median(&v)
                         };
-                        let (bare, counters) =
-                            (times(&t.bare, &mut buf), times(&t.counters, &mut buf));
+                        let (bare, counters) = (
+                            times(&t.bare, &mut buf, Duration::ZERO),
+                            times(&t.counters, &mut buf, Duration::ZERO),
+                        );
+                        let paced = Duration::from_millis(100);
+                        let (bare_paced, counters_paced) =
+                            (times(&t.bare, &mut buf, paced), times(&t.counters, &mut buf, paced));
+                        println!(
+                            "  the same floors polled every 100 ms (caches as the recorder finds \
+                             them): walk {:.2} ms = {:.1} %, with ten counters {:.2} ms = {:.1} %",
+                            bare_paced * 1e3,
+                            per_100ms(bare_paced),
+                            counters_paced * 1e3,
+                            per_100ms(counters_paced),
+                        );
+                        // The tracked poll's kernel share: the witness of every socket read,
+                        // the records written, none converted.
+                        let mut poll =
+                            TrackedDumper::new(req, None).expect("the tracked-sockets poll");
+                        let settled = (0..10).any(|_| poll.read_poll().expect("poll").1 == 0);
+                        let mut full = Vec::new();
+                        // Back to back (caches warm, as the floors above), then 100 ms apart
+                        // (as the recorder polls: other work evicts the sockets meanwhile).
+                        let mut kernel = |pause: Duration| -> f64 {
+                            let v: Vec<f64> = (0..REPEAT)
+                                .map(|_| {
+                                    std::thread::sleep(pause);
+                                    let (t, (_, f)) = cpu(|| poll.read_poll().expect("poll"));
+                                    full.push(f);
+                                    t
+                                })
+                                .collect();
+                            median(&v)
+                        };
+                        let (warm, paced) =
+                            (kernel(Duration::ZERO), kernel(Duration::from_millis(100)));
+                        println!(
+                            "  tcptail record's tracked poll, kernel only (witness read, records \
+                             written, not converted): back to back {:.2} ms = {:.1} % of a core at \
+                             100 ms; polled every 100 ms {:.2} ms = {:.1} %; full records per poll \
+                             {:?}{}",
+                            warm * 1e3,
+                            per_100ms(warm),
+                            paced * 1e3,
+                            per_100ms(paced),
+                            full,
+                            if settled { "" } else { " (never settled)" },
+                        );
                         println!(
                             "  a poll of tracked sockets only (socket-storage iterator; the floor \
                              of tcptail record's tracked poll, without its user space), one end ({n} sockets): \
