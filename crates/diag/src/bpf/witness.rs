@@ -168,7 +168,10 @@ pub const COVERAGE: &[(K, Why)] = &[
         Ticks("added after a retransmission was transmitted (segs_out); reset with skc_state"),
     ),
     (K::DsackDups, Ticks(ACK)),
-    (K::ReordSeen, Ticks(ACK)),
+    (
+        K::ReordSeen,
+        Ticks("ACK processing (segs_in) and the RACK reordering timer (icsk_pending, expiry)"),
+    ),
     (K::RcvOoopack, Ticks(RX)),
     (K::SndWnd, Own(LINE)),
     (K::RcvWnd, Own("TCP_REPAIR_WINDOW")),
