@@ -57,6 +57,9 @@ use Why::{Own, Ticks};
 const LINE: &str = "on a witnessed cache line";
 const RX: &str = "receive processing only: segs_in";
 const ACK: &str = "ACK processing only (tcp_ack and what it calls): segs_in";
+const HANDSHAKE: &str = "set while the handshake completes, in the locked section that makes \
+     the socket established and tracked (a poll then finds the socket locked and rebuilds it \
+     again after)";
 
 /// Every record value and how its changes are witnessed. A value added to [`K`] must be
 /// classified here (a test checks it).
@@ -97,7 +100,7 @@ pub const COVERAGE: &[(K, Why)] = &[
              when CWR is sent (segs_out)",
         ),
     ),
-    (K::SynDataAcked, Ticks("set in the handshake, before the socket is tracked")),
+    (K::SynDataAcked, Ticks(HANDSHAKE)),
     (K::UsecTs, Own(LINE)),
     (K::SynFastopenChild, Ticks("set when the child is created")),
     (K::Rto, Own("timers; ACK processing")),
@@ -133,7 +136,7 @@ pub const COVERAGE: &[(K, Why)] = &[
              tcp_disconnect (skc_state)",
         ),
     ),
-    (K::Advmss, Ticks("set before the connection is established")),
+    (K::Advmss, Ticks(HANDSHAKE)),
     (K::RcvRtt, Own(LINE)),
     (K::RcvSpace, Own("tcp_rcv_space_adjust also runs on MSG_PEEK reads")),
     (
@@ -177,7 +180,7 @@ pub const COVERAGE: &[(K, Why)] = &[
     (K::RcvWnd, Own("TCP_REPAIR_WINDOW")),
     (K::PlbRehash, Ticks(ACK)),
     (K::TimeoutRehash, Ticks("the RTO timer: icsk_pending, backoff, expiry")),
-    (K::FastopenClientFail, Ticks("set while connecting, before the socket is tracked")),
+    (K::FastopenClientFail, Ticks(HANDSHAKE)),
     (K::TotalRto, Ticks("the RTO timer: icsk_pending, backoff, expiry")),
     (
         K::TotalRtoRecoveries,
