@@ -60,10 +60,13 @@ use super::{Op, ring_options};
 use crate::engine::Splitter;
 use crate::server::RESPONSE_BUF_LEN;
 use crate::server::stats::StatsWindow;
-use crate::sys::uring::{Completion, MAX_TOKEN, Ring};
+use crate::sys::uring::{Completion, MAX_TOKEN, Ring, RingOptions};
 use crate::sys::{self, EventFd};
 use crate::watchdog::Watch;
 use crate::wire::{self, FrameKind, FrameParser, HEADER_LEN, Header, WireError};
+
+/// Connections a ring thread's queues and provided buffers are sized for.
+const RING_SIZED_FOR: usize = 64;
 
 /// The token of the ring thread's wake-up poll (no connection's: those are `Op` tokens of
 /// indices far below it).
@@ -206,9 +209,16 @@ impl Pool {
                     .err()
                     .map(|e| format!("pinning to CPU {cpu} failed: {e}"))
             });
-            // Set up on this thread: the ring takes its only submitter from its creator.
-            let setup = Ring::new(ring_options(limits.max_connections, 0, limits.sqpoll))
-                .and_then(|ring| Ok((ring, EventFd::new()?)));
+            // Set up on this thread: the ring takes its only submitter from its creator. A send
+            // slot for every connection the server may hold; queues and receive buffers for
+            // up to RING_SIZED_FOR of them at a time (more share them: a receive that finds
+            // no buffer is re-armed next turn, after this turn's buffers came back).
+            let sized = limits.max_connections.min(RING_SIZED_FOR);
+            let options = RingOptions {
+                send_slots: limits.max_connections,
+                ..ring_options(sized, 0, limits.sqpoll)
+            };
+            let setup = Ring::new(options).and_then(|ring| Ok((ring, EventFd::new()?)));
             let (ring, wake) = match setup {
                 Ok(setup) => setup,
                 Err(e) => {
@@ -363,7 +373,14 @@ struct Conn {
 
 /// What one ring thread does with its connections in a turn.
 struct Connections {
+    /// Indexed by send slot; grown on demand up to the server's limit, never shrunk.
     conns: Vec<Option<Conn>>,
+    /// The occupied indices: a turn visits these, not the whole table (`bench local` allows
+    /// 1024 connections; scanning that many entries twice per request doubled a one-connection
+    /// round trip).
+    live: Vec<usize>,
+    /// Room for this many connections (the ring's send slots).
+    capacity: usize,
     /// Requests answered by this thread so far (for the CPU shares of the windows).
     answered: u64,
     /// The server's stop flag: a peer that goes away while it is set was closed by it.
@@ -375,7 +392,9 @@ struct Connections {
 fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
     let _exit = Exit(worker);
     let mut all = Connections {
-        conns: (0..limits.max_connections).map(|_| None).collect(),
+        conns: Vec::new(),
+        live: Vec::new(),
+        capacity: limits.max_connections,
         answered: 0,
         stop: Arc::clone(&limits.stop),
     };
@@ -394,7 +413,7 @@ fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
             for handoff in handed {
                 all.adopt(&mut ring, handoff);
             }
-            if worker.closing.load(Ordering::Acquire) && all.conns.iter().all(Option::is_none) {
+            if worker.closing.load(Ordering::Acquire) && all.live.is_empty() {
                 return;
             }
         }
@@ -406,8 +425,8 @@ fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
         }
         let mut staged = false;
         let mut oldest_send: Option<Instant> = None;
-        for (i, entry) in all.conns.iter_mut().enumerate() {
-            let Some(conn) = entry else { continue };
+        for &i in &all.live {
+            let Some(conn) = all.conns[i].as_mut() else { continue };
             if conn.ending.is_some() {
                 continue;
             }
@@ -466,7 +485,8 @@ fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
     // The ring failed: nothing more can be waited for; every connection ends with the error
     // (the ring's drop cancels what is in flight, or leaks its buffers).
     all.end_every(&mut ring, || Ended::Io(io::Error::new(failed.kind(), failed.to_string())));
-    for conn in all.conns.iter_mut().filter_map(Option::take) {
+    for i in std::mem::take(&mut all.live) {
+        let conn = all.conns[i].take().expect("a live index holds a connection");
         conn.finish();
     }
 }
@@ -478,7 +498,14 @@ impl Connections {
         // Room for a response, and for a StatsReply in a few sends whatever the response size.
         let slot_len = (reply_len as usize).clamp(MIN_SLOT_LEN, RESPONSE_BUF_LEN);
         let free = (0..self.conns.len())
-            .find(|&i| self.conns[i].is_none() && ring.resize_slot(i, slot_len));
+            .find(|&i| self.conns[i].is_none() && ring.resize_slot(i, slot_len))
+            .or_else(|| {
+                let next = self.conns.len();
+                (next < self.capacity && ring.resize_slot(next, slot_len)).then(|| {
+                    self.conns.push(None);
+                    next
+                })
+            });
         let Some(i) = free else {
             // Cannot happen: every ring thread has room for the server's limit.
             let result = Err(Ended::Io(io::Error::other("no free connection on the ring")));
@@ -486,6 +513,7 @@ impl Connections {
             return;
         };
         watch.waiting();
+        self.live.push(i);
         self.conns[i] = Some(Conn {
             stream,
             watch,
@@ -526,7 +554,8 @@ impl Connections {
     /// Ends every connection whose send in flight has made no progress for the write
     /// timeout (as of `now`).
     fn end_stalled(&mut self, ring: &mut Ring, now: Instant, limits: &Limits) {
-        for conn in self.conns.iter_mut().flatten() {
+        for &i in &self.live {
+            let Some(conn) = self.conns[i].as_mut() else { continue };
             if conn.ending.is_none()
                 && conn
                     .out
@@ -540,18 +569,25 @@ impl Connections {
     }
 
     fn end_every(&mut self, ring: &mut Ring, why: impl Fn() -> Ended) {
-        for conn in self.conns.iter_mut().flatten() {
-            conn.end(ring, why());
+        for &i in &self.live {
+            if let Some(conn) = self.conns[i].as_mut() {
+                conn.end(ring, why());
+            }
         }
     }
 
     /// Lets every ended connection with nothing left on the ring go.
     fn finish_ended(&mut self, ring: &Ring) {
-        for (i, entry) in self.conns.iter_mut().enumerate() {
-            if entry.as_ref().is_some_and(|c| c.ending.is_some() && !c.armed && ring.slot_free(i)) {
-                entry.take().expect("checked above").finish();
+        let conns = &mut self.conns;
+        self.live.retain(|&i| {
+            let left = conns[i]
+                .as_ref()
+                .is_some_and(|c| c.ending.is_some() && !c.armed && ring.slot_free(i));
+            if left {
+                conns[i].take().expect("checked above").finish();
             }
-        }
+            !left
+        });
     }
 }
 
