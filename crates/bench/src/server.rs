@@ -1,6 +1,8 @@
 //! The benchmark server: accepts clients, performs the handshake each asks for (socket profile,
 //! CPU pinning, blocking or spinning) as far as its [`ServerPolicy`] allows, and answers their
-//! requests, one thread per connection.
+//! requests: one thread per connection, or with the io_uring engine, each connection's thread
+//! handing its connection after the handshake to a ring thread that serves many
+//! ([`crate::engine::uring::server`]).
 //!
 //! # Why it is shaped like this
 //!
@@ -221,7 +223,11 @@ impl fmt::Display for ServerEvent {
 struct Shared {
     listener: TcpListener,
     local_addr: SocketAddr,
-    stop: AtomicBool,
+    /// Shared with the io_uring engine's ring threads, which outlive no server but are not
+    /// scoped to [`Server::run`].
+    stop: Arc<AtomicBool>,
+    /// The io_uring engine's ring threads (`None` on the default engine).
+    rings: Option<crate::engine::uring::server::Pool>,
     /// Every live connection's peer address and a clone of its socket, so the per-peer
     /// limit can be counted and shutdown can wake its thread.
     conns: Mutex<HashMap<u64, (IpAddr, TcpStream)>>,
@@ -318,10 +324,24 @@ impl Server {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".to_string());
+        let stop = Arc::new(AtomicBool::new(false));
+        let rings = match config.engine {
+            Engine::Default => None,
+            Engine::IoUring { sqpoll } => Some(crate::engine::uring::server::Pool::new(
+                crate::engine::uring::server::Limits {
+                    max_connections: config.max_connections,
+                    spin_cap: config.policy.spin_cap,
+                    sqpoll,
+                    write_timeout: config.write_timeout,
+                    stop: Arc::clone(&stop),
+                },
+            )),
+        };
         let shared = Arc::new(Shared {
             listener,
             local_addr,
-            stop: AtomicBool::new(false),
+            stop: Arc::clone(&stop),
+            rings,
             conns: Mutex::new(HashMap::new()),
             watchdog: Watchdog::new(Watchdog::tick_for(
                 config.idle_timeout,
@@ -368,6 +388,11 @@ impl Server {
             shared.stop.store(true, Ordering::SeqCst);
             shared.close_connections();
         });
+        // Every connection thread has finished, so no connection is left on a ring thread and
+        // none can be handed to one any more.
+        if let Some(rings) = &shared.rings {
+            rings.shutdown();
+        }
     }
 
     fn accept_loop<'scope, 'env>(

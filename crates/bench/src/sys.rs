@@ -1,13 +1,14 @@
 //! Thread placement for the benchmark (pin a thread to one CPU, ask which CPU it is on), a
 //! nanosecond-resolution wait for a readable or writable socket, the socket's send-queue size
-//! (`SIOCOUTQ`) and a thread's CPU time (`getrusage`); its children are the io_uring engine's
+//! (`SIOCOUTQ`), a thread's CPU time (`getrusage`) and an eventfd that wakes a thread
+//! waiting on an io_uring ([`EventFd`]); its children are the io_uring engine's
 //! ring ([`uring`]) and the AF_XDP engine's socket and program loader ([`xdp`]). The only
 //! `unsafe` in this crate.
 
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 pub mod uring;
@@ -234,6 +235,46 @@ pub fn set_linger_zero(fd: BorrowedFd<'_>) -> io::Result<()> {
         )
     };
     if rc == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// A non-blocking eventfd: one thread [`EventFd::signal`]s it, another waits for it to turn
+/// readable (a poll on its io_uring) and [`EventFd::drain`]s it.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new eventfd with its counter at zero.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; the result is checked before it is owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by eventfd, is open, and nothing else owns it.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds one to the counter, making it readable. A counter at its maximum (2^64 - 2
+    /// signals never drained) would fail with `EAGAIN`; it is readable then anyway.
+    pub fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a valid 8-byte buffer to an eventfd this owns.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Resets the counter to zero (not readable until the next signal).
+    pub fn drain(&self) {
+        let mut value = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a valid 8-byte buffer; non-blocking, so an
+        // unsignalled eventfd returns EAGAIN at once, which means the same as a read.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), value.as_mut_ptr().cast(), value.len()) };
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
 }
 
 fn wait_for(fd: BorrowedFd<'_>, events: libc::c_short, timeout: Duration) -> io::Result<bool> {

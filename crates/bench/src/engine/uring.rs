@@ -21,8 +21,11 @@
 //! connections that is one thread woken by whichever answers came first instead of 16 threads
 //! each woken for its own. It has the default engine's load shapes (`--depth`, `--rate`,
 //! `--mode crr`, `--attribute`), measured and recorded by the same code (see [`client`]).
-//! The server keeps its thread per connection (handshake, policy, pinning are per
-//! connection) with a ring of its own each.
+//! The server serves many connections from **one ring per server thread** (see [`server`]):
+//! each connection's handshake stays on a thread of its own (blocking, with its deadline),
+//! which then hands the connection to the ring thread of the CPU the Hello asked for and
+//! sleeps until it ends, so requests wake one ring thread for all the connections whose
+//! requests arrived, not a thread each.
 //!
 //! Deadlines are kept as in the default engine: a run's watchdog (`crate::watchdog`) shuts the
 //! read side of a socket whose wait lasted too long, which completes its receive with

@@ -1,7 +1,8 @@
 //! One connection's life on the server: handshake, request loop, and the way it ends.
 //!
 //! The request loop is the server's hot path: one `recv`, then one `send` per request in the
-//! common case. Its limits against a hostile or broken peer, all enforced here:
+//! common case (the default engine; on the io_uring engine the connection is served on a ring
+//! thread, `crate::engine::uring::server`, with the same limits). Its limits against a hostile or broken peer, all enforced here:
 //!
 //! - the Hello must arrive within [`HANDSHAKE_TIMEOUT`] and may not ask for responses longer
 //!   than [`ServerConfig::max_reply_len`];
@@ -38,7 +39,7 @@ use super::{
     HANDSHAKE_TIMEOUT, LINGER, RECV_BUF_LEN, RejectReason, Server, ServerConfig, ServerEvent,
     Shared,
 };
-use crate::config::Engine;
+use crate::engine::uring::server::{Ended, Placed};
 use crate::sys;
 use crate::watchdog::Watch;
 use crate::wire::{self, FrameError, FrameKind, FrameParser, HEADER_LEN, Header, HelloConfig};
@@ -85,8 +86,9 @@ pub(super) fn connection(
 ) -> ServerEvent {
     let shared = &*server.shared;
     let mut requests = 0;
-    let end = handshake(server, &stream, peer, events)
-        .and_then(|hello| serve(&stream, &hello, shared, &server.config, &mut requests));
+    let end = handshake(server, &stream, peer, events).and_then(|(hello, placed)| {
+        serve(&stream, &hello, placed, shared, &server.config, &mut requests)
+    });
     match end {
         Err(End::Reject(reason)) if !shared.stopping() => {
             // Best effort: the reason, then FIN, then a short drain before closing.
@@ -136,12 +138,15 @@ impl Read for DeadlineReader<'_> {
     }
 }
 
+/// Reads the Hello, applies what the policy allows, places the connection (pins this thread,
+/// or on the io_uring engine picks the ring thread of the CPU asked for) and writes the
+/// Welcome.
 fn handshake(
     server: &Server,
     stream: &TcpStream,
     peer: SocketAddr,
     events: &dyn Fn(ServerEvent),
-) -> Result<HelloConfig, End> {
+) -> Result<(HelloConfig, Option<Placed>), End> {
     // Before anything else, so that the Welcome itself is not held back by Nagle.
     stream.set_nodelay(true)?;
     let mut reader = DeadlineReader { stream, deadline: Instant::now() + HANDSHAKE_TIMEOUT };
@@ -177,13 +182,27 @@ fn handshake(
     apply.options.extend(vetted.refused);
     let congestion = congestion_control(fd).ok();
     let requested_cpu = vetted.server_cpu.or(server.config.cpu);
-    let pinned = requested_cpu.and_then(|cpu| {
-        sys::pin_current_thread(cpu).err().map(|e| format!("pinning to CPU {cpu} failed: {e}"))
-    });
+    let (server_cpu, pinned, placed) = match &server.shared.rings {
+        // The ring thread is pinned (once, when it starts), not this one.
+        Some(rings) => {
+            let placed = rings
+                .place(requested_cpu, vetted.spin)
+                .map_err(|e| End::Reject(RejectReason::Io(format!("io_uring: {e}"))))?;
+            (placed.server_cpu(), placed.pin_error(), Some(placed))
+        }
+        None => {
+            let pinned = requested_cpu.and_then(|cpu| {
+                sys::pin_current_thread(cpu)
+                    .err()
+                    .map(|e| format!("pinning to CPU {cpu} failed: {e}"))
+            });
+            (sys::current_cpu(), pinned, None)
+        }
+    };
     let welcome = Welcome {
         apply,
         congestion,
-        server_cpu: sys::current_cpu(),
+        server_cpu,
         requested_cpu,
         pinned,
         spin: vetted.spin,
@@ -201,7 +220,7 @@ fn handshake(
     events(ServerEvent::Configured { peer, welcome: Box::new(welcome) });
     // What the serve loop follows: the profile's QUICKACK policy (never refused) and the
     // vetted spin decision.
-    Ok(HelloConfig { spin: vetted.spin, ..hello })
+    Ok((HelloConfig { spin: vetted.spin, ..hello }, placed))
 }
 
 /// Notices "no progress for `limit`" in a busy loop without reading the clock on every turn.
@@ -239,12 +258,13 @@ impl Stall {
 fn serve(
     stream: &TcpStream,
     hello: &HelloConfig,
+    placed: Option<Placed>,
     shared: &Shared,
     config: &ServerConfig,
     requests: &mut u64,
 ) -> Result<(), End> {
-    if let Engine::IoUring { sqpoll } = config.engine {
-        return serve_uring(stream, hello, shared, config, sqpoll, requests);
+    if let Some(placed) = placed {
+        return serve_uring(stream, hello, &placed, shared, config, requests);
     }
     let fd = stream.as_fd();
     let policy = hello.profile.quickack;
@@ -356,31 +376,20 @@ fn serve(
     }
 }
 
-/// The request loop on the io_uring engine (`crate::engine::uring::server`), with the same
-/// limits, mapped to the same ends.
+/// The request loop on the io_uring engine: the connection is served on its ring thread
+/// (`crate::engine::uring::server`) with the same limits, its ends mapped to the same ones.
 fn serve_uring(
     stream: &TcpStream,
     hello: &HelloConfig,
+    placed: &Placed,
     shared: &Shared,
     config: &ServerConfig,
-    sqpoll: bool,
     requests: &mut u64,
 ) -> Result<(), End> {
-    use crate::engine::uring::server::{self as uring, Ended};
     let watch = shared.watchdog.watch(stream, config.idle_timeout)?;
-    let stopping = || shared.stopping();
-    let serve = uring::Serve {
-        stream,
-        request_len: hello.request_len,
-        reply_len: hello.reply_len,
-        spin: hello.spin,
-        spin_cap: config.policy.spin_cap,
-        sqpoll,
-        write_timeout: config.write_timeout,
-        watch,
-        stopping: &stopping,
-    };
-    match uring::serve(serve, requests) {
+    let (result, answered) = placed.serve(stream, hello.request_len, hello.reply_len, watch);
+    *requests += answered;
+    match result {
         Ok(()) | Err(Ended::PeerClosed) => Ok(()),
         Err(Ended::Stopping) => Err(End::Closed),
         Err(Ended::Idle) => Err(End::Reject(RejectReason::IdleTimeout(config.idle_timeout))),

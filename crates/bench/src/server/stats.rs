@@ -2,6 +2,11 @@
 //! service time, and its socket's state when the client asks (a StatsRequest, see
 //! [`crate::wire::stats`]).
 //!
+//! A connection served by a thread it shares with others (the io_uring engine's ring threads)
+//! reports the thread's CPU time and context switches in proportion to the requests it was
+//! answered among all the thread answered in the same time ([`StatsWindow::start_shared`]),
+//! so the client's sum over connections stays the threads' own total, not a multiple of it.
+//!
 //! Recording costs the request loop one clock read per receive and one per send. Memory is
 //! fixed per connection (a histogram of [`SERVICE_SIGNIFICANT_DIGITS`] digits over
 //! 1 ns..=[`MAX_SERVICE_NS`], ~32 KiB), and so is the reply: whatever a client sends, it can
@@ -24,11 +29,24 @@ pub(crate) struct StatsWindow {
     usage: ThreadUsage,
     service: Histogram<u64>,
     requests: u64,
+    /// A shared thread: how many requests it had answered when the window started.
+    shared_since: Option<u64>,
 }
 
 impl StatsWindow {
     /// A window starting now, on the calling thread (the connection's).
     pub(crate) fn start() -> StatsWindow {
+        Self::starting(None)
+    }
+
+    /// A window starting now on a thread that serves other connections too, which had
+    /// answered `answered_by_thread` requests so far (the count [`StatsWindow::report_shared`]
+    /// is given later).
+    pub(crate) fn start_shared(answered_by_thread: u64) -> StatsWindow {
+        Self::starting(Some(answered_by_thread))
+    }
+
+    fn starting(shared_since: Option<u64>) -> StatsWindow {
         let service = Histogram::new_with_bounds(1, MAX_SERVICE_NS, SERVICE_SIGNIFICANT_DIGITS)
             .expect("fixed, valid histogram bounds");
         StatsWindow {
@@ -36,6 +54,7 @@ impl StatsWindow {
             usage: sys::thread_usage().unwrap_or_default(),
             service,
             requests: 0,
+            shared_since,
         }
     }
 
@@ -62,9 +81,29 @@ impl StatsWindow {
 
     /// The window's statistics with `fd`'s socket state now; a new window starts.
     pub(crate) fn report(&mut self, fd: BorrowedFd<'_>) -> ServerStats {
+        self.report_with(fd, None)
+    }
+
+    /// As [`StatsWindow::report`] on a shared thread that has answered `answered_by_thread`
+    /// requests so far: the thread's usage since the window started, times this window's
+    /// share of the requests the thread answered in it (none answered: no share).
+    pub(crate) fn report_shared(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        answered_by_thread: u64,
+    ) -> ServerStats {
+        self.report_with(fd, Some(answered_by_thread))
+    }
+
+    fn report_with(&mut self, fd: BorrowedFd<'_>, answered_by_thread: Option<u64>) -> ServerStats {
         let now = Instant::now();
         let usage = sys::thread_usage().unwrap_or(self.usage);
-        let used = usage.since(&self.usage);
+        let mut used = usage.since(&self.usage);
+        if let (Some(since), Some(total)) = (self.shared_since, answered_by_thread) {
+            let all = total.saturating_sub(since);
+            used = share_of(used, self.requests, all);
+            self.shared_since = Some(total);
+        }
         let mut service_ns: Vec<(u64, u64)> = self
             .service
             .iter_recorded()
@@ -96,6 +135,23 @@ impl StatsWindow {
     }
 }
 
+/// `part` of `all` of `used` (integer arithmetic, rounded down; nothing when `all` is 0).
+fn share_of(used: ThreadUsage, part: u64, all: u64) -> ThreadUsage {
+    let scale = |v: u64| {
+        if all == 0 {
+            0
+        } else {
+            (u128::from(v) * u128::from(part.min(all)) / u128::from(all)) as u64
+        }
+    };
+    ThreadUsage {
+        user_us: scale(used.user_us),
+        system_us: scale(used.system_us),
+        voluntary_switches: scale(used.voluntary_switches),
+        involuntary_switches: scale(used.involuntary_switches),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +175,27 @@ mod tests {
         assert!(s.socket.is_none(), "a Unix socket has no tcp_info");
         let again = w.report(a.as_fd());
         assert_eq!((again.requests, again.service_ns.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_shared_thread_charges_each_window_its_share_of_the_requests() {
+        let used = ThreadUsage {
+            user_us: 1000,
+            system_us: 3000,
+            voluntary_switches: 40,
+            involuntary_switches: 4,
+        };
+        let quarter = share_of(used, 25, 100);
+        assert_eq!((quarter.user_us, quarter.system_us), (250, 750));
+        assert_eq!((quarter.voluntary_switches, quarter.involuntary_switches), (10, 1));
+        assert_eq!(share_of(used, 0, 0), ThreadUsage::default(), "nothing answered: no share");
+        assert_eq!(share_of(used, 5, 3), used, "never more than the thread's own");
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut w = StatsWindow::start_shared(1000);
+        w.record(5_000, 2);
+        let s = w.report_shared(a.as_fd(), 1000);
+        assert_eq!((s.requests, s.cpu_user_us, s.cpu_system_us), (2, 0, 0));
+        assert_eq!(w.shared_since, Some(1000), "the next window counts from here");
     }
 
     #[test]

@@ -292,6 +292,32 @@ impl Ring {
         unsafe { self.push(&entry, true) }
     }
 
+    /// Arms a multishot poll for `fd` turning readable: a completion with `token` each time
+    /// it does, until one says it is no longer armed ([`Completion::more`] false; re-arm it).
+    /// How a thread waiting on the ring hears of work from other threads (an [`EventFd`]).
+    ///
+    /// [`EventFd`]: crate::sys::EventFd
+    pub fn poll_readable(&mut self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        let entry = opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(token);
+        // SAFETY: a poll names no buffer.
+        unsafe { self.push(&entry, true) }
+    }
+
+    /// Gives send slot `slot` a length of `len` bytes (zeroed), for the socket that uses it
+    /// next. False, and nothing changes, while the kernel still has the slot's last send.
+    pub fn resize_slot(&mut self, slot: usize, len: usize) -> bool {
+        if self.slot_busy[slot] {
+            return false;
+        }
+        if self.send_slots[slot].len() != len {
+            self.send_slots[slot] = vec![0u8; len].into_boxed_slice();
+        }
+        true
+    }
+
     /// Cancels everything armed on `fd` (before the socket is closed): each cancelled
     /// operation completes with `-ECANCELED` under its own token.
     pub fn cancel_fd(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
