@@ -27,7 +27,7 @@ format as the built-ins in the repository's experiments/ directory). Without one
 built-in runs, in the listed order.
 
 Modes: --smoke runs seconds per experiment (CI's end-to-end check), --quick (the default) runs
-all built-ins in about 13 minutes on a 2-core machine, --full is for real evaluations.
+all built-ins in about 10 minutes on a 2-core machine, --full is for real evaluations.
 
 Variants are interleaved over rounds (each round starts one variant later), every figure is
 a median over rounds with its min-max spread, and each experiment's verdict comes from the
