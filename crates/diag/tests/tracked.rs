@@ -170,10 +170,10 @@ fn the_tracked_recorder_records_what_the_sock_diag_recorder_records() {
         // must miss it) unless its destroy notification came first: compare the ones both
         // hold. A connection that moved during the poll may show either bracketing reading.
         for (cookie, values) in pa {
-            if let Some(other) = pb.get(cookie) {
-                if pc.get(cookie) != Some(other) {
-                    assert_eq!(values, other, "poll {i}: connection {cookie}'s values");
-                }
+            if let Some(other) = pb.get(cookie)
+                && pc.get(cookie) != Some(other)
+            {
+                assert_eq!(values, other, "poll {i}: connection {cookie}'s values");
             }
         }
         assert!(pa.keys().all(|c| pb.contains_key(c)), "poll {i}: {pa:?} vs {pb:?}");
