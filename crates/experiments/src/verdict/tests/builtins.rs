@@ -114,7 +114,7 @@ fn loss() {
         ["bbr_5.link_pct.min", "bbr_5.goodput_mbps.min", "cubic_5.goodput_mbps.max"]
     );
     assert!(
-        d.reason.starts_with("the rule at line 117 (`bbr_5.link_pct.min >= 80 and"),
+        d.reason.starts_with("the rule at line 119 (`bbr_5.link_pct.min >= 80 and"),
         "{}",
         d.reason
     );
