@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tcptail_bench::server::{
-    HANDSHAKE_TIMEOUT, RejectReason, RunningServer, Server, ServerConfig, ServerEvent, ServerPolicy,
+    HANDSHAKE_TIMEOUT, RejectReason, Server, ServerConfig, ServerEvent, ServerPolicy,
 };
 use tcptail_bench::wire::{
     self, FrameError, FrameKind, HEADER_LEN, Header, HelloConfig, MAGIC, MAX_FRAME_LEN, Welcome,
@@ -16,7 +16,8 @@ use tcptail_bench::wire::{
 };
 use tcptail_sock::Profile;
 
-const WAIT: Duration = Duration::from_secs(10);
+mod common;
+use common::{WAIT, start, wait_for};
 
 fn config() -> ServerConfig {
     ServerConfig::new("127.0.0.1:0".parse().unwrap())
@@ -27,27 +28,6 @@ fn config() -> ServerConfig {
 /// `tests/server_policy.rs`).
 fn trusting() -> ServerConfig {
     ServerConfig { policy: ServerPolicy::trusting(), ..config() }
-}
-
-fn start(config: ServerConfig) -> (RunningServer, Receiver<ServerEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let server = Server::bind(config).expect("bind 127.0.0.1:0");
-    let running = server.spawn_with_events(move |event| {
-        let _ = tx.send(event);
-    });
-    (running, rx)
-}
-
-/// Waits for the first event `pick` accepts, skipping the others.
-fn wait_for<T>(rx: &Receiver<ServerEvent>, mut pick: impl FnMut(ServerEvent) -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let event = rx.recv_timeout(left).expect("the expected server event never came");
-        if let Some(found) = pick(event) {
-            return found;
-        }
-    }
 }
 
 fn rejected_for(rx: &Receiver<ServerEvent>, who: SocketAddr) -> RejectReason {

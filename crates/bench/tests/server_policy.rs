@@ -6,21 +6,20 @@
 //! 10 ms), so tests running in parallel in this process do not disturb the measure.
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc::{self, Receiver};
+use std::net::TcpStream;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, Socket, Type};
 use tcptail_bench::server::{
-    Privilege, RejectReason, RunningServer, Server, ServerConfig, ServerEvent, ServerPolicy,
+    Privilege, RejectReason, RunningServer, ServerConfig, ServerEvent, ServerPolicy,
 };
 use tcptail_bench::wire::{self, FrameError, HelloConfig, Welcome};
 use tcptail_sock::{BufferSize, OptionOutcome, Profile};
 use tcptail_units::ByteSize;
 
-const WAIT: Duration = Duration::from_secs(10);
+mod common;
+use common::{WAIT, connect_from, handshake, start};
 
 /// The tests of this file run one at a time: the CPU measure finds "our" connection thread as
 /// the one that appeared during our handshake.
@@ -34,33 +33,8 @@ fn config(policy: ServerPolicy) -> ServerConfig {
     ServerConfig { policy, ..ServerConfig::new("127.0.0.1:0".parse().unwrap()) }
 }
 
-fn start(config: ServerConfig) -> (RunningServer, Receiver<ServerEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let running = Server::bind(config).expect("bind 127.0.0.1:0").spawn_with_events(move |e| {
-        let _ = tx.send(e);
-    });
-    (running, rx)
-}
-
 fn hello(profile: Profile) -> HelloConfig {
     HelloConfig { profile, server_cpu: None, spin: false, request_len: 64, reply_len: 64 }
-}
-
-fn connect_from(local: [u8; 4], addr: SocketAddr) -> TcpStream {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((local, 0)).into()).unwrap();
-    socket.connect(&addr.into()).unwrap();
-    let stream = TcpStream::from(socket);
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    stream.set_nodelay(true).unwrap();
-    stream
-}
-
-fn handshake(addr: SocketAddr, hello: &HelloConfig) -> (TcpStream, Welcome) {
-    let mut stream = connect_from([127, 0, 0, 1], addr);
-    wire::write_hello(&mut stream, hello).unwrap();
-    let welcome = wire::read_welcome(&mut stream).expect("a Welcome");
-    (stream, welcome)
 }
 
 fn round_trip(stream: &mut TcpStream, seq: u64) {

@@ -16,37 +16,13 @@ use tcptail_bench::config::{BenchConfig, Engine, Load, StopAfter, TxMode};
 use tcptail_bench::pacer::Spacing;
 use tcptail_bench::run::{RawRun, RunControl};
 use tcptail_bench::server::{RejectReason, Server, ServerConfig, ServerEvent, ServerPolicy};
-use tcptail_bench::sys::uring::{Ring, RingOptions};
 use tcptail_bench::wire::{self, FrameKind, Header, Welcome};
 use tcptail_sock::Profile;
 
-const URING: Engine = Engine::IoUring { sqpoll: false };
+mod common;
+use common::uring_available;
 
-/// Whether this kernel lets us set up a ring with provided buffers; prints why not.
-fn uring_available(test: &str) -> bool {
-    let options = RingOptions {
-        entries: 8,
-        recv_buffers: 8,
-        recv_buffer_len: 4096,
-        send_slots: 1,
-        send_slot_len: 64,
-        sqpoll_idle_ms: None,
-    };
-    match Ring::new(options) {
-        Ok(_) => true,
-        Err(e) => {
-            let code = e.raw_os_error();
-            // ENOSYS: no io_uring; EPERM: io_uring_disabled=2. Anything else is a failure.
-            assert!(
-                matches!(code, Some(libc::ENOSYS | libc::EPERM))
-                    || e.kind() == std::io::ErrorKind::Unsupported,
-                "io_uring setup failed unexpectedly: {e}"
-            );
-            eprintln!("SKIPPED {test}: this kernel has no usable io_uring ({e})");
-            false
-        }
-    }
-}
+const URING: Engine = Engine::IoUring { sqpoll: false };
 
 fn server(engine: Engine) -> tcptail_bench::server::RunningServer {
     let config = ServerConfig {

@@ -12,18 +12,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, SockRef, Socket, Type};
+use socket2::SockRef;
 use tcptail_bench::client;
 use tcptail_bench::config::{BenchConfig, Engine, StopAfter};
 use tcptail_bench::run::RunControl;
-use tcptail_bench::server::{
-    RejectReason, RunningServer, Server, ServerConfig, ServerEvent, ServerPolicy,
-};
-use tcptail_bench::sys::uring::{Ring, RingOptions};
-use tcptail_bench::wire::{self, FrameError, FrameKind, HelloConfig, Welcome};
+use tcptail_bench::server::{RejectReason, Server, ServerConfig, ServerEvent, ServerPolicy};
+use tcptail_bench::wire::{self, FrameError, FrameKind, HelloConfig};
 use tcptail_sock::Profile;
 
-const WAIT: Duration = Duration::from_secs(10);
+mod common;
+use common::{WAIT, connect_from, handshake, start, uring_available, wait_for};
+
 const URING: Engine = Engine::IoUring { sqpoll: false };
 
 /// The tests of this file run one at a time: they count the process's ring threads.
@@ -33,41 +32,8 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Whether this kernel lets us set up a ring with provided buffers; prints why not.
-fn uring_available(test: &str) -> bool {
-    let options = RingOptions {
-        entries: 8,
-        recv_buffers: 8,
-        recv_buffer_len: 4096,
-        send_slots: 1,
-        send_slot_len: 64,
-        sqpoll_idle_ms: None,
-    };
-    match Ring::new(options) {
-        Ok(_) => true,
-        Err(e) => {
-            let code = e.raw_os_error();
-            assert!(
-                matches!(code, Some(libc::ENOSYS | libc::EPERM))
-                    || e.kind() == std::io::ErrorKind::Unsupported,
-                "io_uring setup failed unexpectedly: {e}"
-            );
-            eprintln!("SKIPPED {test}: this kernel has no usable io_uring ({e})");
-            false
-        }
-    }
-}
-
 fn config(policy: ServerPolicy) -> ServerConfig {
     ServerConfig { policy, engine: URING, ..ServerConfig::new("127.0.0.1:0".parse().unwrap()) }
-}
-
-fn start(config: ServerConfig) -> (RunningServer, Receiver<ServerEvent>) {
-    let (tx, rx) = mpsc::channel();
-    let running = Server::bind(config).expect("bind 127.0.0.1:0").spawn_with_events(move |e| {
-        let _ = tx.send(e);
-    });
-    (running, rx)
 }
 
 fn hello() -> HelloConfig {
@@ -78,23 +44,6 @@ fn hello() -> HelloConfig {
         request_len: 64,
         reply_len: 64,
     }
-}
-
-fn connect_from(local: [u8; 4], addr: SocketAddr) -> TcpStream {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((local, 0)).into()).unwrap();
-    socket.connect(&addr.into()).unwrap();
-    let stream = TcpStream::from(socket);
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    stream.set_nodelay(true).unwrap();
-    stream
-}
-
-fn handshake(addr: SocketAddr, hello: &HelloConfig) -> (TcpStream, Welcome) {
-    let mut stream = connect_from([127, 0, 0, 1], addr);
-    wire::write_hello(&mut stream, hello).unwrap();
-    let welcome = wire::read_welcome(&mut stream).expect("a Welcome");
-    (stream, welcome)
 }
 
 fn send_request(stream: &mut TcpStream, seq: u64, reply_len: u32) {
@@ -123,18 +72,6 @@ fn expect_rejection(stream: &mut TcpStream) -> String {
     let mut rest = [0u8; 64];
     assert!(matches!(stream.read(&mut rest), Ok(0) | Err(_)), "data after the Error frame");
     String::from_utf8(payload).expect("UTF-8 reason")
-}
-
-/// Waits for the first event `pick` accepts, skipping the others.
-fn wait_for<T>(rx: &Receiver<ServerEvent>, mut pick: impl FnMut(ServerEvent) -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let event = rx.recv_timeout(left).expect("the expected server event never came");
-        if let Some(found) = pick(event) {
-            return found;
-        }
-    }
 }
 
 fn ended(rx: &Receiver<ServerEvent>, who: SocketAddr) -> ServerEvent {
