@@ -238,8 +238,14 @@ fn late_releases_behind_a_blocked_output_are_attributed_to_waiting_not_work() {
 fn a_reader_and_its_releaser_pinned_to_one_cpu_keep_forwarding() {
     // The releaser runs one SCHED_FIFO priority above its reader; on one CPU it preempts the
     // reader wherever it is, also in the middle of a hand-off, and must not wait for it.
+    // The sender is not paced: the queue holds all 20 MB, so that a reader faster than the
+    // link (the sender needs under 0.4 s) never fills it and every packet must arrive.
     let spec = PathSpec::symmetric(DirectionSpec {
         rate: Rate::Constant(BitRate(200_000_000)),
+        queue: QueueSpec {
+            limit: QueueLimit::Bytes(ByteSize(32_000_000)),
+            discipline: Discipline::Fifo,
+        },
         ..direction(1, None)
     });
     let options =
