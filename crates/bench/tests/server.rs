@@ -17,7 +17,7 @@ use tcptail_bench::wire::{
 use tcptail_sock::Profile;
 
 mod common;
-use common::{WAIT, start, wait_for};
+use common::{WAIT, shutdown_promptly, start, wait_for};
 
 fn config() -> ServerConfig {
     ServerConfig::new("127.0.0.1:0".parse().unwrap())
@@ -403,15 +403,7 @@ fn shutdown_returns_promptly_with_clients_connected() {
         wait_for(&events, |e| matches!(e, ServerEvent::Accepted { .. }).then_some(()));
     }
 
-    // Prompt: not waiting for any of the server's own timeouts to end a connection (the
-    // shortest, a Hello's, is 5 s; an idle one's 60 s). Half the shortest is the bound, so a
-    // loaded host's slow wake-ups pass and a shutdown that waits for a timeout does not.
-    let bound = tcptail_bench::server::HANDSHAKE_TIMEOUT / 2;
-    let asked = Instant::now();
-    handle.shutdown();
-    done_rx.recv_timeout(bound).expect("run did not return promptly");
-    assert!(asked.elapsed() < bound);
-    runner.join().unwrap();
+    shutdown_promptly(&handle, &done_rx, runner);
     assert!(handle.is_shut_down());
     for client in [&mut blocking, &mut spinning, &mut mid_hello, &mut mid_request] {
         let mut buf = [0u8; 64];

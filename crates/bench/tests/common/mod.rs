@@ -6,10 +6,13 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc::{self, Receiver};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
-use tcptail_bench::server::{RunningServer, Server, ServerConfig, ServerEvent};
+use tcptail_bench::server::{
+    HANDSHAKE_TIMEOUT, RunningServer, Server, ServerConfig, ServerEvent, ShutdownHandle,
+};
 use tcptail_bench::sys::uring::{Ring, RingOptions};
 use tcptail_bench::wire::{self, HelloConfig, Welcome};
 
@@ -38,6 +41,20 @@ pub fn wait_for<T>(
             return found;
         }
     }
+}
+
+/// Shuts the server down and requires `Server::run` (on `runner`, which sends on `done` when
+/// it returns) to return promptly: not waiting for any of the server's own timeouts to end a
+/// connection (the shortest, a Hello's, is 5 s; an idle one's 60 s). Half the shortest is the
+/// bound, so a loaded host's slow wake-ups pass and a shutdown that waits for a timeout does
+/// not.
+pub fn shutdown_promptly(handle: &ShutdownHandle, done: &Receiver<()>, runner: JoinHandle<()>) {
+    let bound = HANDSHAKE_TIMEOUT / 2;
+    let asked = Instant::now();
+    handle.shutdown();
+    done.recv_timeout(bound).expect("run did not return promptly");
+    assert!(asked.elapsed() < bound);
+    runner.join().unwrap();
 }
 
 /// A connection to `addr` from `local` (any 127/8 address: the per-peer limits count by it),
