@@ -304,7 +304,7 @@ impl Table {
         }
         let poll = self.poll;
         for e in self.entries.values_mut() {
-            if e.seen != poll && !e.missed && e.seen + 1 == poll {
+            if !e.missed && e.seen + 1 == poll {
                 e.missed = true;
                 e.mark_seen(poll, &mut self.seen);
             }
@@ -542,8 +542,8 @@ impl Recorder {
         self.table.entries.len()
     }
 
-    /// Memory the live table holds (its slots, their boxed rows and congestion-control names), bytes: one
-    /// entry per live connection.
+    /// Memory the live table holds (its slots, their boxed rows and congestion-control
+    /// names), bytes: one entry per live connection.
     pub fn table_bytes(&self) -> usize {
         let entries = &self.table.entries;
         entries.capacity() * (size_of::<u64>() + size_of::<Entry>() + 1)
