@@ -7,7 +7,7 @@
 //!   engine gives it back ([`Ring::recycle`]) once it has parsed the bytes.
 //! - Sends come from **send slots** the ring owns ([`Ring::send_slot`]); a slot is not handed
 //!   out for writing again until the kernel completed the send that used it. A send can be
-//!   **lent** ([`SendKind::Lent`]): it posts no completion when it succeeds (all its
+//!   **lent** ([`Ring::send`] with `lend`): it posts no completion when it succeeds (all its
 //!   bytes taken), so a round trip costs one `io_uring_enter` instead of two; the engine frees
 //!   the slot ([`Ring::sent`]) once the peer's answer proves the bytes were taken. A lent send
 //!   that fails still posts its completion.
@@ -46,21 +46,6 @@ pub struct Completion {
     pub buffer: Option<u16>,
     /// Multishot receives: false once the receive is no longer armed (re-arm it).
     pub more: bool,
-}
-
-/// When a send's completion comes ([`Ring::send`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendKind {
-    /// As soon as the kernel took some bytes (or failed): a short send's rest is the caller's.
-    Partial,
-    /// Once every byte was taken (`MSG_WAITALL`), or it failed: a caller that waits for this
-    /// completion and something else together is not left waiting on a short send.
-    Whole,
-    /// Every byte taken (`MSG_WAITALL`) and no completion unless it failed: the caller frees
-    /// the slot with [`Ring::sent`] once it knows the bytes were taken (the peer answered
-    /// them). A ring dropped with a lent slot not freed leaks its send slots rather than free
-    /// memory the kernel may still read.
-    Lent,
 }
 
 /// How to set a ring up.
@@ -241,21 +226,20 @@ impl Ring {
     /// reaped with [`Ring::completions`] (`token`'s completion frees it: pass the slot to
     /// [`Ring::sent`]).
     ///
-    /// `kind` says when its completion comes (see [`SendKind`]).
+    /// `lend`: the send takes every byte or fails (`MSG_WAITALL`) and posts a completion only
+    /// if it fails; the caller frees the slot with [`Ring::sent`] once it knows the bytes
+    /// were taken (the peer answered them). A ring dropped with a lent slot not freed leaks
+    /// its send slots rather than free memory the kernel may still read.
     pub fn send(
         &mut self,
         fd: BorrowedFd<'_>,
         slot: usize,
         range: std::ops::Range<usize>,
         token: u64,
-        kind: SendKind,
+        lend: bool,
     ) -> io::Result<()> {
         let buf = &self.send_slots[slot][range];
-        let lend = kind == SendKind::Lent;
-        let flags = match kind {
-            SendKind::Partial => libc::MSG_NOSIGNAL,
-            SendKind::Whole | SendKind::Lent => libc::MSG_NOSIGNAL | libc::MSG_WAITALL,
-        };
+        let flags = if lend { libc::MSG_NOSIGNAL | libc::MSG_WAITALL } else { libc::MSG_NOSIGNAL };
         let entry = opcode::Send::new(types::Fd(fd.as_raw_fd()), buf.as_ptr(), buf.len() as u32)
             .flags(flags)
             .build();

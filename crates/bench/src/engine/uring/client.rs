@@ -52,7 +52,7 @@ use crate::connection::slot_loop::{
 use crate::connection::{LoopError, Shared, hello_frame};
 use crate::run::{BenchError, RawRun};
 use crate::server_stats;
-use crate::sys::uring::{Completion, MAX_TOKEN, Ring, SendKind};
+use crate::sys::uring::{Completion, MAX_TOKEN, Ring};
 use crate::watchdog::Watch;
 use crate::wire::{self, FrameError, ServerStats};
 
@@ -244,8 +244,7 @@ impl EngineIo for UringIo {
         // Lent only when the answer to come proves this send done: it carries the rest of
         // the one request in flight.
         let lend = t.io.lend && chunk == rest;
-        let kind = if lend { SendKind::Lent } else { SendKind::Partial };
-        t.io.ring.send(stream.as_fd(), i, 0..chunk, token, kind)?;
+        t.io.ring.send(stream.as_fd(), i, 0..chunk, token, lend)?;
         slot.io.send_from = slot.out_pos;
         if lend {
             slot.io.lent = true;

@@ -60,7 +60,7 @@ use super::{Op, ring_options};
 use crate::engine::Splitter;
 use crate::server::RESPONSE_BUF_LEN;
 use crate::server::stats::StatsWindow;
-use crate::sys::uring::{Completion, MAX_TOKEN, Ring, RingOptions, SendKind};
+use crate::sys::uring::{Completion, MAX_TOKEN, Ring, RingOptions};
 use crate::sys::{self, EventFd};
 use crate::watchdog::Watch;
 use crate::wire::{self, FrameKind, FrameParser, HEADER_LEN, Header, WireError};
@@ -346,21 +346,11 @@ struct Sending {
     serving: Vec<(Instant, u64)>,
     /// When the send in flight was submitted; `None` when nothing is in flight.
     since: Option<Instant>,
-    /// A ring's only connection: when the enter that submits the send (and then waits for
-    /// the next request) began. Its completion is reaped only after that wait, so the
-    /// responses' service time ends here instead, before the send's own kernel time.
-    submitted: Option<Instant>,
 }
 
 impl Sending {
     fn busy(&self) -> bool {
         self.since.is_some() || self.zeros_left > 0 || self.reply_at < self.reply.len()
-    }
-
-    /// Something is owed beyond the bytes in the slot (a long response's zeros, the rest of a
-    /// StatsReply): more sends follow this one's completion.
-    fn owes_more(&self) -> bool {
-        self.zeros_left > 0 || self.reply_at < self.reply.len()
     }
 }
 
@@ -435,14 +425,12 @@ fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
         }
         let mut staged = false;
         let mut oldest_send: Option<Instant> = None;
-        // The ring's only connection, sleeping between requests: see `sending_alone`.
-        let alone = all.live.len() == 1 && !worker.spin && !ring.sqpoll();
         for &i in &all.live {
             let Some(conn) = all.conns[i].as_mut() else { continue };
             if conn.ending.is_some() {
                 continue;
             }
-            if let Err(e) = conn.turn(&mut ring, i, reaped, all.answered, alone, &mut staged) {
+            if let Err(e) = conn.turn(&mut ring, i, reaped, all.answered, &mut staged) {
                 conn.end(&mut ring, e);
                 continue;
             }
@@ -450,10 +438,9 @@ fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
                 oldest_send = Some(oldest_send.map_or(since, |o| o.min(since)));
             }
         }
-        // Wait: spinning polls the queue; a ring's only connection has its send submitted in
-        // the enter that waits for its next request; other sends just staged are submitted
-        // without waiting; otherwise the wait lasts until a completion, or until the oldest
-        // send in flight reaches the write timeout.
+        // Wait: spinning polls the queue; sends just staged are submitted without waiting;
+        // otherwise the wait lasts until a completion, or until the oldest send in flight
+        // reaches the write timeout.
         let timeout = oldest_send.map(|since| {
             limits.write_timeout.saturating_sub(since.elapsed()).max(Duration::from_millis(1))
         });
@@ -464,10 +451,6 @@ fn run(mut ring: Ring, worker: &Worker, limits: &Limits) {
             } else {
                 ring.submit()
             }
-        } else if let Some(conn) = all.sending_alone().filter(|_| alone && staged) {
-            // The send's completion and the next request's: two.
-            conn.out.submitted = Some(Instant::now());
-            ring.submit_and_wait_for(2, timeout)
         } else if staged {
             ring.submit()
         } else {
@@ -593,20 +576,6 @@ impl Connections {
         }
     }
 
-    /// The ring's only connection, if it just staged a send that is all it owes (see
-    /// [`Conn::owes_nothing_more`]): that send
-    /// and the wait for the next request go in one enter. Between a send and its peer's next
-    /// request there is nothing else for the thread to do, and the peer, woken by the send
-    /// (on the same CPU: when this thread sleeps in the wait), has the request in the socket
-    /// or on its way. A ring serving several connections submits its sends without waiting
-    /// instead, where a request's service time ends, and then waits for all of them.
-    fn sending_alone(&mut self) -> Option<&mut Conn> {
-        let [i] = self.live[..] else { return None };
-        self.conns[i]
-            .as_mut()
-            .filter(|c| c.ending.is_none() && c.out.since.is_some() && c.owes_nothing_more())
-    }
-
     /// Lets every ended connection with nothing left on the ring go.
     fn finish_ended(&mut self, ring: &Ring) {
         let conns = &mut self.conns;
@@ -623,22 +592,14 @@ impl Connections {
 }
 
 impl Conn {
-    /// The send being staged is all the connection owes: nothing after its bytes, nothing
-    /// more in the backlog (else the next request may never come before it is answered).
-    fn owes_nothing_more(&self) -> bool {
-        self.backlog.is_empty() && !self.out.owes_more()
-    }
-
     /// Re-arms the receive if the kernel disarmed it, and stages the next send of what is
-    /// owed if the last one is done (`alone`: the ring's only connection, whose send that is
-    /// all it owes completes only once every byte was taken, see `sending_alone`).
+    /// owed if the last one is done.
     fn turn(
         &mut self,
         ring: &mut Ring,
         i: usize,
         reaped: Instant,
         answered_by_thread: u64,
-        alone: bool,
         staged: &mut bool,
     ) -> Result<(), Ended> {
         let fd = self.stream.as_fd();
@@ -657,9 +618,7 @@ impl Conn {
                 answered_by_thread,
             )?;
             self.out.range = 0..len;
-            let kind =
-                if alone && self.owes_nothing_more() { SendKind::Whole } else { SendKind::Partial };
-            ring.send(fd, i, self.out.range.clone(), Op::Send(i).token(), kind)
+            ring.send(fd, i, self.out.range.clone(), Op::Send(i).token(), false)
                 .map_err(Ended::Io)?;
             // The write timeout runs from this turn's clock (a few µs early at most).
             self.out.since = Some(reaped);
@@ -696,9 +655,8 @@ impl Conn {
                         None => {
                             // Every byte of the send's responses is with the kernel.
                             self.out.since = None;
-                            let sent = self.out.submitted.take().unwrap_or(reaped);
                             for (received, count) in self.out.serving.drain(..) {
-                                self.window.answered_at(received, sent, count);
+                                self.window.answered_at(received, reaped, count);
                                 *answered_by_thread += count;
                             }
                             return Ok(false);
@@ -706,7 +664,7 @@ impl Conn {
                     }
                 }
                 // The next chunk, or the rest of a short send.
-                ring.send(fd, i, self.out.range.clone(), Op::Send(i).token(), SendKind::Partial)
+                ring.send(fd, i, self.out.range.clone(), Op::Send(i).token(), false)
                     .map_err(Ended::Io)?;
                 self.out.since = Some(Instant::now());
                 Ok(false)
