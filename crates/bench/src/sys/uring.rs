@@ -11,10 +11,9 @@
 //!   bytes taken), so a round trip costs one `io_uring_enter` instead of two; the engine frees
 //!   the slot ([`Ring::sent`]) once the peer's answer proves the bytes were taken. A lent send
 //!   that fails still posts its completion.
-//! - Single-shot receives ([`Ring::arm_recv_once`]) serve rings with one connection, where a
-//!   receive issued once the peer has answered completes inline, and, with connects
-//!   ([`Ring::connect`]), connections that live for one transaction; [`Ring::cancel_fd`] ends
-//!   what a socket still has armed before it is closed.
+//! - Single-shot receives ([`Ring::arm_recv_once`]) and connects ([`Ring::connect`]) serve
+//!   connections that live for one transaction; [`Ring::cancel_fd`] ends what a socket still
+//!   has armed before it is closed.
 //! - Dropping a ring with operations in flight cancels them and waits for their completions;
 //!   should the kernel not complete them within a second, the buffers are leaked rather than
 //!   freed under it.
@@ -258,9 +257,7 @@ impl Ring {
     }
 
     /// Arms a single-shot receive on `fd` into the provided buffers: one completion, with
-    /// `token`. The kernel tries it when the entry is submitted: bytes already in the socket
-    /// complete it inline (no poll armed, no task work); otherwise it waits for them as a
-    /// multishot receive does.
+    /// `token`.
     pub fn arm_recv_once(&mut self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
         let entry = opcode::Recv::new(types::Fd(fd.as_raw_fd()), std::ptr::null_mut(), 0)
             .buf_group(BUF_GROUP)
@@ -383,13 +380,6 @@ impl Ring {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// Submits what was pushed without waiting, if anything was: a loop that issues a
-    /// receive only after its sends went in (back in user space, a peer on the same CPU may
-    /// run and answer first) enters for the sends alone.
-    pub fn submit_queued(&mut self) -> io::Result<()> {
-        if self.ring.submission().is_empty() { Ok(()) } else { self.submit() }
     }
 
     /// Submits what was pushed without waiting (spinning loops).

@@ -13,15 +13,6 @@
 //! - Each long-lived socket has one multishot receive armed (provided buffers); a
 //!   connect-per-request socket has one single-shot receive at a time, so nothing is armed on
 //!   it when it is closed.
-//! - A thread with **one** long-lived connection (no `--sqpoll`) issues a single-shot receive
-//!   **on demand** instead: the loop submits its send in one `io_uring_enter` and the receive
-//!   in the next, which waits. Back in user space between the two, a server woken by the send
-//!   on the same CPU runs and answers (this kernel preempts only there, README), so the
-//!   receive usually finds the answer in the socket and completes inline, and the client
-//!   neither sleeps nor is woken, as the default engine's `recv` after its `send`. With a
-//!   multishot receive armed, every answer went through the socket's poll callback and
-//!   deferred task work, and the client always slept in the enter that submitted its send.
-//!   With more connections one enter for all of them is worth more (multishot stays).
 //! - Requests are encoded into the connection's output and copied into its send slot; one send
 //!   per connection is in flight at a time (two sends on one TCP socket could be reordered).
 //! - Closed loop at depth 1 **lends** its sends (`crate::sys::uring::Ring::send`): they post
@@ -124,9 +115,6 @@ pub(crate) struct UringIo {
     server: SockAddr,
     /// This phase lends its sends (closed loop, depth 1).
     lend: bool,
-    /// Receives are issued on demand (one long-lived connection on this ring): single-shot,
-    /// each in the enter that waits, after the sends went in on their own.
-    on_demand: bool,
     completions: Vec<Completion>,
 }
 
@@ -143,10 +131,7 @@ pub(crate) struct UringSlot {
     send_busy: bool,
     /// A lent send is in flight: freed by the next answer.
     lent: bool,
-    /// A receive is armed on the socket, or due (on demand: issued at the next wait).
     recv_armed: bool,
-    /// On demand: the receive is due, not yet pushed (see [`UringIo::on_demand`]).
-    recv_due: bool,
     /// A StatsRequest is out (between phases): the bytes received since, until they hold
     /// its StatsReply.
     stats_reply: Option<Vec<u8>>,
@@ -174,7 +159,6 @@ impl EngineIo for UringIo {
             slot_len,
             server: SockAddr::from(config.server),
             lend: false,
-            on_demand: slots == 1 && !crr && !sqpoll,
             completions: Vec::with_capacity(64),
         })
     }
@@ -298,7 +282,6 @@ impl EngineIo for UringIo {
             let _ = self.ring.submit();
         }
         slot.io.recv_armed = false;
-        slot.io.recv_due = false;
         slot.io.send_busy = false;
     }
 
@@ -353,8 +336,7 @@ impl SlotLoop<'_, UringIo> {
 
     /// Sends a StatsRequest on each of `slots` (long-lived, idle, connected) and waits at
     /// most `budget` for their StatsReplies, decoded by the wire's own reader; returns each
-    /// slot's answer. The receives stay armed (or are issued when due, on demand): bytes are
-    /// routed to the reply.
+    /// slot's answer. The multishot receives stay armed: bytes are routed to the reply.
     fn ask_stats(
         &mut self,
         slots: &[usize],
@@ -429,7 +411,6 @@ impl SlotLoop<'_, UringIo> {
     /// Submits what is queued and waits for completions: spinning looks once; `timeout` of
     /// `Duration::MAX` waits for the next completion without a timer.
     fn wait_ring(&mut self, timeout: Option<Duration>) -> io::Result<()> {
-        self.issue_due_receives()?;
         match timeout {
             None => {
                 self.io.ring.submit()?;
@@ -443,34 +424,12 @@ impl SlotLoop<'_, UringIo> {
         Ok(())
     }
 
-    /// On demand: submits the queued sends in an enter of their own, then pushes the due
-    /// receives for the enter that waits (see [`UringIo::on_demand`]).
-    fn issue_due_receives(&mut self) -> io::Result<()> {
-        if !self.io.on_demand || !self.slots.iter().any(|s| s.io.recv_due) {
-            return Ok(());
-        }
-        self.io.ring.submit_queued()?;
-        for i in 0..self.slots.len() {
-            let token = self.token(Kind::Recv, i);
-            let slot = &mut self.slots[i];
-            if !std::mem::take(&mut slot.io.recv_due) {
-                continue;
-            }
-            match &slot.stream {
-                Some(stream) if !slot.dead => self.io.ring.arm_recv_once(stream.as_fd(), token)?,
-                _ => slot.io.recv_armed = false,
-            }
-        }
-        Ok(())
-    }
-
     fn token(&self, kind: Kind, i: usize) -> u64 {
         Token { kind, slot: i, generation: self.slots[i].io.generation }.encode()
     }
 
     /// Arms slot `i`'s receive if its socket has none: multishot on a long-lived connection,
-    /// single-shot on a connect-per-request one, single-shot and due at the next wait on
-    /// demand ([`UringIo::on_demand`]).
+    /// single-shot on a connect-per-request one.
     fn arm(&mut self, i: usize) -> Result<(), LoopError> {
         let token = self.token(Kind::Recv, i);
         let crr = self.config.mode == TxMode::Crr;
@@ -481,8 +440,6 @@ impl SlotLoop<'_, UringIo> {
         }
         if crr {
             self.io.ring.arm_recv_once(stream.as_fd(), token)?;
-        } else if self.io.on_demand {
-            slot.io.recv_due = true;
         } else {
             self.io.ring.arm_recv(stream.as_fd(), token)?;
         }
