@@ -279,7 +279,7 @@ fn a_peer_closing_mid_batch_ends_the_run_naming_its_connection() {
     // due, between the answers to the three before it and the four after it: the client's
     // wait typically reaps answers and the end-of-file together, and whatever it reaps first,
     // the run ends with the close, named.
-    let (addr, lockstep) = lockstep_server(8, 3, 30);
+    let (addr, lockstep) = lockstep_server(8, 3, 30, false);
     let mut config = bench(addr, URING, 8, 1_000_000);
     config.warmup = StopAfter::Count(8);
     let (tx, rx) = mpsc::channel();
@@ -301,15 +301,53 @@ fn a_peer_closing_mid_batch_ends_the_run_naming_its_connection() {
     assert!(answered.iter().all(|&n| n >= 29), "every other connection was answered: {answered:?}");
 }
 
+#[test]
+fn a_lone_connection_on_one_cpu_is_answered_in_order_and_hears_its_peer_go() {
+    if !uring_available("a_lone_connection_on_one_cpu_is_answered_in_order_and_hears_its_peer_go") {
+        return;
+    }
+    // One connection on the client's ring, both ends on one CPU (the shape of the README's
+    // one-connection comparison): every response matches its request, against either server
+    // engine, and a server that closes or resets the connection while the client waits for
+    // an answer ends the run, naming the connection.
+    let cpu = *tcptail_bench::sys::allowed_cpus().unwrap().last().unwrap();
+    for server_engine in [URING, Engine::Default] {
+        let running = server(server_engine);
+        let mut config = bench(running.addr(), URING, 1, 5000);
+        (config.client_cpu, config.server_cpu) = (Some(cpu), Some(cpu));
+        config.keep_samples = true;
+        let raw = run(&config);
+        assert_clean(&raw, 5000);
+        assert!(raw.samples.iter().zip(0..).all(|(s, seq)| s.answered && s.seq == seq));
+        running.stop();
+    }
+    for reset in [false, true] {
+        let (addr, lockstep) = lockstep_server(1, 0, 30, reset);
+        let mut config = bench(addr, URING, 1, 1_000_000);
+        config.warmup = StopAfter::Count(8);
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || tx.send(client::run_raw(&config, &RunControl::new())).unwrap());
+        // Not a speed bound: a client that missed the close would wait here for ever.
+        let message = match rx.recv_timeout(Duration::from_secs(60)).expect("the run ends") {
+            Err(e) => e.to_string(),
+            Ok(raw) => panic!("the run went on past the close: {} requests", raw.requests),
+        };
+        let why = if reset { "reset" } else { "server closed" };
+        assert!(message.contains("connection 0") && message.contains(why), "{message}");
+        assert_eq!(lockstep.join().unwrap(), [29], "29 answers, then the close");
+    }
+}
+
 /// A server for `connections` connections on one thread: each round it reads one request
 /// from every connection, then writes every answer, except that in round `close_round`
 /// (counted from 1, warm-up included) it closes connection `closer` in its turn instead of
-/// answering it. Serves the others until the client goes away; returns the answers each
-/// connection got.
+/// answering it (with `reset`, abortively: a RST). Serves the others until the client goes
+/// away; returns the answers each connection got.
 fn lockstep_server(
     connections: usize,
     closer: usize,
     close_round: u64,
+    reset: bool,
 ) -> (SocketAddr, thread::JoinHandle<Vec<u64>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -323,6 +361,9 @@ fn lockstep_server(
         }
         let mut answered = vec![0u64; connections];
         for round in 1.. {
+            if socks.iter().all(Option::is_none) {
+                return answered;
+            }
             let mut heads = Vec::with_capacity(connections);
             for sock in &mut socks {
                 let Some((s, len)) = sock else {
@@ -339,7 +380,11 @@ fn lockstep_server(
             for (i, head) in heads.into_iter().enumerate() {
                 let Some(h) = head else { continue };
                 if i == closer && round == close_round {
-                    socks[i] = None;
+                    if let Some((s, _)) = socks[i].take()
+                        && reset
+                    {
+                        socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+                    }
                     continue;
                 }
                 let (s, _) = socks[i].as_mut().unwrap();

@@ -372,3 +372,93 @@ fn shutdown_returns_promptly_with_connections_on_ring_threads() {
     }
     assert!(ring_threads().difference(&before).next().is_none(), "ring threads left after run");
 }
+
+/// Requests `count` responses of `reply_len` bytes back to back, then reads them in order.
+fn pipelined(stream: &mut TcpStream, first: u64, count: u64, reply_len: u32) {
+    for seq in first..first + count {
+        send_request(stream, seq, reply_len);
+    }
+    let mut payload = Vec::new();
+    for seq in first..first + count {
+        let header = wire::read_frame(stream, &mut payload).expect("a response");
+        assert_eq!((header.kind, header.seq), (FrameKind::Response, seq));
+        assert_eq!(header.frame_len, reply_len);
+    }
+}
+
+/// What a connection alone on its ring asks for: round trips, a pipelined batch, responses
+/// that fill the send slot and ones that need several sends, and a StatsReply in between.
+fn exchange_alone(stream: &mut TcpStream, first: u64) {
+    for seq in first..first + 50 {
+        round_trip(stream, seq);
+    }
+    pipelined(stream, first + 50, 16, 64);
+    pipelined(stream, first + 100, 4, 64 * 1024);
+    pipelined(stream, first + 200, 2, 1 << 20);
+    wire::write_stats_request(stream).unwrap();
+    let stats = wire::read_stats_reply(stream, 0).expect("a StatsReply");
+    assert!(stats.requests >= 72, "{} requests in the window", stats.requests);
+    round_trip(stream, first + 300);
+}
+
+#[test]
+fn a_connection_alone_on_its_ring_is_served_like_one_among_many() {
+    let _serial = serial();
+    if !uring_available("a_connection_alone_on_its_ring_is_served_like_one_among_many") {
+        return;
+    }
+    // One pinned ring thread, serving a connection alone, then beside a second one, then
+    // alone again: every response comes whole and in order throughout, and a connection alone
+    // on its ring keeps the server's limits: a peer that stops reading is cut at the write
+    // timeout, one that resets mid-batch is a close, and the ring serves the next one.
+    let write_timeout = Duration::from_millis(300);
+    let cpu = tcptail_bench::sys::allowed_cpus().unwrap()[0];
+    let (server, rx) =
+        start(ServerConfig { cpu: Some(cpu), write_timeout, ..config(ServerPolicy::trusting()) });
+    let greedy = HelloConfig { reply_len: 1 << 20, ..hello() };
+    let (mut a, _) = handshake(server.addr(), &greedy);
+    exchange_alone(&mut a, 0);
+    let (mut b, _) = handshake(server.addr(), &greedy);
+    for seq in 1000..1050 {
+        round_trip(&mut a, seq);
+        round_trip(&mut b, seq);
+    }
+    pipelined(&mut b, 2000, 8, 64 * 1024);
+    let b_at = b.local_addr().unwrap();
+    drop(b);
+    assert!(matches!(ended(&rx, b_at), ServerEvent::Closed { requests: 58, .. }));
+    exchange_alone(&mut a, 3000);
+
+    // Alone and deaf: responses that fill the slot, never read, stall the send.
+    let stalled = Instant::now();
+    for seq in 0..400 {
+        send_request(&mut a, seq, 64 * 1024);
+    }
+    let a_at = a.local_addr().unwrap();
+    match ended(&rx, a_at) {
+        ServerEvent::Rejected { reason, .. } => {
+            assert_eq!(reason, RejectReason::WriteStalled(write_timeout))
+        }
+        other => panic!("a deaf peer alone on its ring is cut, not {other}"),
+    }
+    assert!(stalled.elapsed() >= write_timeout);
+
+    // Alone and reset while a batch is being answered.
+    let (mut c, _) = handshake(server.addr(), &greedy);
+    round_trip(&mut c, 0);
+    for seq in 1..=32 {
+        send_request(&mut c, seq, 64 * 1024);
+    }
+    let mut some = [0u8; 4096];
+    c.read_exact(&mut some).unwrap();
+    SockRef::from(&c).set_linger(Some(Duration::ZERO)).unwrap();
+    let c_at = c.local_addr().unwrap();
+    drop(c);
+    match ended(&rx, c_at) {
+        ServerEvent::Closed { requests, .. } => assert!((1..=33).contains(&requests), "{requests}"),
+        other => panic!("a reset peer is a close, not {other}"),
+    }
+    let (mut d, _) = handshake(server.addr(), &greedy);
+    exchange_alone(&mut d, 0);
+    server.stop();
+}
