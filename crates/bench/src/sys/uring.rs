@@ -435,7 +435,11 @@ impl Ring {
     /// for `want` completions, entering for deferred task work or an overflowed completion
     /// queue as the crate's own submit does (it keeps no registered descriptor across calls).
     fn enter_registered(&mut self, want: usize) -> io::Result<usize> {
-        let Some(registered) = self.registered else {
+        // The index names a place in the registering thread's table: from any other thread
+        // (the ring is `Send`) it could name another ring, so that thread enters by the
+        // descriptor (and SINGLE_ISSUER refuses it plainly).
+        let here = std::thread::current().id();
+        let Some(registered) = self.registered.filter(|r| r.thread == here) else {
             return self.ring.submit_and_wait(want);
         };
         let sq = self.ring.submission();
@@ -445,9 +449,9 @@ impl Ring {
             flags |= IORING_ENTER_GETEVENTS;
         }
         drop(sq);
-        // SAFETY: io_uring_enter with the index this thread registered for this ring (the
-        // only thread that submits to it) and no argument pointer; the entries it submits
-        // were pushed with their buffers' lifetimes checked (`push`).
+        // SAFETY: io_uring_enter with the index this thread registered for this ring (checked
+        // above) and no argument pointer; the entries it submits were pushed with their
+        // buffers' lifetimes checked (`push`).
         let r = unsafe {
             libc::syscall(
                 libc::SYS_io_uring_enter,
@@ -618,18 +622,20 @@ mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
+    const OPTIONS: RingOptions = RingOptions {
+        entries: 8,
+        recv_buffers: 8,
+        recv_buffer_len: 4096,
+        send_slots: 1,
+        send_slot_len: 64,
+        sqpoll_idle_ms: None,
+    };
+
     #[test]
     fn rings_register_their_descriptor_and_give_it_back() {
         // A thread holds at most 16 registered ring descriptors: a ring that kept its place
         // after its drop would leave the 17th of these unregistered.
-        let options = RingOptions {
-            entries: 8,
-            recv_buffers: 8,
-            recv_buffer_len: 4096,
-            send_slots: 1,
-            send_slot_len: 64,
-            sqpoll_idle_ms: None,
-        };
+        let options = OPTIONS;
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         for round in 0..40 {
             let mut ring = match Ring::new(options) {
@@ -652,5 +658,40 @@ mod tests {
             std::io::Read::read_exact(&mut b, &mut got).unwrap();
             assert_eq!(&got, b"ping");
         }
+    }
+
+    #[test]
+    fn a_ring_moved_to_another_thread_never_enters_that_threads_ring() {
+        // Ring `moved` registers at index 0 of this thread's table; the other thread's own
+        // ring takes index 0 of its table. Entering `moved` there by its index would submit
+        // on the other ring (and report success with `moved`'s send never made).
+        let moved = match Ring::new(OPTIONS) {
+            Ok(ring) => ring,
+            Err(e) => {
+                eprintln!("SKIPPED: no usable io_uring here ({e})");
+                return;
+            }
+        };
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let mut moved = moved;
+            let theirs = Ring::new(OPTIONS).unwrap();
+            assert_eq!(
+                (moved.registered.unwrap().index, theirs.registered.unwrap().index),
+                (0, 0),
+                "both rings first in their threads' tables"
+            );
+            moved.send_slot(0).unwrap()[..4].copy_from_slice(b"ping");
+            moved.send(a.as_fd(), 0, 0..4, 7, false).unwrap();
+            // SINGLE_ISSUER: only the thread that set `moved` up may submit to it.
+            let err = moved.submit().expect_err("a ring submitted from a thread not its own");
+            assert_eq!(err.raw_os_error(), Some(libc::EEXIST), "{err}");
+            drop(theirs);
+        })
+        .join()
+        .unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut got = [0u8; 4];
+        assert!(std::io::Read::read(&mut &b, &mut got).is_err(), "nothing was sent");
     }
 }
