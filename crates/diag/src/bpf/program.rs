@@ -108,7 +108,17 @@ impl Layout {
                         a.mov_imm(R2, 0);
                         a.atomic_xchg(R9, t.marks.dirty_at, R2);
                     }
-                    Walk::Trim => t.marks.emit_trim_start(&mut a, out),
+                    Walk::Trim => {
+                        t.marks.emit_trim_start(&mut a, out);
+                        // The delete moved the option memory: not a change of the socket's,
+                        // so not a witness move (the rebuild below still records it).
+                        let omem = self.witness.loads.iter().find(|w| w.k == Some(K::OmemAlloc));
+                        if let Some(w) = omem {
+                            let stored = i16::try_from(self.record_len + usize::from(w.at)).ok()?;
+                            a.load(w.size, R2, R7, i16::try_from(w.kernel).ok()?);
+                            a.store(w.size, R9, stored, R2);
+                        }
+                    }
                 }
                 // Most sockets end here: their witness did not move.
                 self.witness.emit_start(&mut a, self.record_len, sel.attrs, &t, out)?;

@@ -360,7 +360,8 @@ impl Witness {
             a.store(l.size, R9, at, R2);
             a.bind(same);
         }
-        if !t.all {
+        // The trim rebuilds every socket it reaches (its delete moved the option memory).
+        if !t.all && t.marks.walk != super::dirty::Walk::Trim {
             a.jump_if(Cond::Ne, R4, 0, moved);
             a.load(Size::DW, R3, R9, flag);
             a.jump_if(Cond::Ne, R3, 0, moved);
