@@ -27,11 +27,10 @@
 //!   deletion shifts the positions the kernel resumes a walk by after each full buffer, so
 //!   the trim may skip an element: that socket keeps it, as its record says, and is trimmed
 //!   at a later poll.
-//! - **Why nothing a hook sees is lost.** A hook fires either after the change (the
-//!   `sock_send_length`/`sock_recv_length` tracepoints after `sendmsg`/`recvmsg` return) or
-//!   inside the socket lock held around the change (receive processing, transmission, the
-//!   state change, reads' receive-space update: the spinlock in softirq, or the socket owned
-//!   by a process). A poll that cleared the word after the hook set it reads after the
+//! - **Why nothing a hook sees is lost.** A hook fires inside the socket lock held around
+//!   the change (receive processing, a send's round, transmission, a read, the state change:
+//!   the spinlock in softirq, or the socket owned by a process), or after the change (a
+//!   drop charged to the socket). A poll that cleared the word after the hook set it reads after the
 //!   change, or finds the socket locked at one end of its reads (or its witness moved in
 //!   between) and marks it again. The trim re-checks the word after each delete (an atomic
 //!   read): a hook that marked the socket meanwhile gets its element created again.
@@ -104,29 +103,19 @@ pub const HOOKS: &[Hook] = &[
                  the RTO timer's, inside the lock",
     },
     Hook {
-        tracepoint: "sock_send_length",
-        sock: SockArg::Sock(0),
-        covers: "the end of every sendmsg (send, write, sendfile, splice to a socket, \
-                 io_uring), after it returned: write_seq, the send queue, sndbuf-limited \
-                 time started, what it transmitted",
-    },
-    Hook {
         tracepoint: "tcp_sendmsg_locked",
         sock: SockArg::Sock(0),
-        covers: "in-kernel senders that bypass sendmsg (kTLS, MPTCP), inside the lock",
-    },
-    Hook {
-        tracepoint: "sock_recv_length",
-        sock: SockArg::Sock(0),
-        covers: "the end of every recvmsg (recv, read, io_uring; also MSG_PEEK), after it \
-                 returned: copied_seq, the receive queue and memory, receive-buffer \
-                 autotuning, the ACK it sent",
+        covers: "every round of tcp_sendmsg_locked (send, write, sendfile, splice to a socket, \
+                 io_uring, kTLS, MPTCP), inside the lock before that round's changes: \
+                 write_seq, the send queue and memory, sndbuf-limited time started, what it \
+                 transmits; a send that sleeps for memory starts a new round when it wakes",
     },
     Hook {
         tracepoint: "tcp_rcv_space_adjust",
         sock: SockArg::Sock(0),
-        covers: "reads that bypass recvmsg (splice, read_sock users, zero-copy receive), \
-                 inside the lock",
+        covers: "every read (recvmsg, also MSG_PEEK; splice, read_sock users, zero-copy \
+                 receive), inside the lock, after the data was consumed: copied_seq, the \
+                 receive queue and memory, receive-buffer autotuning, the ACK it sends",
     },
     Hook {
         tracepoint: "kfree_skb",
@@ -270,7 +259,9 @@ pub(super) fn emit_storage_get(a: &mut Asm, map_fd: i32, sk: Reg, flags: i32) {
 
 /// The program of `hook`: its socket, if tracked, is marked. `skb_sk` is `sk_buff.sk`'s
 /// offset.
-pub fn mark_program(marks: &Marks, hook: &Hook, skb_sk: u32) -> Option<Vec<u64>> {
+/// `sk_storage` is `sock.sk_bpf_storage`'s offset: a socket without any storage (most of a
+/// host's) ends there, without a helper call.
+pub fn mark_program(marks: &Marks, hook: &Hook, skb_sk: u32, sk_storage: u32) -> Option<Vec<u64>> {
     let mut a = Asm::default();
     let out = a.label();
     match hook.sock {
@@ -282,6 +273,8 @@ pub fn mark_program(marks: &Marks, hook: &Hook, skb_sk: u32) -> Option<Vec<u64>>
         }
     }
     a.jump_if(Cond::Eq, R7, 0, out);
+    a.load(Size::DW, R2, R7, i16::try_from(sk_storage).ok()?);
+    a.jump_if(Cond::Eq, R2, 0, out);
     emit_storage_get(&mut a, marks.tracked_fd, R7, 0);
     a.jump_if(Cond::Eq, R0, 0, out);
     a.mov(R8, R0);
@@ -327,7 +320,7 @@ mod tests {
     #[test]
     fn the_programs_assemble() {
         let marks = Marks { tracked_fd: 3, dirty_fd: 4, dirty_at: 512, walk: Walk::Dirty };
-        assert!(HOOKS.iter().all(|h| mark_program(&marks, h, 24).is_some()));
+        assert!(HOOKS.iter().all(|h| mark_program(&marks, h, 24, 600).is_some()));
         assert!(cookies_program().is_some());
     }
 }

@@ -255,14 +255,15 @@ impl TrackedDumper {
         let set_state = Attached { link, _prog: prog };
         // The hooks before the walk too: a tracked socket is marked from its first change.
         let skb_sk = btf.member("sk_buff", "sk").map_err(missing)?.byte_offset();
+        let sk_storage = offset("sock", "sk_bpf_storage")?;
         let mut attached = Vec::new();
         for hook in hooks {
             let typedef = format!("btf_trace_{}", hook.tracepoint);
             let id = btf.typedef_id(&typedef).map_err(missing)?;
-            let insns =
-                dirty::mark_program(&marks(Walk::Sweep), hook, skb_sk).ok_or_else(|| {
-                    BpfError::Unavailable("the marking program did not assemble".into())
-                })?;
+            let program = dirty::mark_program(&marks(Walk::Sweep), hook, skb_sk, sk_storage);
+            let insns = program.ok_or_else(|| {
+                BpfError::Unavailable("the marking program did not assemble".into())
+            })?;
             let prog = load(&insns, "tcptail_mark", TRACE_RAW_TP, id)?;
             let link = tcptail_bpf::link_create(&prog, 0, TRACE_RAW_TP, 0).map_err(|e| {
                 BpfError::Unavailable(format!(
