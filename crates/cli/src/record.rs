@@ -229,8 +229,9 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     let stats = rec.finish()?;
     eprintln!(
         "tcptail record: {} polls in {:.1} s ({} late, {} sweeps), {} sockets in the last, \
-         {live} live; {} full and {} change records, {} gone, {} closes summarised ({} notifications \
-         lost), {} rotations, {} dump errors; {} in the current file; CPU {:.2} % of one core",
+         {live} live; {} full and {} change records, {} gone, {} closes summarised ({} \
+         notifications lost), {} rotations, {} dump errors; {} in the current file; CPU {:.2} % \
+         of one core",
         stats.polls,
         run.wall.as_secs_f64(),
         run.late,

@@ -29,9 +29,9 @@
 //!   at a later poll.
 //! - **Why nothing a hook sees is lost.** A hook fires inside the socket lock held around
 //!   the change (receive processing, a send's round, transmission, a read, the state change:
-//!   the spinlock in softirq, or the socket owned by a process), or after the change (a
-//!   drop charged to the socket). A poll that cleared the word after the hook set it reads after the
-//!   change, or finds the socket locked at one end of its reads (or its witness moved in
+//!   the spinlock in softirq, or the socket owned by a process), or after the change (a drop
+//!   charged to the socket). A poll that cleared the word after the hook set it reads after
+//!   the change, or finds the socket locked at one end of its reads (or its witness moved in
 //!   between) and marks it again. The trim re-checks the word after each delete (an atomic
 //!   read): a hook that marked the socket meanwhile gets its element created again.
 //! - **The sweep.** Every `--sweep` period (and at the first poll) the recorder polls every
@@ -177,7 +177,7 @@ pub enum Walk {
     /// Over the dirty map: each marked socket's mark cleared, then read.
     Dirty,
     /// Over the dirty map after a dirty walk: each socket left unmarked loses its element
-    /// and is read again (see [`Marks::emit_trim_start`]).
+    /// and is read again (the element was charged to its option memory, a recorded value).
     Trim,
 }
 

@@ -9,6 +9,11 @@
 //!   enters `ESTABLISHED` (active and passive opens both pass there) in the recorder's network
 //!   namespace (`skc_net->ns.inum`) and matching its filter. The program is attached before
 //!   the walk, so no connection falls between them. An entry is freed with its socket.
+//! - **Dirty polls and sweeps.** Tracepoint programs mark a tracked socket dirty when it may
+//!   have changed ([`super::dirty`]); [`TrackedDumper::poll_dirty`] visits only the marked
+//!   sockets, so idle connections cost nothing. [`TrackedDumper::poll`], the sweep, visits
+//!   every tracked socket as described next; the recorder sweeps at its first poll and every
+//!   sweep period, which records what no hook marks ([`super::dirty::UNHOOKED`]).
 //! - **Exact change detection, cheaply.** The entry holds the socket's last written record
 //!   (the [`Layout`] record `iter/tcp` writes) and its change witness
 //!   ([`super::witness`]: a few dozen kernel words on a few cache lines that move whenever a
@@ -23,14 +28,17 @@
 //!   still lives. The records written are those rebuilding every socket would write: a
 //!   record value cannot move without its witness moving (the per-value argument is
 //!   [`super::witness::COVERAGE`]).
-//! - **Closes.** A connection that left `ESTABLISHED` (or was freed) is absent from the walk;
-//!   the recorder's destroy notifications ([`crate::closed`]) summarise it as for sock_diag.
+//! - **Closes.** A connection that left `ESTABLISHED` is marked by the state tracepoint, and
+//!   the dirty poll writes a [`GONE`] record for it; one freed before the poll (its storage
+//!   with it) and one a sweep no longer finds are absent; the recorder's destroy
+//!   notifications ([`crate::closed`]) summarise closes as for sock_diag.
 //!
 //! Only established connections are tracked (request and TIME_WAIT sockets have no storage):
 //! a request for other states, or with a filter the program cannot evaluate
 //! ([`super::select::expressible`]), is [`BpfError::Unavailable`] and the caller polls the
-//! socket table instead. Kernel memory: one record (~500 bytes) and its witness (~200 bytes)
-//! per tracked socket.
+//! socket table instead. Kernel memory: one record (~500 bytes), its witness (~300 bytes) and
+//! a dirty word per tracked socket, and an 80-byte dirty element per socket marked since its
+//! last read.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;

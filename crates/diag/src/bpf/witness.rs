@@ -326,11 +326,12 @@ impl Witness {
 
     /// The start of a tracked poll's program, for the socket in `r7` whose storage value
     /// holds the record (`record_len` bytes) and then this witness. Reads the witness and
-    /// stores what moved. Unless `t.all`, a socket whose witness did not move, that is not
-    /// locked and whose rebuild flag is clear gets [`super::tracked::ALIVE`] in a sweep (no
-    /// record in a dirty poll) and the program ends at `out`; every other socket falls through to the rebuild with the flag set to
-    /// whether the witness moved or the socket is locked ([`Witness::emit_end`] adds the
-    /// rest). Clobbers `r0`-`r5`, `r8`, `r9`.
+    /// stores what moved. Unless `t.all` (or `t` is the trim, which rebuilds every socket it
+    /// reaches), a socket whose witness did not move, that is not locked and whose rebuild
+    /// flag is clear gets [`super::tracked::ALIVE`] in a sweep (no record in a dirty poll)
+    /// and the program ends at `out`; every other socket falls through to the rebuild with
+    /// the flag set to whether the witness moved or the socket is locked
+    /// ([`Witness::emit_end`] adds the rest). Clobbers `r0`-`r5`, `r8`, `r9`.
     pub(super) fn emit_start(
         &self,
         a: &mut Asm,

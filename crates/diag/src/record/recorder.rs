@@ -16,14 +16,18 @@
 //! once more, waits up to a second for the notifications of the closes it knows of, and
 //! summarises any still missing from their last poll, so no close is lost at the end.
 //!
-//! [`Recorder::poll_tracked`] polls through [`TrackedDumper`] instead: only the tracked
-//! connections are visited, and only the changed ones arrive as sockets (the others as their
-//! cookie), compared with the table exactly as dumped ones are, so the file is the same. The
-//! poll where the full-snapshot period comes round (or the file rotated, or the table met a
-//! cookie it does not know) asks for every socket. A storage walk can miss an entry while
-//! connections come and go around it (the kernel resumes a bucket by position), so a
-//! connection is gone only when two walks in a row missed it; a close is summarised from its
-//! destroy notification as soon as it comes, whatever the walks saw.
+//! [`Recorder::poll_tracked`] polls through [`TrackedDumper`] instead, compared with the table
+//! exactly as dumped sockets are, so the file is the same. Most of its polls are dirty polls:
+//! only the connections the kernel marked changed are read, and a connection not read is
+//! unchanged (still seen); one that left the tracked states is reported and ends as a
+//! vanished one does. Every sweep period ([`Recorder::set_sweep_every`]), at the first poll,
+//! after a failed poll, and where the full-snapshot period comes round or the file rotated,
+//! a sweep visits every tracked connection (the changed ones arrive as sockets, the others
+//! as their cookie); the sweep where the full-snapshot period comes round (or the file
+//! rotated, or the table met a cookie it does not know) asks for every socket. A storage walk
+//! can miss an entry while connections come and go around it (the kernel resumes a bucket by
+//! position), so a connection is gone only when two sweeps in a row missed it; a close is
+//! summarised from its destroy notification as soon as it comes, whatever the walks saw.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
