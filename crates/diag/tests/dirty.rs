@@ -16,7 +16,7 @@ use tcptail_diag::{DumpRequest, wire};
 use tcptail_netns::{Cleanup, Netns};
 
 mod common;
-use common::{Pair, pair};
+use common::{Pair, pair, transfer};
 
 /// What one dirty poll read: the cookies it wrote in full, and those it reported gone.
 #[derive(Debug, Default)]
@@ -91,10 +91,12 @@ fn every_change_of_an_idle_connection_is_read_by_the_next_dirty_poll() {
     // Data client -> server, then server -> client: both ends moved.
     for (i, what) in [(0, "data client to server"), (1, "data server to client")] {
         let p = &mut pairs[i];
-        let (from, to) =
-            if i == 0 { (&mut p.client, &mut p.server) } else { (&mut p.server, &mut p.client) };
-        from.write_all(&[5u8; 3000]).unwrap();
-        to.read_exact(&mut [0u8; 3000]).unwrap();
+        if i == 0 {
+            transfer(p, 3000);
+        } else {
+            p.server.write_all(&[5u8; 3000]).unwrap();
+            p.client.read_exact(&mut [0u8; 3000]).unwrap();
+        }
         let both: BTreeSet<u64> = [ends(&by_ports, p).0, ends(&by_ports, p).1].into();
         let seen = dirty_poll(&mut hooked);
         assert!(both.is_subset(&seen.changed), "{what}: {both:?} read, got {seen:?}");
