@@ -51,7 +51,8 @@
 //! nothing marked. The tracked recorder's line adds its two kinds of polls: the dirty poll
 //! (only the connections the kernel marked changed) and the sweep (every tracked connection,
 //! every [`tcptail_diag::record::DEFAULT_SWEEP_EVERY`]), each per poll against `ss -tin` and
-//! as a share of a core, and their average. The CPU percentage is of the wall time, so on a
+//! as a share of a core, and their average, measured after its start (the first sweep marks
+//! every connection for a second read; the polls until none is marked are reported apart). The CPU percentage is of the wall time, so on a
 //! machine too busy to run the recorder on time it understates; the CPU per poll does not.
 //!
 //! Each figure is the median over `REPEAT` repetitions; the machine's load average is printed
@@ -306,26 +307,44 @@ fn split_line(split: &[(&str, f64, usize)]) -> String {
     line.trim_end_matches("; ").to_owned()
 }
 
+/// How the tracked recorder's start settled: CPU seconds and polls.
+#[derive(Debug, Clone, Copy, Default)]
+struct Settled {
+    cpu: f64,
+    polls: u32,
+}
+
 /// The flight recorder as `tcptail record` runs it: polls `req` every `interval` for
-/// [`RECORD_FOR`] into a file; its run, its totals, the live-table entries and the file size.
+/// [`RECORD_FOR`] into a file; its run, its totals, the live-table entries, the file size and
+/// (tracked) how its start settled.
 fn record(
     req: &DumpRequest,
     interval: Duration,
     mut dumper: impl Dump,
     tracked: Option<TrackedDumper>,
-) -> (RunStats, RecorderStats, (usize, usize), u64) {
+) -> (RunStats, RecorderStats, (usize, usize), u64, Settled) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rec");
     let options = RecorderOptions { interval, ..RecorderOptions::default() };
     let mut rec = Recorder::create(&path, options).expect("create the recording");
-    // The first poll writes every connection's full record: measure the steady state after it
-    // (the tracked poll's first sweep marks every connection it wrote, so the dirty poll after
-    // it reads each once more: that one too).
+    // The first poll writes every connection's full record: measure the steady state after it.
+    // The tracked poll's first sweep also marks every connection it wrote for a second read;
+    // the dirty polls after it read them and trim the marks (a trim skips some where it resumes
+    // after a full buffer, so it takes a few polls): its start is measured apart.
     let stop = |end: Instant| move || Instant::now() >= end;
+    let mut settled = Settled::default();
     let run = match tracked {
         Some(mut t) => {
-            rec.poll_tracked(&mut t).expect("first poll");
-            rec.poll_tracked(&mut t).expect("second poll");
+            (settled.cpu, settled.polls) = cpu(|| {
+                let mut polls = 0;
+                loop {
+                    rec.poll_tracked(&mut t).expect("poll");
+                    polls += 1;
+                    if polls >= 100 || t.marked().expect("marked connections").is_empty() {
+                        break polls;
+                    }
+                }
+            });
             let end = Instant::now() + RECORD_FOR;
             rec.run_tracked(&mut t, stop(end), |e| panic!("poll failed: {e}"))
         }
@@ -339,7 +358,7 @@ fn record(
     let live = (rec.live(), rec.table_bytes());
     let stats = rec.finish().expect("finish the recording");
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
-    (run, stats, live, bytes)
+    (run, stats, live, bytes, settled)
 }
 
 fn selectors(toml: &str) -> Selectors {
@@ -896,7 +915,7 @@ fn main() {
                         },
                     );
                 }
-                let (run, stats, live, bytes) = if source == "bpf" {
+                let (run, stats, live, bytes, settled) = if source == "bpf" {
                     let d = IterDumper::new().expect("bpf iterator");
                     record(req, interval, SocketSource::Bpf(Box::new(d)), None)
                 } else if source == "tracked" {
@@ -918,7 +937,8 @@ fn main() {
                         "\n      dirty poll {dirty_ms:.3} ms ({:.4}x ss -tin, {:.2} % of a core), sweep \
                          every {:?} {sweep_ms:.2} ms ({:.3}x ss -tin), {} sweeps in {} polls; \
                          average per poll with the sweeps {per_poll_ms:.3} ms ({:.4}x ss -tin, \
-                         {:.2} % of a core)",
+                         {:.2} % of a core); its start (the first sweep and the polls until no \
+                         connection is marked) {:.1} ms in {} polls",
                         dirty_ms / ss_ms,
                         of_core(dirty_ms),
                         tcptail_diag::record::DEFAULT_SWEEP_EVERY,
@@ -927,6 +947,8 @@ fn main() {
                         run.polls,
                         per_poll_ms / ss_ms,
                         of_core(per_poll_ms),
+                        settled.cpu * 1e3,
+                        settled.polls,
                     )
                 } else {
                     String::new()
