@@ -3,8 +3,9 @@
 //! (data either way, a shutdown, a close, a reset) must be read by the next *dirty* poll,
 //! which visits only marked sockets; a second tracked poll with no hooks attached must miss
 //! the data (so the first assertion tests the hooks, not a sweep or a leftover mark); once
-//! the connections are idle again the dirty map is empty; and a change no hook sees
-//! (SO_SNDBUF) is left to the sweep, as `dirty::UNHOOKED` says.
+//! the connections are idle again the dirty map is empty; a change no hook sees (SO_SNDBUF)
+//! is left to the sweep, as `dirty::UNHOOKED` says; and the recorder, with a sweep period far
+//! beyond the test, records a transfer at the poll after it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
@@ -12,6 +13,8 @@ use std::net::{Shutdown, TcpListener};
 use std::time::Duration;
 
 use tcptail_diag::bpf::tracked::{Dirty, Polled, TrackedDumper};
+use tcptail_diag::record::fields::VOLATILE_MASK;
+use tcptail_diag::record::{Event, Recorder, RecorderOptions, Replay};
 use tcptail_diag::{DumpRequest, wire};
 use tcptail_netns::{Cleanup, Netns};
 
@@ -158,5 +161,52 @@ fn every_change_of_an_idle_connection_is_read_by_the_next_dirty_poll() {
         .unwrap();
     assert!(swept.contains(&server), "the sweep reads the new send buffer: {swept:?}");
     drop((pairs, p.server, listener));
+    drop(ns);
+}
+
+/// The recorder with a sweep period far beyond the test: every poll after the first is a
+/// dirty poll, and a transfer on an idle connection is still recorded by the poll after it.
+#[test]
+fn the_recorder_records_a_change_of_an_idle_connection_at_the_next_dirty_poll() {
+    tcptail_netns::ensure_root().expect("the dirty-mark test needs root (CI runs as root)");
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "dirtyrec").unwrap();
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    let listener = ns.run(|| TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
+    let mut pairs: Vec<Pair> = ns.run(|| (0..3).map(|_| pair(&listener)).collect()).unwrap();
+    let req = DumpRequest { states: wire::ESTABLISHED, ..DumpRequest::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec");
+    let mut rec = Recorder::create(&path, RecorderOptions::default()).unwrap();
+    rec.set_sweep_every(Duration::from_secs(3600));
+    let mut tracked = TrackedDumper::new(&req, Some(ns.name())).expect("root with BPF");
+    let by_ports = cookies(&mut TrackedDumper::new(&req, Some(ns.name())).unwrap());
+    for _ in 0..10 {
+        rec.poll_tracked(&mut tracked).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(tracked.marked().unwrap().is_empty(), "the idle connections settled");
+    transfer(&mut pairs[1], 5000);
+    rec.poll_tracked(&mut tracked).unwrap();
+    let stats = rec.finish().unwrap();
+    assert_eq!(stats.sweeps, 1, "only the first poll swept: {stats:?}");
+    // Per tick: the connections with a change record.
+    let mut replay = Replay::open(&path).unwrap();
+    let mut ticks: Vec<BTreeSet<u64>> = Vec::new();
+    while let Some(e) = replay.next_event() {
+        match e.unwrap() {
+            Event::Tick => ticks.push(BTreeSet::new()),
+            Event::Change { cookie, mask } if mask & !VOLATILE_MASK != 0 => {
+                ticks.last_mut().unwrap().insert(cookie);
+            }
+            _ => {}
+        }
+    }
+    let (client, server) = ends(&by_ports, &pairs[1]);
+    let last = ticks.last().unwrap();
+    assert!(last.contains(&client) && last.contains(&server), "the last poll: {ticks:?}");
+    let quiet = &ticks[ticks.len() - 4..ticks.len() - 1];
+    assert!(quiet.iter().all(BTreeSet::is_empty), "idle polls before it: {ticks:?}");
+    drop((pairs, listener));
     drop(ns);
 }
