@@ -1,9 +1,9 @@
 //! A tiny eBPF assembler: the instructions tcptail's programs use (moves, loads and stores,
-//! ALU with immediates, conditional jumps to labels, helper calls, a map's descriptor as a
-//! 64-bit immediate), encoded as `struct bpf_insn` (`include/uapi/linux/bpf.h`) for a
-//! little-endian host. Pure: it only builds bytes; the kernel's verifier is the judge of the
-//! program. Users: the socket iterator (`tcptail-diag`) and the AF_XDP redirect program
-//! (`tcptail-bench`).
+//! ALU with immediates, atomic exchange and fetch-add, conditional jumps to labels, helper
+//! calls, a map's descriptor as a 64-bit immediate), encoded as `struct bpf_insn`
+//! (`include/uapi/linux/bpf.h`) for a little-endian host. Pure: it only builds bytes; the
+//! kernel's verifier is the judge of the program. Users: the socket iterator
+//! (`tcptail-diag`) and the AF_XDP redirect program (`tcptail-bench`).
 
 /// A register, `r0`..`r10`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +92,11 @@ const CLASS_JMP: u8 = 0x05;
 const CLASS_ALU64: u8 = 0x07;
 const MODE_IMM: u8 = 0x00;
 const MODE_MEM: u8 = 0x60;
+const MODE_ATOMIC: u8 = 0xc0;
+/// `BPF_XCHG` (`0xe0 | BPF_FETCH`).
+const ATOMIC_XCHG: i32 = 0xe1;
+/// `BPF_ADD | BPF_FETCH`.
+const ATOMIC_FETCH_ADD: i32 = 0x01;
 const SRC_X: u8 = 0x08;
 
 /// `BPF_PSEUDO_MAP_FD`: the source register of a 64-bit immediate load whose value is a map's
@@ -214,6 +219,19 @@ impl Asm {
         self.push(CLASS_ST | MODE_MEM | size.code(), dst, Reg(0), off, imm);
     }
 
+    /// `src = xchg((u64 *)(dst + off), src)`: an atomic exchange, a full memory barrier on
+    /// every JIT (x86's `xchg`, arm64's `swpal`), so the loads after it see what other CPUs
+    /// stored before it.
+    pub fn atomic_xchg(&mut self, dst: Reg, off: i16, src: Reg) {
+        self.push(CLASS_STX | MODE_ATOMIC | Size::DW.code(), dst, src, off, ATOMIC_XCHG);
+    }
+
+    /// `src = fetch_add((u64 *)(dst + off), src)`: an atomic add returning the old value,
+    /// a full memory barrier like [`Asm::atomic_xchg`] (with `src` 0: an ordered read).
+    pub fn atomic_fetch_add(&mut self, dst: Reg, off: i16, src: Reg) {
+        self.push(CLASS_STX | MODE_ATOMIC | Size::DW.code(), dst, src, off, ATOMIC_FETCH_ADD);
+    }
+
     /// Calls helper number `id`.
     pub fn call(&mut self, id: i32) {
         self.push(CLASS_JMP | 0x80, Reg(0), Reg(0), 0, id);
@@ -324,6 +342,8 @@ mod tests {
         a.load_map_fd(R1, 3); // BPF_LD | BPF_IMM | BPF_DW, src = BPF_PSEUDO_MAP_FD
         a.call(51); // BPF_JMP | BPF_CALL
         a.bind(l);
+        a.atomic_xchg(R9, 16, R2); // BPF_STX | BPF_ATOMIC | BPF_DW, imm BPF_XCHG
+        a.atomic_fetch_add(R8, -8, R3); // imm BPF_ADD | BPF_FETCH
         a.exit();
         let bytes: Vec<[u8; 8]> =
             a.finish().unwrap().iter().map(|&w| Insn::from_word(w).encode()).collect();
@@ -335,7 +355,9 @@ mod tests {
         assert_eq!(bytes[5], [0x18, 0x11, 0, 0, 3, 0, 0, 0]);
         assert_eq!(bytes[6], [0; 8]);
         assert_eq!(bytes[7], [0x85, 0x00, 0, 0, 51, 0, 0, 0]);
-        assert_eq!(bytes[8], [0x95, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes[8], [0xdb, 0x29, 16, 0, 0xe1, 0, 0, 0]);
+        assert_eq!(bytes[9], [0xdb, 0x38, 0xf8, 0xff, 0x01, 0, 0, 0]);
+        assert_eq!(bytes[10], [0x95, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

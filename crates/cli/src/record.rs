@@ -64,6 +64,12 @@ pub struct RecordArgs {
     /// Records wait at most this long in memory before they are written.
     #[arg(long, default_value = "1s")]
     block_every: HumanDuration,
+    /// With the tracked-sockets poll: read every tracked connection this often (a sweep);
+    /// the polls between read only the connections the kernel marked changed. A change no
+    /// tracepoint marks (setsockopt, a timer that sends nothing) is recorded within this
+    /// period.
+    #[arg(long, default_value = "1s")]
+    sweep: HumanDuration,
     /// Stop after this long (default: until Ctrl-C).
     #[arg(long)]
     duration: Option<HumanDuration>,
@@ -151,6 +157,14 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     if interval < Duration::from_millis(1) {
         bail!("--interval {} is below the 1ms the recorder can keep", args.interval);
     }
+    if args.sweep.0 < interval {
+        bail!(
+            "--sweep {} is shorter than --interval {}: a sweep is one of the polls (use a \
+             --sweep of at least the interval)",
+            args.sweep,
+            args.interval
+        );
+    }
     if args.max_size.0 < 4096 {
         bail!("--max-size {} is too small for a file (at least 4KiB)", args.max_size);
     }
@@ -167,6 +181,7 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
         .context("installing the Ctrl-C handler")?;
     let mut rec = Recorder::create(&out, options)?;
+    rec.set_sweep_every(args.sweep.0);
     let listener = match &args.select.netns {
         Some(ns) => DestroyListener::in_netns(ns),
         None => DestroyListener::new(),
@@ -180,8 +195,14 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
         ),
     }
     let mut warned = false;
+    let sweeps = match poller {
+        Poller::Tracked(_) => {
+            format!("; every one of them each {}, only the changed ones between", args.sweep)
+        }
+        Poller::Table(_) => String::new(),
+    };
     eprintln!(
-        "tcptail record: polling every {} ({}) into {} (Ctrl-C stops)",
+        "tcptail record: polling every {} ({}) into {}{sweeps} (Ctrl-C stops)",
         args.interval,
         poller.describe(),
         out.display()
@@ -207,12 +228,14 @@ fn run_record(args: RecordArgs) -> Result<ExitCode> {
     let bytes = rec.file_bytes();
     let stats = rec.finish()?;
     eprintln!(
-        "tcptail record: {} polls in {:.1} s ({} late), {} sockets in the last, {live} \
-         live; {} full and {} change records, {} gone, {} closes summarised ({} notifications \
-         lost), {} rotations, {} dump errors; {} in the current file; CPU {:.2} % of one core",
+        "tcptail record: {} polls in {:.1} s ({} late, {} sweeps), {} sockets in the last, \
+         {live} live; {} full and {} change records, {} gone, {} closes summarised ({} \
+         notifications lost), {} rotations, {} dump errors; {} in the current file; CPU {:.2} % \
+         of one core",
         stats.polls,
         run.wall.as_secs_f64(),
         run.late,
+        stats.sweeps,
         stats.sockets,
         stats.full,
         stats.changes,

@@ -209,6 +209,18 @@ fn damaged_recordings_are_one_error_naming_the_file_and_offset() {
 }
 
 #[test]
+fn a_sweep_shorter_than_the_interval_is_one_error_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rec");
+    let f = file.to_str().unwrap();
+    let out = tcptail(&["record", "--out", f, "--interval", "100ms", "--sweep", "10ms"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("--sweep 10ms is shorter than --interval 100ms").count(), 1, "{err}");
+    assert!(!file.exists(), "nothing is recorded: {err}");
+}
+
+#[test]
 fn bad_flags_are_usage_errors() {
     for args in
         [&["record"][..], &["record", "--out", "/tmp/x", "--interval", "10"], &["record", "show"]]

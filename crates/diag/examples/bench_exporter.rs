@@ -47,9 +47,13 @@
 //! as a share of a core beside the BPF iterator's bare walk (its floor: it visits every socket
 //! whatever the filter) and the floor of a poll that visits only tracked sockets ([`tracked`]),
 //! back to back and polled every 100 ms, beside the kernel's share of `tcptail record`'s own
-//! tracked poll (its change witness read, nothing converted). The CPU percentage is of the
-//! wall time, so on a machine too busy to
-//! run the recorder on time it understates; the CPU per poll does not.
+//! tracked poll (its change witness read, nothing converted), and of its dirty poll with
+//! nothing marked. The tracked recorder's line adds its two kinds of polls: the dirty poll
+//! (only the connections the kernel marked changed) and the sweep (every tracked connection,
+//! every [`tcptail_diag::record::DEFAULT_SWEEP_EVERY`]), each per poll against `ss -tin` and
+//! as a share of a core, and their average, measured after its start (the first sweep marks
+//! every connection for a second read; the polls until none is marked are reported apart). The CPU percentage is of the wall time, so on a
+//! machine too busy to run the recorder on time it understates; the CPU per poll does not.
 //!
 //! Each figure is the median over `REPEAT` repetitions; the machine's load average is printed
 //! before and after each size. Connections are spread over holder processes (`HOLDER_FDS`
@@ -303,23 +307,44 @@ fn split_line(split: &[(&str, f64, usize)]) -> String {
     line.trim_end_matches("; ").to_owned()
 }
 
+/// How the tracked recorder's start settled: CPU seconds and polls.
+#[derive(Debug, Clone, Copy, Default)]
+struct Settled {
+    cpu: f64,
+    polls: u32,
+}
+
 /// The flight recorder as `tcptail record` runs it: polls `req` every `interval` for
-/// [`RECORD_FOR`] into a file; its run, its totals, the live-table entries and the file size.
+/// [`RECORD_FOR`] into a file; its run, its totals, the live-table entries, the file size and
+/// (tracked) how its start settled.
 fn record(
     req: &DumpRequest,
     interval: Duration,
     mut dumper: impl Dump,
     tracked: Option<TrackedDumper>,
-) -> (RunStats, RecorderStats, (usize, usize), u64) {
+) -> (RunStats, RecorderStats, (usize, usize), u64, Settled) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("rec");
     let options = RecorderOptions { interval, ..RecorderOptions::default() };
     let mut rec = Recorder::create(&path, options).expect("create the recording");
     // The first poll writes every connection's full record: measure the steady state after it.
+    // The tracked poll's first sweep also marks every connection it wrote for a second read;
+    // the dirty polls after it read them and trim the marks (a trim skips some where it resumes
+    // after a full buffer, so it takes a few polls): its start is measured apart.
     let stop = |end: Instant| move || Instant::now() >= end;
+    let mut settled = Settled::default();
     let run = match tracked {
         Some(mut t) => {
-            rec.poll_tracked(&mut t).expect("first poll");
+            (settled.cpu, settled.polls) = cpu(|| {
+                let mut polls = 0;
+                loop {
+                    rec.poll_tracked(&mut t).expect("poll");
+                    polls += 1;
+                    if polls >= 100 || t.marked().expect("marked connections").is_empty() {
+                        break polls;
+                    }
+                }
+            });
             let end = Instant::now() + RECORD_FOR;
             rec.run_tracked(&mut t, stop(end), |e| panic!("poll failed: {e}"))
         }
@@ -333,7 +358,7 @@ fn record(
     let live = (rec.live(), rec.table_bytes());
     let stats = rec.finish().expect("finish the recording");
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
-    (run, stats, live, bytes)
+    (run, stats, live, bytes, settled)
 }
 
 fn selectors(toml: &str) -> Selectors {
@@ -842,6 +867,27 @@ fn main() {
                             full,
                             if settled { "" } else { " (never settled)" },
                         );
+                        // The dirty poll's kernel share with nothing marked (idle connections):
+                        // the dirty walk and the trim over an empty map.
+                        let quiet = (0..10).any(|_| {
+                            poll.poll_dirty(|_| {}).expect("dirty poll");
+                            poll.marked().expect("marked sockets").is_empty()
+                        });
+                        let idle: Vec<f64> = (0..REPEAT)
+                            .map(|_| {
+                                std::thread::sleep(Duration::from_millis(100));
+                                cpu(|| poll.poll_dirty(|_| {}).expect("dirty poll")).0
+                            })
+                            .collect();
+                        let idle = median(&idle);
+                        println!(
+                            "  tcptail record's dirty poll with nothing marked (the dirty walk and \
+                             the trim over an empty map), polled every 100 ms: {:.3} ms = {:.2} % \
+                             of a core{}",
+                            idle * 1e3,
+                            per_100ms(idle),
+                            if quiet { "" } else { " (never quiet)" },
+                        );
                         println!(
                             "  a poll of tracked sockets only (socket-storage iterator; the floor \
                              of tcptail record's tracked poll, without its user space), one end ({n} sockets): \
@@ -869,7 +915,7 @@ fn main() {
                         },
                     );
                 }
-                let (run, stats, live, bytes) = if source == "bpf" {
+                let (run, stats, live, bytes, settled) = if source == "bpf" {
                     let d = IterDumper::new().expect("bpf iterator");
                     record(req, interval, SocketSource::Bpf(Box::new(d)), None)
                 } else if source == "tracked" {
@@ -878,8 +924,35 @@ fn main() {
                 } else {
                     record(req, interval, Dumper::new().expect("sock_diag"), None)
                 };
-                let per_poll_ms = run.cpu.as_secs_f64() * 1e3 / stats.polls.max(1) as f64;
+                let per_poll_ms = run.cpu.as_secs_f64() * 1e3 / run.polls.max(1) as f64;
                 let ss_percent = ss_ms / (interval.as_secs_f64() * 1e3) * 100.0;
+                // The tracked poll's two kinds of polls, each as a share of a core were every
+                // poll of that kind.
+                let kinds = if source == "tracked" {
+                    let dirty_polls = run.polls.saturating_sub(run.sweeps).max(1) as f64;
+                    let dirty_ms = (run.cpu - run.sweep_cpu).as_secs_f64() * 1e3 / dirty_polls;
+                    let sweep_ms = run.sweep_cpu.as_secs_f64() * 1e3 / run.sweeps.max(1) as f64;
+                    let of_core = |ms: f64| ms / (interval.as_secs_f64() * 1e3) * 100.0;
+                    format!(
+                        "\n      dirty poll {dirty_ms:.3} ms ({:.4}x ss -tin, {:.2} % of a core), sweep \
+                         every {:?} {sweep_ms:.2} ms ({:.3}x ss -tin), {} sweeps in {} polls; \
+                         average per poll with the sweeps {per_poll_ms:.3} ms ({:.4}x ss -tin, \
+                         {:.2} % of a core); its start (the first sweep and the polls until no \
+                         connection is marked) {:.1} ms in {} polls",
+                        dirty_ms / ss_ms,
+                        of_core(dirty_ms),
+                        tcptail_diag::record::DEFAULT_SWEEP_EVERY,
+                        sweep_ms / ss_ms,
+                        run.sweeps,
+                        run.polls,
+                        per_poll_ms / ss_ms,
+                        of_core(per_poll_ms),
+                        settled.cpu * 1e3,
+                        settled.polls,
+                    )
+                } else {
+                    String::new()
+                };
                 let verdict = if interval == Duration::from_millis(100) && what == "one end" {
                     let met = run.cpu_percent() <= RECORD_TARGET_PERCENT;
                     format!(
@@ -894,9 +967,9 @@ fn main() {
                      ({per_poll_ms:.2} ms per poll = {:.3}x one ss -tin, its request unparsed \
                      {floor_ms:.2} ms; ss -tin as often: \
                      {ss_percent:.0} %); {} polls, {} late; {} table entries ({} KiB); {} \
-                     KiB written{verdict}",
+                     KiB written{verdict}{kinds}",
                     interval.as_millis(),
-                    stats.sockets,
+                    live.0,
                     run.cpu_percent(),
                     per_poll_ms / ss_ms,
                     stats.polls,

@@ -32,6 +32,7 @@
 pub use tcptail_bpf::asm;
 pub mod btf;
 pub mod convert;
+pub mod dirty;
 pub mod fields;
 pub mod program;
 pub mod record;

@@ -20,5 +20,5 @@ pub mod replay;
 
 pub use fields::{FIELDS, Field, Identity, RawRow, Values};
 pub use file::{Header, RecordError, RecordReader, RecordWriter, WriterOptions};
-pub use recorder::{Recorder, RecorderOptions, RecorderStats, RunStats};
+pub use recorder::{DEFAULT_SWEEP_EVERY, Recorder, RecorderOptions, RecorderStats, RunStats};
 pub use replay::{Event, Replay, Tracked};

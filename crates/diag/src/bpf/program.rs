@@ -22,6 +22,7 @@
 //! space ([`super::convert`]). Little-endian only (bitfield positions are LSB-first there).
 
 use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R6, R7, R8, R9, R10, Size};
+pub use super::dirty::{Marks, Walk};
 use super::fields::{
     self,
     Base::{Bbr, Common, Tcp},
@@ -92,15 +93,35 @@ impl Layout {
         match target {
             Target::Tcp => a.load(Size::DW, R7, R6, 8), // ctx->sk_common
             Target::Tracked(t) => {
-                if sel.brief || sel.filter.is_some() {
+                if sel.brief || sel.filter.is_some() || (t.all && t.marks.walk != Walk::Sweep) {
                     return None;
                 }
-                a.load(Size::DW, R2, R6, 24); // ctx->value
-                a.jump_if(Cond::Eq, R2, 0, out);
                 a.load(Size::DW, R7, R6, 16); // ctx->sk
                 a.jump_if(Cond::Eq, R7, 0, out);
+                match t.marks.walk {
+                    Walk::Sweep => {}
+                    Walk::Dirty => {
+                        // The mark is cleared before anything is read: a change that ends
+                        // after this marks the socket again (an exchange: the reads below
+                        // cannot pass it).
+                        t.marks.emit_value(&mut a, R9, out);
+                        a.mov_imm(R2, 0);
+                        a.atomic_xchg(R9, t.marks.dirty_at, R2);
+                    }
+                    Walk::Trim => {
+                        t.marks.emit_trim_start(&mut a, out);
+                        // The delete moved the option memory: not a change of the socket's,
+                        // so not a witness move (the rebuild below still records it).
+                        let omem = self.witness.loads.iter().find(|w| w.k == Some(K::OmemAlloc));
+                        if let Some(w) = omem {
+                            let stored = i16::try_from(self.record_len + usize::from(w.at)).ok()?;
+                            a.load(w.size, R2, R7, i16::try_from(w.kernel).ok()?);
+                            a.store(w.size, R9, stored, R2);
+                        }
+                    }
+                }
                 // Most sockets end here: their witness did not move.
-                self.witness.emit_start(&mut a, self.record_len, sel.attrs, t.all, out)?;
+                self.witness.emit_start(&mut a, self.record_len, sel.attrs, &t, out)?;
             }
         }
         a.jump_if(Cond::Eq, R7, 0, out);
@@ -141,7 +162,13 @@ impl Layout {
         a.mov_imm(R3, 1);
         a.lsh(R3, R2);
         a.and_imm(R3, sel.states as i32);
-        a.jump_if(Cond::Eq, R3, 0, out);
+        // A dirty socket that left the tracked states is reported gone.
+        let gone = a.label();
+        let dirty_walk = match target {
+            Target::Tracked(t) if t.marks.walk == Walk::Dirty => Some(t.marks),
+            _ => None,
+        };
+        a.jump_if(Cond::Eq, R3, 0, if dirty_walk.is_some() { gone } else { out });
         if let Some(f) = &brief_filter {
             select::emit_selection(&mut a, &self.filter_offsets, f, at(header::COOKIE), brief);
         }
@@ -276,12 +303,22 @@ impl Layout {
         emit_no_ca(&mut a, rec, no_ca, header::CA_NAME, write);
         match target {
             Target::Tcp => emit_seq_write(&mut a, rec, self.record_len),
-            Target::Tracked(t) => self.emit_tracked_write(&mut a, rec, sel, t.all, out)?,
+            Target::Tracked(t) => self.emit_tracked_write(&mut a, rec, sel, &t, out)?,
         }
         if brief_filter.is_some() {
             a.jump(out);
             a.bind(brief);
             self.emit_brief(&mut a);
+        }
+        if let Some(marks) = dirty_walk {
+            // Its GONE record; one lost to a full buffer is written when the walk resumes
+            // here, or at the next poll (the mark set again).
+            a.jump(out);
+            a.bind(gone);
+            emit_cookie_record(&mut a, R7, super::tracked::GONE);
+            a.jump_if(Cond::Eq, R0, 0, out);
+            marks.emit_value(&mut a, R9, out);
+            a.store_imm(Size::DW, R9, marks.dirty_at, 1);
         }
         a.bind(out);
         a.mov_imm(R0, 0);
@@ -336,45 +373,103 @@ impl Layout {
     }
 
     /// The tracked poll's end ([`Target::Tracked`]): the witness's rebuild flag is updated
-    /// ([`super::witness::Witness::emit_end`]), then the record on the stack at `rec` is
-    /// compared word by word with the socket's stored copy (`ctx->value`), leaving out the
-    /// two clock words. Unless `all`, a socket whose words all match and whose values do not
-    /// grow with the clock (no chrono running: busy, rwnd- and sndbuf-limited times; no RTO
-    /// episode timed) gets a 32-byte [`super::tracked::ALIVE`] record; otherwise the record
-    /// is stored and written whole. The stored copy only grows stale by the clock words, so a
-    /// field that changed is always written.
+    /// ([`super::witness::Witness::emit_end`]); a socket whose flag ends set is marked dirty
+    /// ([`super::dirty`]) so the next dirty poll reads it again, and as a new dirty element
+    /// is charged to the socket's option memory, that value is read again into the record
+    /// and the witness. Then the record on the stack at `rec` is compared word by word with
+    /// the socket's stored copy, leaving out the two clock words. Unless `t.all`, a socket
+    /// whose words all match and whose values do not grow with the clock (no chrono running:
+    /// busy, rwnd- and sndbuf-limited times; no RTO episode timed) gets a 32-byte
+    /// [`super::tracked::ALIVE`] record in a sweep and none in a dirty poll's walks;
+    /// otherwise the record is written whole and then stored. The stored copy only grows
+    /// stale by the clock words, so a field that changed is always written. A record the
+    /// full buffer refused is not stored, and the socket is marked: the walk resumes at this
+    /// socket with the next read, or the next dirty poll reads it.
     fn emit_tracked_write(
         &self,
         a: &mut Asm,
         rec: i32,
         sel: &Selection,
-        all: bool,
+        t: &Tracked,
         out: Label,
     ) -> Option<()> {
         let at = |off: usize| (rec + off as i32) as i16;
+        let flag = i16::try_from(self.record_len + self.witness.flag).ok()?;
         let changed = a.label();
-        a.load(Size::DW, R9, R6, 24); // ctx->value
-        a.jump_if(Cond::Eq, R9, 0, out);
-        let clock_running = |a: &mut Asm, to: Label| self.emit_clock_running(a, rec, to);
-        self.witness.emit_end(a, self.record_len, sel.attrs, clock_running)?;
+        let refused = a.label();
+        let compare = a.label();
+        t.marks.emit_value(a, R9, out);
+        let read_again = |a: &mut Asm, to: Label| {
+            self.emit_clock_running(a, rec, to)?;
+            self.emit_tx_in_flight(a, rec, sel, to)
+        };
+        self.witness.emit_end(a, self.record_len, sel.attrs, read_again)?;
+        // r8 is still the tcp_sock (or NULL) emit_end read.
+        a.load(Size::DW, R2, R9, flag);
+        a.jump_if(Cond::Eq, R2, 0, compare);
+        t.marks.emit_mark(a, R9, R7, compare, false);
+        self.emit_reread_omem(a, rec, sel, compare)?;
+        a.bind(compare);
         let clocks = [header::JIFFIES, header::KTIME_NS];
-        if !all {
+        if !t.all {
             for w in (0..self.record_len).step_by(8).filter(|w| !clocks.contains(w)) {
                 a.load(Size::DW, R2, R10, at(w));
                 a.load(Size::DW, R3, R9, w as i16);
                 a.jump_if_reg(Cond::Ne, R2, R3, changed);
             }
             self.emit_clock_running(a, rec, changed)?;
-            a.store_imm(Size::B, R10, at(header::KIND), i32::from(super::tracked::ALIVE));
-            emit_seq_write(a, rec, super::tracked::ALIVE_LEN);
+            if t.marks.walk == Walk::Sweep {
+                a.store_imm(Size::B, R10, at(header::KIND), i32::from(super::tracked::ALIVE));
+                emit_seq_write(a, rec, super::tracked::ALIVE_LEN);
+            }
             a.jump(out);
         }
         a.bind(changed);
+        emit_seq_write(a, rec, self.record_len);
+        a.jump_if(Cond::Ne, R0, 0, refused);
         for w in (0..self.record_len).step_by(8) {
             a.load(Size::DW, R2, R10, at(w));
             a.store(Size::DW, R9, w as i16, R2);
         }
-        emit_seq_write(a, rec, self.record_len);
+        a.jump(out);
+        a.bind(refused);
+        a.store_imm(Size::DW, R9, flag, 1);
+        t.marks.emit_mark(a, R9, R7, out, false);
+        Some(())
+    }
+
+    /// Reads the socket's option memory (`sk_omem_alloc`, the tcp_sock in `r8`) again into
+    /// the record on the stack at `rec` and into the stored witness (`r9`): a dirty element
+    /// created after the record was read is charged there. Clobbers `r2`.
+    fn emit_reread_omem(&self, a: &mut Asm, rec: i32, sel: &Selection, done: Label) -> Option<()> {
+        let Some(load) = self.loads.iter().find(|l| l.k == K::OmemAlloc) else {
+            return Some(());
+        };
+        if !fields::needed(K::OmemAlloc, sel.attrs) {
+            return Some(());
+        }
+        a.jump_if(Cond::Eq, R8, 0, done);
+        a.load(load.size, R2, R8, i16::try_from(load.kernel).ok()?);
+        a.store(load.size, R10, (rec + i32::from(load.record)) as i16, R2);
+        if let Some(w) = self.witness.loads.iter().find(|w| w.k == Some(K::OmemAlloc)) {
+            let stored = i16::try_from(self.record_len + usize::from(w.at)).ok()?;
+            a.store(w.size, R9, stored, R2);
+        }
+        Some(())
+    }
+
+    /// Jumps to `to` when the record on the stack at `rec` says transmitted skbs are still
+    /// charged to the socket (`sk_wmem_alloc` above its own reference): their TX completion
+    /// frees them without a lock or a hook, so the socket is read again until none are left.
+    /// Clobbers `r2`.
+    fn emit_tx_in_flight(&self, a: &mut Asm, rec: i32, sel: &Selection, to: Label) -> Option<()> {
+        let Some(slot) =
+            self.slot(K::WmemAlloc).filter(|_| fields::needed(K::WmemAlloc, sel.attrs))
+        else {
+            return Some(());
+        };
+        a.load(Size::of(slot.size.into())?, R2, R10, (rec + i32::from(slot.offset)) as i16);
+        a.jump_if(Cond::Ne, R2, 1, to);
         Some(())
     }
 
@@ -412,8 +507,10 @@ pub enum Target {
 pub struct Tracked {
     /// `sock.sk_uid`'s offset (the storage iterator's context has no uid).
     pub sk_uid: u32,
-    /// Write every socket in full (a resynchronising or full-snapshot poll).
+    /// Write every socket in full (a resynchronising or full-snapshot sweep).
     pub all: bool,
+    /// The dirty marks, and whether this program walks the dirty map.
+    pub marks: Marks,
 }
 
 /// At `no_ca` the congestion control's name (16 bytes at `ca_name` of the record at `rec`)
@@ -426,9 +523,10 @@ fn emit_no_ca(a: &mut Asm, rec: i32, no_ca: Label, ca_name: usize, write: Label)
     a.bind(write);
 }
 
-/// Writes the [`super::tracked::ALIVE`] record of the socket in register `sk`: its cookie,
-/// zeros, the kind. Clobbers `r0`-`r5`.
-pub(super) fn emit_alive(a: &mut Asm, sk: super::asm::Reg) {
+/// Writes the 32-byte record of kind `kind` ([`super::tracked::ALIVE`],
+/// [`super::tracked::GONE`]) of the socket in register `sk`: its cookie, zeros, the kind.
+/// `r0` is then `bpf_seq_write`'s result (0: written). Clobbers `r0`-`r5`.
+pub(super) fn emit_cookie_record(a: &mut Asm, sk: super::asm::Reg, kind: u8) {
     let len = super::tracked::ALIVE_LEN as i32;
     a.mov(R1, sk);
     a.call(HELPER_GET_SOCKET_COOKIE);
@@ -436,12 +534,7 @@ pub(super) fn emit_alive(a: &mut Asm, sk: super::asm::Reg) {
     for off in (8..super::tracked::ALIVE_LEN).step_by(8) {
         a.store_imm(Size::DW, R10, (-len + off as i32) as i16, 0);
     }
-    a.store_imm(
-        Size::B,
-        R10,
-        (-len + header::KIND as i32) as i16,
-        i32::from(super::tracked::ALIVE),
-    );
+    a.store_imm(Size::B, R10, (-len + header::KIND as i32) as i16, i32::from(kind));
     emit_seq_write(a, -len, super::tracked::ALIVE_LEN);
 }
 

@@ -36,7 +36,7 @@
 //! `inet_sk_diag_fill`, `sk_get_meminfo`, `bbr_get_info`, and the writers of each field in
 //! net/ipv4/tcp_{input,output,timer,ipv4}.c, Linux 6.18.
 
-use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R4, R6, R7, R8, R9, Size};
+use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R4, R7, R8, R9, Size};
 use super::btf::{Btf, BtfError};
 use super::fields::{K, needed};
 use super::record::Load;
@@ -326,17 +326,18 @@ impl Witness {
 
     /// The start of a tracked poll's program, for the socket in `r7` whose storage value
     /// holds the record (`record_len` bytes) and then this witness. Reads the witness and
-    /// stores what moved. Unless `all`, a socket whose witness did not move, that is not
-    /// locked and whose rebuild flag is clear gets [`super::tracked::ALIVE`] and the program
-    /// ends at `out`; every other socket falls through to the rebuild with the flag set to
-    /// whether the witness moved or the socket is locked ([`Witness::emit_end`] adds the
-    /// rest). Clobbers `r0`-`r5`, `r8`, `r9`.
+    /// stores what moved. Unless `t.all` (or `t` is the trim, which rebuilds every socket it
+    /// reaches), a socket whose witness did not move, that is not locked and whose rebuild
+    /// flag is clear gets [`super::tracked::ALIVE`] in a sweep (no record in a dirty poll)
+    /// and the program ends at `out`; every other socket falls through to the rebuild with
+    /// the flag set to whether the witness moved or the socket is locked
+    /// ([`Witness::emit_end`] adds the rest). Clobbers `r0`-`r5`, `r8`, `r9`.
     pub(super) fn emit_start(
         &self,
         a: &mut Asm,
         record_len: usize,
         attrs: Attrs,
-        all: bool,
+        t: &super::program::Tracked,
         out: Label,
     ) -> Option<()> {
         let area = |off: usize| i16::try_from(record_len + off).ok();
@@ -347,8 +348,7 @@ impl Witness {
         a.call(super::program::HELPER_SKC_TO_TCP_SOCK);
         a.jump_if(Cond::Eq, R0, 0, rebuild);
         a.mov(R8, R0);
-        a.load(Size::DW, R9, R6, 24); // ctx->value
-        a.jump_if(Cond::Eq, R9, 0, out);
+        t.marks.emit_value(a, R9, out);
         a.mov_imm(R4, 0);
         self.emit_locked(a);
         for l in self.loads_for(attrs) {
@@ -361,11 +361,15 @@ impl Witness {
             a.store(l.size, R9, at, R2);
             a.bind(same);
         }
-        if !all {
+        // The trim rebuilds every socket it reaches (its delete moved the option memory).
+        if !t.all && t.marks.walk != super::dirty::Walk::Trim {
             a.jump_if(Cond::Ne, R4, 0, moved);
             a.load(Size::DW, R3, R9, flag);
             a.jump_if(Cond::Ne, R3, 0, moved);
-            super::program::emit_alive(a, R7);
+            // Unchanged: a sweep says it lives; a dirty poll has nothing to say.
+            if t.marks.walk == super::dirty::Walk::Sweep {
+                super::program::emit_cookie_record(a, R7, super::tracked::ALIVE);
+            }
             a.jump(out);
         }
         // The flag now says what this poll found so far; the rebuild's end adds the rest.

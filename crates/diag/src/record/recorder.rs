@@ -16,14 +16,18 @@
 //! once more, waits up to a second for the notifications of the closes it knows of, and
 //! summarises any still missing from their last poll, so no close is lost at the end.
 //!
-//! [`Recorder::poll_tracked`] polls through [`TrackedDumper`] instead: only the tracked
-//! connections are visited, and only the changed ones arrive as sockets (the others as their
-//! cookie), compared with the table exactly as dumped ones are, so the file is the same. The
-//! poll where the full-snapshot period comes round (or the file rotated, or the table met a
-//! cookie it does not know) asks for every socket. A storage walk can miss an entry while
-//! connections come and go around it (the kernel resumes a bucket by position), so a
-//! connection is gone only when two walks in a row missed it; a close is summarised from its
-//! destroy notification as soon as it comes, whatever the walks saw.
+//! [`Recorder::poll_tracked`] polls through [`TrackedDumper`] instead, compared with the table
+//! exactly as dumped sockets are, so the file is the same. Most of its polls are dirty polls:
+//! only the connections the kernel marked changed are read, and a connection not read is
+//! unchanged (still seen); one that left the tracked states is reported and ends as a
+//! vanished one does. Every sweep period ([`Recorder::set_sweep_every`]), at the first poll,
+//! after a failed poll, and where the full-snapshot period comes round or the file rotated,
+//! a sweep visits every tracked connection (the changed ones arrive as sockets, the others
+//! as their cookie); the sweep where the full-snapshot period comes round (or the file
+//! rotated, or the table met a cookie it does not know) asks for every socket. A storage walk
+//! can miss an entry while connections come and go around it (the kernel resumes a bucket by
+//! position), so a connection is gone only when two sweeps in a row missed it; a close is
+//! summarised from its destroy notification as soon as it comes, whatever the walks saw.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -35,7 +39,7 @@ use tcptail_sock::tcp_info::TcpInfo;
 use super::codec::{ClosedRecord, put_change, put_closed, put_full, put_gone, put_tick};
 use super::fields::{Identity, RawRow, Values, field_index};
 use super::file::{Header, RecordError, RecordWriter, WriterOptions};
-use crate::bpf::tracked::{Polled, TrackedDumper};
+use crate::bpf::tracked::{Dirty, Polled, TrackedDumper};
 use crate::closed::{CloseSeen, DestroyListener};
 use crate::filter::Filter;
 use crate::source::Dump;
@@ -71,7 +75,10 @@ impl Default for RecorderOptions {
 pub struct RecorderStats {
     /// Polls made.
     pub polls: u64,
-    /// Sockets the last poll saw.
+    /// Tracked polls that read every tracked connection (sweeps); the other tracked polls
+    /// read only the connections marked changed.
+    pub sweeps: u64,
+    /// Sockets the last poll saw (a dirty poll: the changed ones).
     pub sockets: u64,
     /// Full records written.
     pub full: u64,
@@ -100,6 +107,12 @@ pub struct RunStats {
     pub wall: Duration,
     /// CPU time (user + system) this process used during the run.
     pub cpu: Duration,
+    /// Polls the run made.
+    pub polls: u64,
+    /// Sweeps among them ([`Recorder::set_sweep_every`]).
+    pub sweeps: u64,
+    /// CPU time the sweeps used (part of `cpu`).
+    pub sweep_cpu: Duration,
 }
 
 impl RunStats {
@@ -314,7 +327,7 @@ impl Table {
     /// Writes the end of every connection the last poll did not see and forgets it; its
     /// close is summarised now, or (with destroy notifications) when its notification comes.
     fn sweep(&mut self, out: &mut Vec<u8>) {
-        let (poll, epoch, now) = (self.poll, self.epoch, self.now);
+        let poll = self.poll;
         // Usually every entry was seen: then there is nothing to look for (the table is
         // megabytes at 10,000 connections; walking it again would cost a poll a tenth more).
         let vanished: Vec<u64> = if self.seen == self.entries.len() {
@@ -324,25 +337,46 @@ impl Table {
         };
         for cookie in vanished {
             let e = self.entries.remove(&cookie).expect("listed above");
-            // A connection whose first record went to an earlier file, and which ended before
-            // this file's first poll saw it, is not in this file at all.
-            if e.epoch == epoch {
-                put_gone(out, cookie);
-                self.stats.gone += 1;
-            }
-            let state = e.row.state();
-            if e.summarised || state == TIME_WAIT || state == LISTEN {
-                continue;
-            }
-            if self.listening {
-                self.departed.insert(cookie, Departed { entry: e, since_ns: now });
-            } else {
-                e.summarise_vanished(out, &mut self.stats, now);
-            }
+            self.vanish(cookie, e, out);
         }
+        self.expire_departed(out);
+    }
+
+    /// Writes the end of a connection a dirty poll saw leave the tracked states, as
+    /// [`Table::sweep`] writes one no poll saw.
+    fn left(&mut self, cookie: u64, out: &mut Vec<u8>) {
+        if let Some(e) = self.forget(cookie) {
+            self.vanish(cookie, e, out);
+        }
+    }
+
+    /// Writes the end of a connection removed from the table, and summarises its close now
+    /// or (with destroy notifications) when its notification comes.
+    fn vanish(&mut self, cookie: u64, e: Entry, out: &mut Vec<u8>) {
+        // A connection whose first record went to an earlier file, and which ended before
+        // this file's first poll saw it, is not in this file at all.
+        if e.epoch == self.epoch {
+            put_gone(out, cookie);
+            self.stats.gone += 1;
+        }
+        let state = e.row.state();
+        if e.summarised || state == TIME_WAIT || state == LISTEN {
+            return;
+        }
+        if self.listening {
+            self.departed.insert(cookie, Departed { entry: e, since_ns: self.now });
+        } else {
+            e.summarise_vanished(out, &mut self.stats, self.now);
+        }
+    }
+
+    /// Summarises from their last poll the departed connections whose destroy notification
+    /// did not come within [`DEPARTED_FOR`].
+    fn expire_departed(&mut self, out: &mut Vec<u8>) {
         if self.departed.is_empty() {
             return;
         }
+        let now = self.now;
         let late = DEPARTED_FOR.as_nanos() as u64;
         let expired: Vec<u64> = self
             .departed
@@ -482,6 +516,9 @@ fn keep_counters(last: &mut Values, polled: &Values) {
     }
 }
 
+/// The default period of the tracked poll's sweeps ([`Recorder::set_sweep_every`]).
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// Records connections into a rotating file.
 #[derive(Debug)]
 pub struct Recorder {
@@ -492,8 +529,23 @@ pub struct Recorder {
     last_tick_ns: u64,
     last_full_ns: u64,
     last_block_ns: u64,
+    /// Monotonic ns of the last sweep ([`Recorder::poll_tracked`]).
+    last_sweep_ns: u64,
+    /// Period of the sweeps.
+    sweep_every: Duration,
     /// The next tracked poll writes every socket ([`Recorder::poll_tracked`]).
     resync: bool,
+}
+
+/// What a poll's end may conclude about the connections it did not see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Every live connection was dumped or walked: one not seen is gone.
+    All,
+    /// The dump may have missed some (the kernel flagged it interrupted): all are kept.
+    Interrupted,
+    /// Only changed connections were read (a dirty poll): one not seen is unchanged.
+    Changed,
 }
 
 fn header(options: &RecorderOptions, mono_ns: u64) -> Header {
@@ -521,6 +573,8 @@ impl Recorder {
             last_tick_ns: now,
             last_full_ns: now,
             last_block_ns: now,
+            last_sweep_ns: now,
+            sweep_every: DEFAULT_SWEEP_EVERY,
             resync: true,
         })
     }
@@ -530,6 +584,14 @@ impl Recorder {
     pub fn listen_for_closes(&mut self, listener: DestroyListener, filter: Option<Filter>) {
         self.closes = Some((listener, filter));
         self.table.listening = true;
+    }
+
+    /// Sets the period of the tracked poll's sweeps ([`Recorder::poll_tracked`]): a poll of
+    /// every tracked connection, which finds what changed through a path no hook marks
+    /// ([`crate::bpf::dirty::UNHOOKED`]) within this period. The polls between read only the
+    /// connections the kernel marked changed.
+    pub fn set_sweep_every(&mut self, period: Duration) {
+        self.sweep_every = period;
     }
 
     /// Totals so far.
@@ -559,20 +621,49 @@ impl Recorder {
     /// One poll: dumps `req` with `dumper` and records what changed.
     pub fn poll(&mut self, dumper: &mut impl Dump, req: &DumpRequest) -> Result<(), RecordError> {
         let now = sys::monotonic_ns();
-        self.begin(now)?;
+        self.begin(now, Seen::All)?;
         let (table, out) = (&mut self.table, &mut self.writer.records);
         // The table compares `tcp_info` bytes and reads one field: no need to decode it.
         let stats = dumper.dump_with(req, false, &mut |s| table.observe(s, out))?;
         self.drain_closes()?;
-        self.end(now, !stats.interrupted)
+        self.end(now, if stats.interrupted { Seen::Interrupted } else { Seen::All })
     }
 
     /// One poll of the tracked connections ([`TrackedDumper`]): what changed is recorded as
-    /// [`Recorder::poll`] records it from a dump.
+    /// [`Recorder::poll`] records it from a dump. A sweep (the first poll, one after a
+    /// failure, a full-snapshot or rotation poll, and one every sweep period,
+    /// [`Recorder::set_sweep_every`]) walks every tracked connection; the polls between
+    /// are dirty polls ([`TrackedDumper::poll_dirty`]): they read only the connections the
+    /// kernel marked changed, record those and the ones that left, and take every other one
+    /// as unchanged.
     pub fn poll_tracked(&mut self, tracked: &mut TrackedDumper) -> Result<(), RecordError> {
         let now = sys::monotonic_ns();
+        let sweep_due =
+            now.saturating_sub(self.last_sweep_ns) >= self.sweep_every.as_nanos() as u64;
+        if self.resync || sweep_due || self.cycle_due(now) {
+            return self.sweep_tracked(tracked, now);
+        }
+        self.begin(now, Seen::Changed)?;
+        let (table, out) = (&mut self.table, &mut self.writer.records);
+        // A failed poll may have cleared marks whose records never arrived: sweep next.
+        self.resync = true;
+        tracked
+            .poll_dirty(|d| match d {
+                Dirty::Socket(s) => table.observe(s, out),
+                Dirty::Gone(cookie) => table.left(cookie, out),
+            })
+            .map_err(crate::DiagError::from)?;
+        self.resync = false;
+        self.drain_closes()?;
+        self.end(now, Seen::Changed)
+    }
+
+    /// A tracked poll of every tracked connection (see [`Recorder::poll_tracked`]).
+    fn sweep_tracked(&mut self, tracked: &mut TrackedDumper, now: u64) -> Result<(), RecordError> {
         let cycle = (self.table.generation, self.table.epoch);
-        self.begin(now)?;
+        self.begin(now, Seen::All)?;
+        self.last_sweep_ns = now;
+        self.table.stats.sweeps += 1;
         // The first poll, a full-snapshot or rotation poll, or one after a failure.
         let all = std::mem::replace(&mut self.resync, true)
             || cycle != (self.table.generation, self.table.epoch);
@@ -587,7 +678,7 @@ impl Recorder {
         self.resync = unknown;
         self.drain_closes()?;
         self.table.forgive_one_miss();
-        self.end(now, true)
+        self.end(now, Seen::All)
     }
 
     /// Summarises the closes whose destroy notifications are queued now.
@@ -612,14 +703,22 @@ impl Recorder {
         sockets: impl IntoIterator<Item = &'s Socket<'s>>,
         complete: bool,
     ) -> Result<(), RecordError> {
-        self.begin(now_ns)?;
+        self.begin(now_ns, Seen::All)?;
         for s in sockets {
             self.table.observe(s, &mut self.writer.records);
         }
-        self.end(now_ns, complete)
+        self.end(now_ns, if complete { Seen::All } else { Seen::Interrupted })
     }
 
-    fn begin(&mut self, now: u64) -> Result<(), RecordError> {
+    /// Whether a poll at `now` rotates the file or starts a full-snapshot generation.
+    fn cycle_due(&self, now: u64) -> bool {
+        self.writer.full()
+            || now.saturating_sub(self.last_full_ns) >= self.options.full_every.as_nanos() as u64
+    }
+
+    /// Starts a poll. A dirty poll ([`Seen::Changed`]) continues the count of the last
+    /// complete one: the connections it did not read count as seen by that one.
+    fn begin(&mut self, now: u64, seen: Seen) -> Result<(), RecordError> {
         let t = &mut self.table;
         if self.writer.full() {
             self.writer.rotate(&header(&self.options, now))?;
@@ -633,8 +732,10 @@ impl Recorder {
             t.generation += 1;
             self.last_full_ns = now;
         }
-        t.poll += 1;
-        t.seen = 0;
+        if seen != Seen::Changed {
+            t.poll += 1;
+            t.seen = 0;
+        }
         t.now = now;
         t.stats.polls += 1;
         t.stats.sockets = 0;
@@ -643,14 +744,16 @@ impl Recorder {
         Ok(())
     }
 
-    fn end(&mut self, now: u64, complete: bool) -> Result<(), RecordError> {
-        if complete {
-            self.table.sweep(&mut self.writer.records);
-        } else {
-            // The dump may have missed sockets: keep them all as seen.
-            let t = &mut self.table;
-            t.entries.values_mut().for_each(|e| e.mark_seen(t.poll, &mut t.seen));
-            self.table.stats.interrupted += 1;
+    fn end(&mut self, now: u64, seen: Seen) -> Result<(), RecordError> {
+        match seen {
+            Seen::All => self.table.sweep(&mut self.writer.records),
+            Seen::Interrupted => {
+                // The dump may have missed sockets: keep them all as seen.
+                let t = &mut self.table;
+                t.entries.values_mut().for_each(|e| e.mark_seen(t.poll, &mut t.seen));
+                self.table.stats.interrupted += 1;
+            }
+            Seen::Changed => self.table.expire_departed(&mut self.writer.records),
         }
         let due =
             now.saturating_sub(self.last_block_ns) >= self.options.block_every.as_nanos() as u64;
@@ -695,14 +798,23 @@ impl Recorder {
         let cpu_before = sys::process_cpu_time();
         let mut run = RunStats::default();
         let mut next = started;
-        let mut poll = |rec: &mut Recorder, run: &mut RunStats| match poll_once(rec) {
-            Ok(()) => Ok(()),
-            Err(RecordError::Dump(e)) => {
-                run.dump_errors += 1;
-                dump_failed(&e);
-                Ok(())
+        let mut poll = |rec: &mut Recorder, run: &mut RunStats| {
+            let (sweeps, cpu) = (rec.table.stats.sweeps, sys::process_cpu_time());
+            let polled = match poll_once(rec) {
+                Ok(()) => Ok(()),
+                Err(RecordError::Dump(e)) => {
+                    run.dump_errors += 1;
+                    dump_failed(&e);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            run.polls += 1;
+            if rec.table.stats.sweeps != sweeps {
+                run.sweeps += 1;
+                run.sweep_cpu += sys::process_cpu_time().saturating_sub(cpu);
             }
-            Err(e) => Err(e),
+            polled
         };
         while !stop() {
             poll(self, &mut run)?;
