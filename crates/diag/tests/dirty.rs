@@ -164,6 +164,44 @@ fn every_change_of_an_idle_connection_is_read_by_the_next_dirty_poll() {
     drop(ns);
 }
 
+/// A mark whose dirty element the kernel refuses (the socket's option memory would pass the
+/// namespace's `optmem_max`) leaves the socket marked with no element: the hooks then skip it
+/// and no dirty poll reaches it. The next sweep gives it its element back, so dirty polls read
+/// its changes again.
+#[test]
+fn a_sweep_gives_a_socket_marked_without_an_element_its_element_back() {
+    tcptail_netns::ensure_root().expect("the dirty-mark test needs root (CI runs as root)");
+    let cleanup = Cleanup::new();
+    let ns = Netns::create(&cleanup, "dirtyom").unwrap();
+    ns.ip(["link", "set", "lo", "up"]).unwrap();
+    let listener = ns.run(|| TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
+    let mut p = ns.run(|| pair(&listener)).unwrap();
+    let req = DumpRequest { states: wire::ESTABLISHED, ..DumpRequest::default() };
+    let mut hooked = TrackedDumper::new(&req, Some(ns.name())).expect("root with BPF");
+    let by_ports = cookies(&mut hooked);
+    let both: BTreeSet<u64> = [ends(&by_ports, &p).0, ends(&by_ports, &p).1].into();
+    settle(&mut hooked);
+
+    // No option memory to spare in this namespace: this transfer's marks get no element.
+    ns.exec("sysctl", ["-qw", "net.core.optmem_max=0"]).unwrap();
+    transfer(&mut p, 3000);
+    let seen = dirty_poll(&mut hooked);
+    assert!(both.is_disjoint(&seen.changed), "no element, no dirty read: {seen:?}");
+    assert_eq!(hooked.marked().unwrap(), Vec::<u64>::new(), "the elements were refused");
+    ns.exec("sysctl", ["-qw", "net.core.optmem_max=131072"]).unwrap();
+
+    // Still marked, so a transfer now creates nothing either; the sweep reads the sockets
+    // and gives each its element back.
+    hooked.poll(false, |_| {}).unwrap();
+    settle(&mut hooked);
+    transfer(&mut p, 3000);
+    let seen = dirty_poll(&mut hooked);
+    assert!(both.is_subset(&seen.changed), "after the sweep, marks are read again: {seen:?}");
+    settle(&mut hooked);
+    drop((p, listener));
+    drop(ns);
+}
+
 /// The recorder with a sweep period far beyond the test: every poll after the first is a
 /// dirty poll, and a transfer on an idle connection is still recorded by the poll after it.
 #[test]

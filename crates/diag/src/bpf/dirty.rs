@@ -36,8 +36,11 @@
 //!   read): a hook that marked the socket meanwhile gets its element created again.
 //! - **The sweep.** Every `--sweep` period (and at the first poll) the recorder polls every
 //!   tracked socket with the full witness walk ([`super::tracked::TrackedDumper::poll`]),
-//!   which also marks for the next poll each socket it must read again. A change made through
-//!   a writer no hook covers ([`UNHOOKED`]: setsockopt above all) is found by the next sweep.
+//!   which also marks for the next poll each socket it must read again, and gives its dirty
+//!   element back to a socket left marked without one (the kernel refused the element: the
+//!   socket's option memory at `optmem_max`, or an atomic allocation failed). A change made
+//!   through a writer no hook covers ([`UNHOOKED`]: setsockopt above all) is found by the next
+//!   sweep.
 
 use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R4, R6, R7, R8, R9, R10, Reg, Size};
 

@@ -99,7 +99,23 @@ impl Layout {
                 a.load(Size::DW, R7, R6, 16); // ctx->sk
                 a.jump_if(Cond::Eq, R7, 0, out);
                 match t.marks.walk {
-                    Walk::Sweep => {}
+                    Walk::Sweep => {
+                        // A marked socket whose dirty element could not be created (its
+                        // option memory at `optmem_max`, an atomic allocation failed) would
+                        // stay marked with no element: hooks skip it, dirty polls never
+                        // reach it. The sweep gives it its element again.
+                        let unmarked = a.label();
+                        t.marks.emit_value(&mut a, R9, out);
+                        a.load(Size::DW, R2, R9, t.marks.dirty_at);
+                        a.jump_if(Cond::Eq, R2, 0, unmarked);
+                        super::dirty::emit_storage_get(
+                            &mut a,
+                            t.marks.dirty_fd,
+                            R7,
+                            super::dirty::F_CREATE,
+                        );
+                        a.bind(unmarked);
+                    }
                     Walk::Dirty => {
                         // The mark is cleared before anything is read: a change that ends
                         // after this marks the socket again (an exchange: the reads below
