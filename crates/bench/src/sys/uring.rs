@@ -126,21 +126,15 @@ pub struct Ring {
     in_flight: usize,
     sqpoll: bool,
     /// The ring's descriptor registered with the thread that set it up, which alone submits
-    /// (`SINGLE_ISSUER`).
-    registered: Option<RegisteredRing>,
+    /// (`SINGLE_ISSUER`): its place in that thread's registered ring descriptors
+    /// (`IORING_REGISTER_RING_FDS`).
+    registered: Option<u32>,
 }
 
-/// A ring descriptor registered with a thread (`IORING_REGISTER_RING_FDS`).
-#[derive(Debug, Clone, Copy)]
-struct RegisteredRing {
-    /// Its place in the thread's registered ring descriptors.
-    index: u32,
-    thread: std::thread::ThreadId,
-}
-
-// SAFETY: the raw pointers in the mappings are owned by the ring and only reached through
-// `&self`/`&mut self`; nothing is tied to the creating thread.
-unsafe impl Send for Ring {}
+// A ring is not `Send` (its mappings' raw pointers keep it so, and no `unsafe impl` says
+// otherwise): it is tied to the thread that set it up, whose table its registered index names
+// a place in; from another thread the same index could name that thread's own ring. Each
+// engine thread sets up its own ring.
 
 impl Ring {
     /// Sets a ring up, registers its provided buffers and checks that the kernel has the
@@ -403,8 +397,7 @@ impl Ring {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let result = match timeout {
-            None if self.registered.is_some() => self.enter_registered(want),
-            None => self.ring.submit_and_wait(want),
+            None => self.enter_registered(want),
             Some(t) => {
                 let ts = types::Timespec::from(t);
                 let args = types::SubmitArgs::new().timespec(&ts);
@@ -422,24 +415,19 @@ impl Ring {
 
     /// Submits what was pushed without waiting (spinning loops).
     pub fn submit(&mut self) -> io::Result<()> {
-        let result =
-            if self.registered.is_some() { self.enter_registered(0) } else { self.ring.submit() };
-        match result {
+        match self.enter_registered(0) {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
             Err(e) => Err(e),
         }
     }
 
-    /// `io_uring_enter` through the registered descriptor: submits what was pushed and waits
-    /// for `want` completions, entering for deferred task work or an overflowed completion
-    /// queue as the crate's own submit does (it keeps no registered descriptor across calls).
+    /// `io_uring_enter` through the registered descriptor (the crate's own submit, by the
+    /// descriptor, where there is none): submits what was pushed and waits for `want`
+    /// completions, entering for deferred task work or an overflowed completion queue as the
+    /// crate's own submit does (it keeps no registered descriptor across calls).
     fn enter_registered(&mut self, want: usize) -> io::Result<usize> {
-        // The index names a place in the registering thread's table: from any other thread
-        // (the ring is `Send`) it could name another ring, so that thread enters by the
-        // descriptor (and SINGLE_ISSUER refuses it plainly).
-        let here = std::thread::current().id();
-        let Some(registered) = self.registered.filter(|r| r.thread == here) else {
+        let Some(index) = self.registered else {
             return self.ring.submit_and_wait(want);
         };
         let sq = self.ring.submission();
@@ -449,13 +437,13 @@ impl Ring {
             flags |= IORING_ENTER_GETEVENTS;
         }
         drop(sq);
-        // SAFETY: io_uring_enter with the index this thread registered for this ring (checked
-        // above) and no argument pointer; the entries it submits were pushed with their
-        // buffers' lifetimes checked (`push`).
+        // SAFETY: io_uring_enter with the index this thread registered for this ring (a ring
+        // never leaves its thread: it is not `Send`) and no argument pointer; the entries it
+        // submits were pushed with their buffers' lifetimes checked (`push`).
         let r = unsafe {
             libc::syscall(
                 libc::SYS_io_uring_enter,
-                registered.index,
+                index,
                 to_submit,
                 want as libc::c_uint,
                 flags,
@@ -555,12 +543,10 @@ impl Drop for Ring {
             self.recv_bufs.len = 0;
             self.buf_ring.len = 0;
         }
-        // Registered, the ring outlives its descriptor until its thread lets it go (or ends):
-        // only that thread can, by the index it holds.
-        if let Some(registered) = self.registered.take()
-            && registered.thread == std::thread::current().id()
-        {
-            unregister_ring_fd(self.ring.as_raw_fd(), registered.index);
+        // Registered, the ring outlives its descriptor until its thread lets it go (or ends);
+        // a ring is dropped on its own thread (it is not `Send`).
+        if let Some(index) = self.registered.take() {
+            let _ = update_ring_fds(self.ring.as_raw_fd(), IORING_UNREGISTER_RING_FDS, index, 0);
         }
     }
 }
@@ -581,16 +567,28 @@ struct RsrcUpdate {
 }
 
 /// Registers ring descriptor `fd` with the calling thread; its index.
-fn register_ring_fd(fd: std::os::fd::RawFd) -> io::Result<RegisteredRing> {
+fn register_ring_fd(fd: std::os::fd::RawFd) -> io::Result<u32> {
     // The kernel picks a free place (offset -1) and writes it back.
-    let mut update = RsrcUpdate { offset: u32::MAX, resv: 0, data: fd as u64 };
+    update_ring_fds(fd, IORING_REGISTER_RING_FDS, u32::MAX, fd as u64)
+}
+
+/// One `io_uring_register` of the calling thread's ring descriptors (`opcode`: register or
+/// give back) at place `offset` with `data`; the place the kernel used. A failed give-back
+/// leaves the registration to the thread's exit, which the kernel then releases.
+fn update_ring_fds(
+    fd: std::os::fd::RawFd,
+    opcode: libc::c_uint,
+    offset: u32,
+    data: u64,
+) -> io::Result<u32> {
+    let mut update = RsrcUpdate { offset, resv: 0, data };
     // SAFETY: one io_uring_rsrc_update, alive for the call, which the kernel reads and
     // writes its offset into.
     let r = unsafe {
         libc::syscall(
             libc::SYS_io_uring_register,
             fd,
-            IORING_REGISTER_RING_FDS,
+            opcode,
             &mut update as *mut RsrcUpdate,
             1 as libc::c_uint,
         )
@@ -598,23 +596,7 @@ fn register_ring_fd(fd: std::os::fd::RawFd) -> io::Result<RegisteredRing> {
     if r != 1 {
         return Err(io::Error::last_os_error());
     }
-    Ok(RegisteredRing { index: update.offset, thread: std::thread::current().id() })
-}
-
-/// Gives back the calling thread's registered ring descriptor `index` (of ring `fd`).
-fn unregister_ring_fd(fd: std::os::fd::RawFd, index: u32) {
-    let mut update = RsrcUpdate { offset: index, resv: 0, data: 0 };
-    // SAFETY: as in `register_ring_fd`; a failure leaves the registration to the thread's
-    // exit, which the kernel then releases.
-    unsafe {
-        libc::syscall(
-            libc::SYS_io_uring_register,
-            fd,
-            IORING_UNREGISTER_RING_FDS,
-            &mut update as *mut RsrcUpdate,
-            1 as libc::c_uint,
-        )
-    };
+    Ok(update.offset)
 }
 
 #[cfg(test)]
@@ -635,10 +617,9 @@ mod tests {
     fn rings_register_their_descriptor_and_give_it_back() {
         // A thread holds at most 16 registered ring descriptors: a ring that kept its place
         // after its drop would leave the 17th of these unregistered.
-        let options = OPTIONS;
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         for round in 0..40 {
-            let mut ring = match Ring::new(options) {
+            let mut ring = match Ring::new(OPTIONS) {
                 Ok(ring) => ring,
                 Err(e) => {
                     eprintln!("SKIPPED: no usable io_uring here ({e})");
@@ -660,40 +641,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_ring_moved_to_another_thread_never_enters_that_threads_ring() {
-        // Ring `moved` registers at index 0 of this thread's table; the other thread's own
-        // ring takes index 0 of its table. Entering `moved` there by its index would submit
-        // on the other ring (and report success with `moved`'s send never made).
-        let moved = match Ring::new(OPTIONS) {
-            Ok(ring) => ring,
-            Err(e) => {
-                eprintln!("SKIPPED: no usable io_uring here ({e})");
-                return;
-            }
-        };
-        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        std::thread::spawn(move || {
-            let mut moved = moved;
-            let theirs = Ring::new(OPTIONS).unwrap();
-            assert_eq!(
-                (moved.registered.unwrap().index, theirs.registered.unwrap().index),
-                (0, 0),
-                "both rings first in their threads' tables"
-            );
-            moved.send_slot(0).unwrap()[..4].copy_from_slice(b"ping");
-            moved.send(a.as_fd(), 0, 0..4, 7, false).unwrap();
-            // SINGLE_ISSUER: only the thread that set `moved` up may submit to it.
-            let err = moved.submit().expect_err("a ring submitted from a thread not its own");
-            assert_eq!(err.raw_os_error(), Some(libc::EEXIST), "{err}");
-            drop(theirs);
-        })
-        .join()
-        .unwrap();
-        b.set_nonblocking(true).unwrap();
-        let mut got = [0u8; 4];
-        // `a` is closed by now: end of file, or would-block, but no bytes.
-        let read = std::io::Read::read(&mut &b, &mut got);
-        assert!(!matches!(read, Ok(n) if n > 0), "the send was made: {read:?}");
-    }
+    /// A ring never leaves the thread that set it up: its registered index names a place in
+    /// that thread's table, where from another thread it could name that thread's own ring.
+    /// This compiles only while `Ring` is not `Send` (were it, the call below would be
+    /// ambiguous between the two implementations).
+    const _RING_IS_NOT_SEND: fn() = || {
+        trait AmbiguousIfSend<A> {
+            fn some_item() {}
+        }
+        impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+        impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+        <Ring as AmbiguousIfSend<_>>::some_item();
+    };
 }
