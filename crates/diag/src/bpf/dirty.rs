@@ -226,6 +226,18 @@ impl Marks {
         a.bind(clean);
     }
 
+    /// The end of a marking program: `r0` holds the tracked storage value of the socket in
+    /// `r7` (NULL: not tracked), which is marked ([`Marks::emit_mark`], atomically: hooks run
+    /// beside polls); `out` is bound here, and the program returns 0.
+    pub(super) fn emit_hook_end(&self, a: &mut Asm, out: Label) {
+        a.jump_if(Cond::Eq, R0, 0, out);
+        a.mov(R8, R0);
+        self.emit_mark(a, R8, R7, out, true);
+        a.bind(out);
+        a.mov_imm(R0, 0);
+        a.exit();
+    }
+
     /// Marks the socket in `sk`, whose tracked storage value is in `value`, dirty (unless it
     /// is): sets the dirty word and gives it a dirty-map element. `atomic` where a trim may
     /// run at the same time (the hooks): the exchange orders the element's lookup after the
@@ -279,12 +291,7 @@ pub fn mark_program(marks: &Marks, hook: &Hook, skb_sk: u32, sk_storage: u32) ->
     a.load(Size::DW, R2, R7, i16::try_from(sk_storage).ok()?);
     a.jump_if(Cond::Eq, R2, 0, out);
     emit_storage_get(&mut a, marks.tracked_fd, R7, 0);
-    a.jump_if(Cond::Eq, R0, 0, out);
-    a.mov(R8, R0);
-    marks.emit_mark(&mut a, R8, R7, out, true);
-    a.bind(out);
-    a.mov_imm(R0, 0);
-    a.exit();
+    marks.emit_hook_end(&mut a, out);
     a.finish()
 }
 

@@ -47,7 +47,7 @@ use std::path::PathBuf;
 use tcptail_bpf::Map;
 use tcptail_sock::tcp_info::TcpInfo;
 
-use super::asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, R8, Reg, Size};
+use super::asm::{Asm, Cond, R0, R1, R2, R3, R4, R6, R7, Reg, Size};
 use super::btf::Btf;
 use super::convert::Hz;
 use super::dirty::{self, HOOKS, Hook, Marks, Walk};
@@ -457,12 +457,7 @@ fn track_on_set_state(
     a.bind(other);
     dirty::emit_storage_get(&mut a, marks.tracked_fd, R7, 0);
     a.bind(mark);
-    a.jump_if(Cond::Eq, R0, 0, out);
-    a.mov(R8, R0);
-    marks.emit_mark(&mut a, R8, R7, out, true);
-    a.bind(out);
-    a.mov_imm(R0, 0);
-    a.exit();
+    marks.emit_hook_end(&mut a, out);
     a.finish()
 }
 
